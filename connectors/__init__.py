@@ -1,0 +1,1 @@
+"""ZeroMQ connectors: Dafka (decentralized streaming) and CHP (clustered hashmap)."""

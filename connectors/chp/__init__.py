@@ -1,0 +1,1 @@
+"""The Clustered Hashmap Protocol (ZeroMQ RFC 12, zguide clone pattern)."""

@@ -1,0 +1,1 @@
+"""Dafka, wire-compatible with zeromq/dafka (see docs/protocol.md)."""

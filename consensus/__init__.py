@@ -1,0 +1,1 @@
+"""The garlicfarm consensus runtime: wire codecs, the pure Raft core, storage, runtime."""

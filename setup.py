@@ -1,0 +1,39 @@
+"""garlicfarm: Spark Structured Streaming over Raft logs, Dafka partitions and CHP hashmaps."""
+from setuptools import find_packages, setup
+
+setup(
+    name="garlicfarm",
+    version="0.1.0",
+    description=(
+        "Exactly-once Spark Structured Streaming sources and sinks for Raft logs "
+        "(Garlic Farm / JRaft / marker wire), Dafka partitions and CHP hashmaps."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["consensus*", "connectors*", "pyspark_farm*"]),
+    install_requires=[
+        # 4.2 brought the admission-control API of the Python data source.
+        "pyspark>=4.2,<5",
+        "pyarrow>=15",
+        "pandas>=2.0",  # pyspark's Arrow paths need it on the workers
+        "pyzmq>=25",
+        "crcmod>=1.7",
+        "msgpack>=1.0",
+        "h11>=0.14",
+        "rich>=13",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "chispa>=0.10",
+            "hypothesis>=6.100",
+            "nbclient>=0.10",
+            "nbformat>=5.9",
+            "ipykernel>=6.29",
+        ],
+        "bench": ["pysyncobj>=0.3.12"],
+    },
+    entry_points={"console_scripts": ["garlicfarm = consensus.cli:main"]},
+)
