@@ -1,0 +1,28 @@
+"""Helpers shared by the tests: waiting on conditions, free ports, process hygiene."""
+from __future__ import annotations
+
+import socket
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
+               message: str = "condition") -> T:
+    """Poll `condition` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {message}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
