@@ -1,0 +1,254 @@
+"""The Dafka codec against the vectors captured from zeromq/dafka, plus property tests."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from connectors.dafka import proto
+from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
+                                   UnknownMessageType)
+
+from tests.conftest import VECTORS
+
+VECTOR_LINES = [json.loads(line) for line in
+                (VECTORS / "dafka" / "dafka_vectors.jsonl").read_text().splitlines() if line]
+
+
+def _frames(vector: dict) -> list[bytes]:
+    return [bytes.fromhex(h) for h in vector["frames_hex"]]
+
+
+@pytest.mark.parametrize("vector", VECTOR_LINES, ids=[v["name"] for v in VECTOR_LINES])
+def test_vector_decodes_to_its_fields_and_reencodes(vector):
+    frames = _frames(vector)
+    msg = proto.decode(frames)
+    fields = vector["fields"]
+    if "subscribe" in fields:
+        assert isinstance(msg, proto.Subscription)
+        assert msg.subscribe == fields["subscribe"]
+        assert chr(msg.command) == fields["id"]
+        if "command" in fields:
+            assert msg.command.wire_name == fields["command"]
+            assert msg.topic == fields["topic_prefix"]
+        prefix = fields.get("prefix_ascii", "")
+        assert proto.subscription_prefix(msg.command, msg.topic) == prefix.encode()
+    elif "command" in fields:
+        assert msg.COMMAND.wire_name == fields["command"]
+        assert chr(msg.COMMAND) == fields["id"]
+        assert fields["version"] == proto.VERSION
+        assert len(frames[0]) == fields["frame0_length"]
+        for name in ("topic", "address", "subject", "sequence", "count", "subjects"):
+            if name in fields:
+                assert getattr(msg, name) == fields[name], name
+        if "content_hex" in fields:
+            assert msg.content.hex() == fields["content_hex"]
+    elif fields["type"] == "W":
+        assert isinstance(msg, proto.Welcome)
+    elif fields["frames"] == 4:
+        assert msg == proto.Beacon(fields["sender"], fields["host"],
+                                   int(fields["port_decimal_string"]))
+    else:
+        assert msg == proto.TowerBeacon(fields["sender"], fields["endpoint"])
+    assert proto.encode(msg) == frames
+    assert proto.from_json(json.loads(json.dumps(proto.to_json(msg)))) == msg
+
+
+def test_decoder_cache_gives_the_full_decode_result():
+    decoder = proto.Decoder(cache_size=2)
+    msgs = [proto.Record("t", "A" * 32, "t", seq, b"x%d" % seq) for seq in range(5)]
+    msgs += [proto.Head("t", "A" * 32, "t", 9), proto.DirectRecord("B" * 32, "A" * 32, "t", 3)]
+    for msg in msgs * 2:
+        assert decoder.decode(proto.encode(msg)) == msg
+    # A HEAD whose header equals a cached RECORD header cannot exist (the command byte
+    # differs), but a RECORD frame 0 without its content frame must still be rejected.
+    with pytest.raises(InvalidField) as err:
+        decoder.decode(proto.encode(msgs[0])[:1])
+    assert err.value.field == "frames"
+
+
+# ----------------------------------------------------------------- hypothesis round trips
+addresses = st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32)
+topics = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                 max_size=60).filter(lambda t: len(t.encode()) <= 255)
+u64 = st.integers(0, proto.MAX_SEQUENCE)
+content = st.binary(max_size=300)
+
+MESSAGES = st.one_of(
+    st.builds(proto.Record, topics, addresses, topics, u64, content),
+    st.builds(proto.DirectRecord, addresses, addresses, topics, u64, content),
+    st.builds(proto.Fetch, addresses, addresses, topics, u64, st.integers(0, proto.MAX_COUNT)),
+    st.builds(proto.Ack, addresses, topics, u64),
+    st.builds(proto.Head, topics, addresses, topics, u64),
+    st.builds(proto.DirectHead, addresses, addresses, topics, u64),
+    st.builds(proto.GetHeads, topics, addresses),
+    st.builds(proto.ConsumerHello, addresses, addresses, st.lists(topics, max_size=5)),
+    st.builds(proto.StoreHello, addresses, addresses),
+    st.builds(proto.Beacon, addresses, st.sampled_from(["", "127.0.0.1", "node-1"]),
+              st.integers(1, 65535)),
+    st.builds(proto.TowerBeacon, addresses,
+              st.integers(1, 65535).map(lambda p: f"tcp://127.0.0.1:{p}")),
+    st.just(proto.Welcome()),
+    st.builds(proto.Subscription, st.booleans(), st.sampled_from(list(proto.Command)), topics),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(MESSAGES)
+def test_every_message_type_round_trips(msg):
+    frames = proto.encode(msg)
+    assert proto.decode(frames) == msg
+    assert proto.Decoder().decode(frames) == msg
+    assert proto.from_json(json.loads(json.dumps(proto.to_json(msg)))) == msg
+
+
+# ----------------------------------------------------------------- fuzz
+def _valid_samples() -> list[list[bytes]]:
+    return [_frames(v) for v in VECTOR_LINES]
+
+
+def _mutate(frames: list[bytes], rng: random.Random) -> list[bytes]:
+    frames = [bytearray(f) for f in frames]
+    action = rng.randrange(6)
+    target = frames[rng.randrange(len(frames))]
+    if action == 0 and target:
+        target[rng.randrange(len(target))] = rng.randrange(256)
+    elif action == 1 and target:
+        del target[rng.randrange(len(target)):]
+    elif action == 2:
+        target[rng.randrange(len(target) + 1):0] = rng.randbytes(rng.randrange(1, 8))
+    elif action == 3 and len(frames) > 1:
+        frames.pop(rng.randrange(len(frames)))
+    elif action == 4:
+        frames.insert(rng.randrange(len(frames) + 1), bytearray(rng.randbytes(rng.randrange(5))))
+    elif target:
+        i = rng.randrange(len(target))
+        target[i] = rng.choice([0, 1, 0x7F, 0x80, 0xFF])
+    return [bytes(f) for f in frames]
+
+
+def test_fuzz_random_and_mutated_inputs_raise_only_protocol_error():
+    rng = random.Random(46)
+    samples = _valid_samples()
+    decoder = proto.Decoder()
+    tiny = proto.Decoder(proto.Limits(max_frame_bytes=64, max_content_bytes=4,
+                                      max_topic_bytes=3, max_subjects=1))
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(20000):
+        if i % 4 == 0:
+            frames = [rng.randbytes(rng.randrange(0, 90)) for _ in range(rng.randrange(0, 5))]
+        else:
+            frames = _mutate(rng.choice(samples), rng)
+        for dec in (decoder, tiny):
+            try:
+                msg = dec.decode(frames)
+            except ProtocolError as exc:
+                assert exc.field, exc
+                outcomes["error"] += 1
+            else:
+                outcomes["ok"] += 1
+                assert proto.encode(msg) == frames  # accepted means canonical
+    assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes
+
+
+# ----------------------------------------------------------------- specific faults
+RECORD = proto.encode(proto.Record("hello", "9444D7B67D82418AADA743B8378EFD6A", "hello", 7,
+                                   b"payload"))
+
+
+@pytest.mark.parametrize("frames, error, field", [
+    ([], Truncated, "frames"),
+    ([b""], Truncated, "command"),
+    ([b"Zhello\x00\x01"], UnknownMessageType, "command"),
+    ([RECORD[0]], InvalidField, "frames"),
+    ([RECORD[0][:5]] + RECORD[1:], Truncated, "topic"),
+    ([RECORD[0][:7]] + RECORD[1:], Truncated, "version"),
+    ([RECORD[0][:7] + b"\x02" + RECORD[0][8:]] + RECORD[1:], InvalidField, "version"),
+    ([RECORD[0][:-3]] + RECORD[1:], Truncated, "sequence"),
+    ([RECORD[0] + b"\x00"] + RECORD[1:], InvalidField, "frame0"),
+    ([RECORD[0][:9] + b"a" + RECORD[0][10:]] + RECORD[1:], InvalidField, "address"),
+    ([b"Mhel\xfflo\x00\x01" + RECORD[0][8:]] + RECORD[1:], InvalidField, "topic"),
+    ([b"B", b"9444D7B67D82418AADA743B8378EFD6A", b"", b"99999"], InvalidField, "port"),
+    ([b"B", b"9444D7B67D82418AADA743B8378EFD6A", b"", b"-1"], InvalidField, "port"),
+    ([b"B", b"9444D7B67D82418AADA743B8378EFD6A", b"nowhere"], InvalidField, "endpoint"),
+    ([b"B", b"xx", b"", b"80"], InvalidField, "sender"),
+    ([b"\x01Z"], UnknownMessageType, "command"),
+])
+def test_malformed_frames_name_the_field(frames, error, field):
+    with pytest.raises(error) as err:
+        proto.decode(frames)
+    assert err.value.field == field
+
+
+def test_limits_are_checked_before_allocation():
+    hello = proto.ConsumerHello("A" * 32, "B" * 32, ["a", "b"])
+    frame = proto.encode(hello)[0]
+    count_at = frame.index(b"\x00\x00\x00\x02")
+    huge = frame[:count_at] + b"\xff\xff\xff\xff"
+    with pytest.raises(LimitExceeded) as err:
+        proto.decode([huge])
+    assert err.value.field == "subjects"
+    lying = frame[:count_at] + b"\x00\x00\x10\x00" + frame[count_at + 4:]
+    with pytest.raises(Truncated) as err:
+        proto.decode([lying])
+    assert err.value.field == "subjects"
+    item = frame[:count_at] + b"\x00\x00\x00\x01\x7f\xff\xff\xff"
+    with pytest.raises(LimitExceeded):
+        proto.decode([item])
+    small = proto.Limits(max_content_bytes=3, max_frame_bytes=60, max_topic_bytes=5)
+    for frames, field in ((RECORD, "content"), ([RECORD[0] * 2, b""], "frame0"),
+                          (proto.encode(proto.Head("hello!", "A" * 32, "s", 1)), "topic")):
+        with pytest.raises(LimitExceeded) as err:
+            proto.Decoder(small).decode(frames)
+        assert err.value.field == field
+
+
+def test_lax_addresses_accept_other_ids_when_asked():
+    msg = proto.Head("t", "not-a-uuid", "t", 1)
+    with pytest.raises(InvalidField):
+        proto.decode(proto.encode(msg))
+    assert proto.decode(proto.encode(msg), proto.Limits(strict_addresses=False)) == msg
+
+
+def test_encode_rejects_what_the_wire_cannot_carry():
+    for msg, field in ((proto.Record("a\x00b", "A" * 32, "s", 0), "topic"),
+                       (proto.Head("t", "A" * 32, "s" * 256, 0), "subject"),
+                       (proto.Head("t", "A" * 32, "s", -1), "sequence"),
+                       (proto.Fetch("A" * 32, "B" * 32, "s", 0, 1 << 32), "count")):
+        with pytest.raises(InvalidField) as err:
+            proto.encode(msg)
+        assert err.value.field == field
+
+
+def test_helpers():
+    assert proto.subscription_prefix(proto.Command.RECORD, "hello") == b"Mhello"
+    assert proto.subscription_prefix(proto.Command.FETCH) == b"F"
+    assert [proto.fetch_count(s) for s in (0, 1, 99999, 100000, 250001)] == \
+        [100000, 99999, 1, 100000, 49999]
+    assert proto.is_address("9444D7B67D82418AADA743B8378EFD6A")
+    assert not proto.is_address("9444d7b67d82418aada743b8378efd6a")
+    assert not proto.is_address("é" * 32)
+    head = proto.Head("t", "A" * 32, "t", 5)
+    prefix = proto.frame0_prefix(proto.Command.HEAD, "t", "A" * 32, "t")
+    assert [prefix + proto.pack_sequence(5)] == proto.encode(head)
+
+
+@pytest.mark.parametrize("obj, field", [
+    ({"message": "NOPE"}, "message"),
+    ([], "message"),
+    ({"message": "HEAD", "topic": "t", "address": "A" * 32, "subject": "t"}, "sequence"),
+    ({"message": "HEAD", "topic": "t", "address": "A" * 32, "subject": "t",
+      "sequence": -1}, "sequence"),
+    ({"message": "RECORD", "topic": "t", "address": "A" * 32, "subject": "t",
+      "sequence": 1, "content": "zz"}, "content"),
+    ({"message": "SUBSCRIPTION", "subscribe": 1, "command": "RECORD"}, "subscribe"),
+    ({"message": "SUBSCRIPTION", "subscribe": True, "command": "X"}, "command"),
+    ({"message": "CONSUMER-HELLO", "topic": "t", "address": "a", "subjects": [1]}, "subjects"),
+    ({"message": "GET-HEADS", "topic": 5, "address": "a"}, "topic"),
+])
+def test_from_json_names_the_bad_key(obj, field):
+    with pytest.raises(ProtocolError) as err:
+        proto.from_json(obj)
+    assert err.value.field == field
