@@ -1,0 +1,457 @@
+"""CHP (the clone pattern, ZeroMQ RFC 12) wire codec, as the zguide clone servers speak it.
+
+Sans-I/O: frames in, typed messages out, and back. What the real peers send differs
+from RFC 12 in places; this module accepts everything either peer sends and emits what
+both accept (SPECS §3, tests/vectors/chp/LAYOUT.md):
+
+* Every message but two is a five-frame *kvmsg*: key, sequence (8 bytes, big-endian,
+  signed), UUID (16 bytes or empty), properties (``name=value\\n`` lines), body (an
+  empty body means "delete"). KVSET, KVPUB and KVSYNC are kvmsgs with ordinary keys;
+  HUGZ and KTHXBAI are kvmsgs whose key is the command.
+* ICANHAZ is two frames, ``ICANHAZ?`` and the subtree; without the subtree frame it
+  means an empty subtree (the Python peer exits on it, the C peer stalls: we do neither).
+* A Binary Star state message is one frame: the state as one ASCII digit.
+
+The same five frames are a KVSET on the collector, a KVPUB on the publisher and a
+KVSYNC on the snapshot socket: pass `channel` to `decode` to say where they came from.
+Without it a kvmsg with sequence 0 decodes as KVSET and any other as KVPUB.
+
+The raw properties bytes are kept in every message, so a decoded message re-encodes to
+exactly the bytes received. `parse_properties` gives the pairs (values may contain
+``=``; an unterminated last line counts). The ttl property comes in two forms: relative
+seconds in a KVSET and in the KVPUB that republishes it, absolute in stored state,
+KVSYNC and expiry deletes (`parse_relative_ttl`, `parse_absolute_ttl`; we emit absolute
+ttls as integer epoch milliseconds, `format_absolute_ttl`).
+
+API (docs/development.md): ``decode(frames, channel=None, limits=DEFAULT_LIMITS) ->
+Message``, ``encode(msg) -> list[bytes]``, ``to_json(msg) -> dict``, ``from_json(obj) ->
+Message``. Every decoding failure is a `ProtocolError` subclass naming the field; frame
+sizes and the property count are checked against `Limits` before anything is split.
+
+Messages are plain ``@dataclass(slots=True)`` rather than frozen ones on purpose: a
+client decodes every update it receives and a frozen dataclass costs several times
+more to construct (see the dafka codec for the measurement).
+"""
+from __future__ import annotations
+
+import enum
+import math
+import re
+import struct
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Sequence, Union
+
+from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
+                                   UnknownMessageType)
+
+PROTOCOL = "chp"
+
+HUGZ = b"HUGZ"
+KTHXBAI = b"KTHXBAI"
+ICANHAZ = b"ICANHAZ?"
+TTL = b"ttl"
+UUID_LENGTH = 16
+KVMSG_FRAMES = 5
+RESERVED_KEYS = frozenset({HUGZ, KTHXBAI, ICANHAZ})
+
+_SEQUENCE = struct.Struct(">q")
+pack_sequence = _SEQUENCE.pack
+_unpack_sequence = _SEQUENCE.unpack
+MAX_SEQUENCE = (1 << 63) - 1
+MIN_SEQUENCE = -(1 << 63)
+# An absolute ttl at or above this is epoch milliseconds (C peer), below it epoch
+# seconds (Python peer): 1e11 s is the year 5138, 1e11 ms is 1973.
+_MS_THRESHOLD = 10 ** 11
+_DECIMAL = re.compile(rb"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+class Channel(enum.Enum):
+    """Where frames were read, which decides what a plain kvmsg means."""
+    COLLECTOR = "collector"                # client PUB -> server SUB: KVSET
+    PUBLISHER = "publisher"                # server PUB -> client SUB: KVPUB, HUGZ
+    SNAPSHOT_REQUEST = "snapshot-request"  # client DEALER -> server ROUTER: ICANHAZ
+    SNAPSHOT_REPLY = "snapshot-reply"      # server ROUTER -> client DEALER: KVSYNC, KTHXBAI
+    BSTAR = "bstar"                        # Binary Star state PUB -> peer SUB
+
+
+class BstarState(enum.IntEnum):
+    """The Binary Star states, as sent in state messages (one ASCII digit)."""
+    PRIMARY = 1   # primary, waiting for its peer
+    BACKUP = 2    # backup, waiting for its peer
+    ACTIVE = 3    # serving clients
+    PASSIVE = 4   # following the active peer
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds checked before a frame is parsed. The C peer keys its map by the first
+    255 bytes of a key only; we keep whole keys up to `max_key_bytes`."""
+    max_key_bytes: int = 64 << 10
+    max_properties_bytes: int = 64 << 10
+    max_properties: int = 1024        # property lines
+    max_body_bytes: int = 16 << 20
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest frame any message may hold (for ZMQ_MAXMSGSIZE on sockets)."""
+        return max(self.max_key_bytes, self.max_properties_bytes, self.max_body_bytes)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# --------------------------------------------------------------------------- messages
+@dataclass(slots=True)
+class _KvMsg:
+    """The five-frame kvmsg. `properties` holds the raw frame, byte for byte."""
+    key: bytes
+    sequence: int = 0
+    uuid: bytes = b""
+    properties: bytes = b""
+    body: bytes = b""
+    NAME: ClassVar[str] = ""
+
+    @property
+    def deleted(self) -> bool:
+        """An empty body deletes the key."""
+        return not self.body
+
+    def get_property(self, name: bytes) -> bytes | None:
+        """The value of property `name` (the last one when repeated), or None."""
+        if not self.properties:
+            return None
+        return dict(parse_properties(self.properties)).get(name)
+
+
+@dataclass(slots=True)
+class Kvset(_KvMsg):
+    """KVSET: a client's update, sent to every server's collector. Sequence is ignored
+    (the peers send 0); ttl, when present, is relative seconds."""
+    NAME: ClassVar[str] = "KVSET"
+
+
+@dataclass(slots=True)
+class Kvpub(_KvMsg):
+    """KVPUB: an update the server publishes, with its sequence. Republished KVSETs
+    keep the client's properties verbatim; expiry deletes carry an absolute ttl."""
+    NAME: ClassVar[str] = "KVPUB"
+
+
+@dataclass(slots=True)
+class Kvsync(_KvMsg):
+    """KVSYNC: one stored entry in a snapshot reply, with the sequence of its last
+    update, the client's UUID and the stored properties (absolute ttl)."""
+    NAME: ClassVar[str] = "KVSYNC"
+
+
+@dataclass(slots=True)
+class Hugz:
+    """HUGZ: the server's heartbeat on the publisher, with its current sequence (never
+    an update). The Python peer fills the UUID with random bytes."""
+    NAME: ClassVar[str] = "HUGZ"
+    KEY: ClassVar[bytes] = HUGZ
+    sequence: int = 0
+    uuid: bytes = b""
+    properties: bytes = b""
+    body: bytes = b""
+
+
+@dataclass(slots=True)
+class Kthxbai:
+    """KTHXBAI: the end of a snapshot, with the server's current sequence; the body is
+    the subtree asked for (RFC, Python peer) or empty (C peer)."""
+    NAME: ClassVar[str] = "KTHXBAI"
+    KEY: ClassVar[bytes] = KTHXBAI
+    sequence: int = 0
+    uuid: bytes = b""
+    properties: bytes = b""
+    body: bytes = b""
+
+    @property
+    def subtree(self) -> bytes:
+        return self.body
+
+
+@dataclass(slots=True)
+class Icanhaz:
+    """ICANHAZ?: ask for a snapshot of the keys starting with `subtree`.
+    `subtree_frame` False is the one-frame form some senders emit."""
+    NAME: ClassVar[str] = "ICANHAZ"
+    subtree: bytes = b""
+    subtree_frame: bool = True
+
+
+@dataclass(slots=True)
+class BstarStatus:
+    """A Binary Star state message, sent by each server to its peer every heartbeat."""
+    NAME: ClassVar[str] = "BSTAR"
+    state: BstarState
+
+
+KvMsg = Union[Kvset, Kvpub, Kvsync]
+Message = Union[Kvset, Kvpub, Kvsync, Hugz, Kthxbai, Icanhaz, BstarStatus]
+MESSAGE_TYPES: tuple[type, ...] = (Kvset, Kvpub, Kvsync, Hugz, Kthxbai, Icanhaz, BstarStatus)
+
+
+# --------------------------------------------------------------------------- properties
+def parse_properties(raw: bytes, limits: Limits = DEFAULT_LIMITS
+                     ) -> tuple[tuple[bytes, bytes], ...]:
+    """Split ``name=value`` lines at the first ``=``; an unterminated last line counts,
+    empty lines are skipped (the Python peer skips them too)."""
+    if not raw:
+        return ()
+    if len(raw) > limits.max_properties_bytes:
+        raise LimitExceeded("properties", f"{len(raw)} bytes > limit "
+                            f"{limits.max_properties_bytes}", protocol=PROTOCOL)
+    lines = raw.count(b"\n") + (raw[-1:] != b"\n")
+    if lines > limits.max_properties:
+        raise LimitExceeded("properties", f"more than {limits.max_properties} lines",
+                            protocol=PROTOCOL)
+    pairs = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line:
+            continue
+        name, eq, value = line.partition(b"=")
+        if not eq or not name:
+            raise InvalidField("properties", f"line {number} {line[:32]!r} is not "
+                               "name=value", protocol=PROTOCOL)
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+def format_properties(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """``name=value\\n`` lines, in order. Names may not hold ``=`` or newlines, values
+    may not hold newlines."""
+    out = []
+    for name, value in pairs:
+        if not name or b"=" in name or b"\n" in name or b"\n" in value:
+            raise InvalidField("properties", f"cannot encode property {name[:32]!r}",
+                               protocol=PROTOCOL)
+        out.append(name + b"=" + value + b"\n")
+    return b"".join(out)
+
+
+def replace_property(raw: bytes, name: bytes, value: bytes | None) -> bytes:
+    """`raw` with property `name` set to `value` (removed when None); the other lines
+    are kept verbatim and in order, every line newline-terminated."""
+    pairs = [(n, v) for n, v in parse_properties(raw) if n != name]
+    if value is not None:
+        pairs.append((name, value))
+    return format_properties(pairs)
+
+
+def _decimal(value: bytes, what: str) -> float:
+    if not _DECIMAL.fullmatch(value):
+        raise InvalidField("properties.ttl", f"{value[:32]!r} is not a decimal {what}",
+                           protocol=PROTOCOL)
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidField("properties.ttl", f"{value[:32]!r} is out of range",
+                           protocol=PROTOCOL)
+    return number
+
+
+def parse_relative_ttl(value: bytes) -> float | None:
+    """A KVSET's ttl: seconds from now as decimal text; 0 means no ttl (both peers).
+    A negative ttl expires at once, as it does on both peers."""
+    seconds = _decimal(value, "number of seconds")
+    return None if seconds == 0 else seconds
+
+
+def parse_absolute_ttl(value: bytes) -> int | None:
+    """A stored ttl, in epoch milliseconds: integer epoch ms (C peer) or float epoch
+    seconds (Python peer). 0 means no ttl."""
+    number = _decimal(value, "epoch time")
+    if number == 0:
+        return None
+    if number >= _MS_THRESHOLD and b"." not in value:
+        return int(value)
+    return round(number * 1000)
+
+
+def format_absolute_ttl(epoch_ms: int) -> bytes:
+    """The absolute ttl we emit: integer epoch milliseconds, as the C peer does."""
+    return b"%d" % epoch_ms
+
+
+# --------------------------------------------------------------------------- encode
+def encode(msg: Message) -> list[bytes]:
+    """The frames of `msg`; raises `InvalidField` for a value no peer could decode."""
+    if isinstance(msg, Icanhaz):
+        if not msg.subtree_frame:
+            if msg.subtree:
+                raise InvalidField("subtree", "a subtree needs the subtree frame",
+                                   protocol=PROTOCOL)
+            return [ICANHAZ]
+        return [ICANHAZ, msg.subtree]
+    if isinstance(msg, BstarStatus):
+        return [b"%d" % BstarState(msg.state)]
+    key = msg.KEY if isinstance(msg, (Hugz, Kthxbai)) else msg.key
+    if not MIN_SEQUENCE <= msg.sequence <= MAX_SEQUENCE:
+        raise InvalidField("sequence", f"{msg.sequence} does not fit a signed 64-bit "
+                           "integer", protocol=PROTOCOL)
+    if len(msg.uuid) not in (0, UUID_LENGTH):
+        raise InvalidField("uuid", f"must be 16 bytes or empty, not {len(msg.uuid)}",
+                           protocol=PROTOCOL)
+    if msg.properties:
+        parse_properties(msg.properties)
+    return [key, pack_sequence(msg.sequence), msg.uuid, msg.properties, msg.body]
+
+
+# --------------------------------------------------------------------------- decode
+_KVMSG_CLASS = {Channel.COLLECTOR: Kvset, Channel.PUBLISHER: Kvpub,
+                Channel.SNAPSHOT_REPLY: Kvsync}
+# Which command keys each channel may carry; None = any channel (no hint).
+_COMMANDS_ALLOWED = {Channel.COLLECTOR: (), Channel.PUBLISHER: (Hugz,),
+                     Channel.SNAPSHOT_REPLY: (Kthxbai,), None: (Hugz, Kthxbai)}
+
+
+def decode(frames: Sequence[bytes], channel: Channel | None = None,
+           limits: Limits = DEFAULT_LIMITS) -> Message:
+    """The message in `frames`. `channel` says where they were read (see `Channel`);
+    without it the kind is inferred from the frames themselves."""
+    count = len(frames)
+    if count == KVMSG_FRAMES and channel not in _NOT_KVMSG:
+        return _decode_kvmsg(frames, channel, limits)
+    if count == 0:
+        raise Truncated("frames", "empty message", protocol=PROTOCOL)
+    if channel in (None, Channel.SNAPSHOT_REQUEST) and frames[0] == ICANHAZ:
+        return _decode_icanhaz(frames, limits)
+    if channel in (None, Channel.BSTAR) and count == 1:
+        return _decode_bstar(frames[0])
+    if channel is Channel.SNAPSHOT_REQUEST:
+        raise UnknownMessageType("command", f"{bytes(frames[0][:16])!r} is not ICANHAZ?",
+                                 protocol=PROTOCOL)
+    if channel is Channel.BSTAR:
+        raise InvalidField("frames", f"got {count} frames, expected 1: the state digit",
+                           protocol=PROTOCOL)
+    error = Truncated if count < KVMSG_FRAMES else InvalidField
+    raise error("frames", f"got {count} frames, expected 5: key, sequence, uuid, "
+                "properties, body", protocol=PROTOCOL)
+
+
+_NOT_KVMSG = (Channel.SNAPSHOT_REQUEST, Channel.BSTAR)
+
+
+def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
+                  limits: Limits) -> Message:
+    key, seq, uuid, properties, body = frames
+    if len(key) > limits.max_key_bytes:
+        raise LimitExceeded("key", f"{len(key)} bytes > limit {limits.max_key_bytes}",
+                            protocol=PROTOCOL)
+    if len(seq) != 8:
+        error = Truncated if len(seq) < 8 else InvalidField
+        raise error("sequence", f"must be 8 bytes, got {len(seq)}", protocol=PROTOCOL)
+    if len(uuid) != UUID_LENGTH and uuid:
+        raise InvalidField("uuid", f"must be 16 bytes or empty, got {len(uuid)}",
+                           protocol=PROTOCOL)
+    if len(body) > limits.max_body_bytes:
+        raise LimitExceeded("body", f"{len(body)} bytes > limit {limits.max_body_bytes}",
+                            protocol=PROTOCOL)
+    if properties:
+        parse_properties(properties, limits)
+    (sequence,) = _unpack_sequence(seq)
+    if key in RESERVED_KEYS:
+        for cls in _COMMANDS_ALLOWED[channel]:
+            if key == cls.KEY:
+                return cls(sequence, bytes(uuid), bytes(properties), bytes(body))
+        if channel is not Channel.COLLECTOR:
+            raise UnknownMessageType("key", f"{bytes(key)!r} is not sent on the "
+                                     f"{channel.value if channel else 'this'} channel",
+                                     protocol=PROTOCOL)
+    cls = _KVMSG_CLASS.get(channel) or (Kvset if sequence == 0 else Kvpub)
+    return cls(bytes(key), sequence, bytes(uuid), bytes(properties), bytes(body))
+
+
+def _decode_icanhaz(frames: Sequence[bytes], limits: Limits) -> Icanhaz:
+    if len(frames) == 1:
+        return Icanhaz(b"", subtree_frame=False)
+    if len(frames) != 2:
+        raise InvalidField("frames", f"ICANHAZ? has 2 frames, got {len(frames)}",
+                           protocol=PROTOCOL)
+    subtree = frames[1]
+    if len(subtree) > limits.max_key_bytes:
+        raise LimitExceeded("subtree", f"{len(subtree)} bytes > limit "
+                            f"{limits.max_key_bytes}", protocol=PROTOCOL)
+    return Icanhaz(bytes(subtree))
+
+
+def _decode_bstar(frame: bytes) -> BstarStatus:
+    if len(frame) != 1 or frame[0] - 0x30 not in _STATE_VALUES:
+        raise InvalidField("state", f"{bytes(frame[:8])!r} is not a Binary Star state "
+                           "1..4", protocol=PROTOCOL)
+    return BstarStatus(BstarState(frame[0] - 0x30))
+
+
+_STATE_VALUES = frozenset(int(s) for s in BstarState)
+
+
+# --------------------------------------------------------------------------- JSON
+_NAMES: dict[str, type] = {cls.NAME: cls for cls in MESSAGE_TYPES}
+
+
+def to_json(msg: Message) -> dict[str, Any]:
+    """``{"message": NAME, field: value...}``: bytes as lowercase hex, the Binary Star
+    state by name."""
+    out: dict[str, Any] = {"message": msg.NAME}
+    for f in fields(msg):
+        value = getattr(msg, f.name)
+        if isinstance(value, bytes):
+            value = value.hex()
+        elif isinstance(value, BstarState):
+            value = value.name
+        out[f.name] = value
+    return out
+
+
+def from_json(obj: dict[str, Any]) -> Message:
+    """Inverse of `to_json`; raises `ProtocolError` naming the bad key."""
+    if not isinstance(obj, dict):
+        raise InvalidField("message", "a JSON object is expected", protocol=PROTOCOL)
+    cls = _NAMES.get(obj.get("message"))  # type: ignore[arg-type]
+    if cls is None:
+        raise UnknownMessageType("message", f"unknown message {obj.get('message')!r}; "
+                                 f"one of {', '.join(_NAMES)}", protocol=PROTOCOL)
+    known = {f.name: f for f in fields(cls)}
+    extra = set(obj) - set(known) - {"message"}
+    if extra:
+        raise InvalidField(sorted(extra)[0], f"not a field of {cls.NAME}", protocol=PROTOCOL)
+    kwargs = {name: _json_value(name, obj[name]) for name in known if name in obj}
+    if cls is BstarStatus and "state" not in kwargs:
+        raise InvalidField("state", "missing", protocol=PROTOCOL)
+    if issubclass(cls, _KvMsg) and "key" not in kwargs:
+        raise InvalidField("key", "missing", protocol=PROTOCOL)
+    msg = cls(**kwargs)
+    encode(msg)  # the same checks as on the wire
+    return msg
+
+
+def _json_value(name: str, value: Any) -> Any:
+    if name == "state":
+        try:
+            return BstarState[value] if isinstance(value, str) else BstarState(value)
+        except (KeyError, ValueError):
+            raise InvalidField(name, f"{value!r} is not PRIMARY, BACKUP, ACTIVE or "
+                               "PASSIVE", protocol=PROTOCOL) from None
+    if name == "sequence":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidField(name, "must be an integer", protocol=PROTOCOL)
+        return value
+    if name == "subtree_frame":
+        if not isinstance(value, bool):
+            raise InvalidField(name, "must be true or false", protocol=PROTOCOL)
+        return value
+    try:
+        return bytes.fromhex(value)
+    except (TypeError, ValueError):
+        raise InvalidField(name, "must be a hex string", protocol=PROTOCOL) from None
+
+
+__all__ = [
+    "BstarState", "BstarStatus", "Channel", "DEFAULT_LIMITS", "HUGZ", "ICANHAZ", "Icanhaz",
+    "KTHXBAI", "KVMSG_FRAMES", "KvMsg", "Kthxbai", "Kvpub", "Kvset", "Kvsync", "Hugz",
+    "Limits", "MAX_SEQUENCE", "MESSAGE_TYPES", "Message", "PROTOCOL", "ProtocolError",
+    "RESERVED_KEYS", "TTL", "UUID_LENGTH", "decode", "encode", "format_absolute_ttl",
+    "format_properties", "from_json", "pack_sequence", "parse_absolute_ttl",
+    "parse_properties", "parse_relative_ttl", "replace_property", "to_json",
+]
