@@ -442,8 +442,8 @@ def _packet_length(buf: Any, pos: int, base: int, limits: MarkerLimits) -> int |
         return fixed.size
     if marker not in (Marker.APPEND_ENTRIES_REQUEST, Marker.INSTALL_SNAPSHOT_CHUNK_REQUEST):
         shown = f" ({chr(marker)!r})" if 0x20 < marker < 0x7f else ""
-        raise UnknownMessageType("marker", f"unknown marker 0x{marker:02x}{shown}; expected "
-                                 f"one of {''.join(chr(m) for m in Marker)}",
+        raise UnknownMessageType("marker", f"0x{marker:02x}{shown} is not a packet type; "
+                                 f"expected one of {''.join(chr(m) for m in Marker)}",
                                  protocol=PROTOCOL, offset=base + pos)
     if len(buf) - pos < 5:
         return None

@@ -268,7 +268,7 @@ def test_error_after_good_packets_is_raised_by_the_next_call():
     with pytest.raises(UnknownMessageType) as caught:
         decoder.feed(b"")
     assert (caught.value.field, caught.value.offset) == ("marker", len(HEARTBEAT))
-    assert "0x5a ('Z')" in str(caught.value)
+    assert "0x5a ('Z') is not a packet type" in str(caught.value)
     with pytest.raises(UnknownMessageType):
         decoder.eof()
 

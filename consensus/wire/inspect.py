@@ -1,0 +1,349 @@
+"""`garlicfarm decode` / `garlicfarm encode`: the protocol inspector.
+
+For debugging a peer: paste the bytes you captured, get one JSON object per message
+(``{"protocol": ..., "message": NAME, ...fields}``); edit the JSON, encode it back to hex.
+For every valid message ``encode(decode(x)) == x``. Input at fault gives exit status 1 and
+one line that names the field (``garlicfarm decode: marker: crc: checksum mismatch
+(expected 7f4216f9, got 7f4216f8) at byte 45``), never a traceback.
+
+Framing follows the transport. TCP protocols (``garlicfarm`` = JRaft binary, ``marker``)
+are byte streams: the HEX arguments (or all of stdin) are concatenated and may hold
+several messages. ZeroMQ protocols (``chp``, ``dafka``) are multi-frame messages: each HEX
+argument is one frame of one message; on stdin each line is one message, its frames
+separated by spaces. ``""`` stands for an empty frame, which is how `encode` prints one,
+so its output can be pasted back into a shell or piped into `decode`.
+
+The codec modules are imported lazily (only the protocol asked for), and each one exposes
+``to_json`` / ``from_json`` plus either a stream decoder class with ``feed`` (TCP) or
+``decode(frames)`` / ``encode(msg) -> list[bytes]`` (ZeroMQ), as docs/development.md says.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Iterator, TextIO
+
+from consensus.wire.errors import ProtocolError, Truncated
+
+EXIT_INVALID_INPUT = 1
+EXIT_INTERNAL_ERROR = 3
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Where a protocol's codec lives and how its messages are framed."""
+    name: str
+    module_name: str
+    stream_decoder: str | None   # class with feed() for TCP protocols; None for ZeroMQ
+    transport: str
+
+    @property
+    def framed(self) -> bool:
+        """ZeroMQ: a message is a list of frames (not a slice of a byte stream)."""
+        return self.stream_decoder is None
+
+    def module(self) -> ModuleType:
+        try:
+            return importlib.import_module(self.module_name)
+        except ImportError as error:
+            raise InputError(f"{self.name}: the codec ({self.module_name}) cannot be "
+                             f"loaded: {error}") from None
+
+
+PROTOCOLS: dict[str, Codec] = {codec.name: codec for codec in (
+    Codec("garlicfarm", "consensus.wire.jraft", "StreamDecoder", "JRaft binary over TCP"),
+    Codec("marker", "consensus.wire.marker", "MarkerDecoder", "TaskFlux marker bytes over TCP"),
+    Codec("chp", "connectors.chp.proto", None, "CHP kvmsg over ZeroMQ"),
+    Codec("dafka", "connectors.dafka.proto", None, "Dafka over ZeroMQ"),
+)}
+
+
+class InputError(ValueError):
+    """Input the inspector cannot use (bad hex, bad JSON, unknown protocol...)."""
+
+
+# ------------------------------------------------------------------------------ hex
+
+_HEX = re.compile(r"[0-9a-fA-F]*")
+_EMPTY_FRAME = '""'
+
+
+def parse_hex(text: str, where: str) -> bytes:
+    """Bytes from hex written with or without spaces, colons, commas and ``0x`` prefixes."""
+    groups = [g[2:] if g[:2] in ("0x", "0X") else g for g in re.split(r"[\s:,]+", text)]
+    digits = "".join(groups)
+    if digits == _EMPTY_FRAME:
+        return b""
+    bad = _HEX.match(digits).end()  # type: ignore[union-attr]
+    if bad < len(digits):
+        raise InputError(f"{where}: not hex: {digits[bad]!r} at digit {bad + 1} "
+                         "(write bytes as hex digits, optionally with spaces, colons or 0x)")
+    if len(digits) % 2:
+        raise InputError(f"{where}: odd number of hex digits ({len(digits)}): "
+                         "a byte is two digits")
+    return bytes.fromhex(digits)
+
+
+def format_frames(frames: list[bytes]) -> str:
+    """Frames as `encode` prints them: hex, separated by spaces, ``""`` for an empty one."""
+    return " ".join(frame.hex() or _EMPTY_FRAME for frame in frames)
+
+
+# --------------------------------------------------------------------- decode / encode
+
+@dataclass
+class Decoded:
+    """What one decode run found: messages (as JSON objects), errors, non-canonical notes."""
+    messages: list[dict[str, Any]]
+    errors: list[str]
+    notes: list[str]
+
+
+def decode_stream(codec: Codec, data: bytes) -> Decoded:
+    """All messages in a TCP byte stream; stops at the first error the stream cannot pass
+    (a corrupt packet the protocol can skip is reported and decoding goes on)."""
+    module = codec.module()
+    decoder = getattr(module, codec.stream_decoder)()
+    result = Decoded([], [], [])
+    events, decoded, fatal = [], [], None
+    try:
+        events = decoder.feed(data)
+        _end_of_stream(decoder, codec)
+    except ProtocolError as error:
+        fatal = str(error)
+    for event in events:
+        skipped = getattr(event, "error", None)
+        if isinstance(skipped, ProtocolError):   # a packet the stream could skip (marker)
+            result.errors.append(str(skipped))
+            continue
+        decoded.append(event)
+        result.messages.append(_json_of(codec, module, event))
+    if fatal is not None:
+        result.errors.append(fatal)
+    if decoded and not result.errors:
+        again = b"".join(module.encode(message) for message in decoded)
+        if again != data:
+            result.notes.append(_non_canonical(codec, data, again))
+    return result
+
+
+def _end_of_stream(decoder: Any, codec: Codec) -> None:
+    """Tell the decoder the input is over; bytes left in it are a truncated message."""
+    if hasattr(decoder, "eof"):
+        decoder.eof()
+    elif getattr(decoder, "buffered", 0):
+        raise Truncated("message", f"the input ends inside a message ({decoder.buffered} "
+                        "bytes left over)", protocol=codec.name)
+
+
+def decode_frames(codec: Codec, frames: list[bytes]) -> Decoded:
+    """One ZeroMQ message from its frames."""
+    module = codec.module()
+    try:
+        message = module.decode(frames)
+    except ProtocolError as error:
+        return Decoded([], [str(error)], [])
+    result = Decoded([_json_of(codec, module, message)], [], [])
+    again = module.encode(message)
+    if again != frames:
+        result.notes.append(_non_canonical(codec, b"".join(frames), b"".join(again)))
+    return result
+
+
+def _json_of(codec: Codec, module: ModuleType, message: Any) -> dict[str, Any]:
+    return {"protocol": codec.name, **module.to_json(message)}
+
+
+def _non_canonical(codec: Codec, given: bytes, again: bytes) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(given, again)) if a != b),
+              min(len(given), len(again)))
+    return (f"note: {codec.name}: accepted, but the input is not in canonical form: "
+            f"encoding the message gives different bytes from byte {at} on")
+
+
+def encode_json(obj: Any, protocol: str | None, where: str) -> tuple[Codec, list[bytes]]:
+    """The wire bytes of one JSON message: one element for TCP, the frames for ZeroMQ.
+    A ``"protocol"`` key (as `decode` writes it) may stand in for `protocol`."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object like "
+                         '{"message": ..., ...fields}, not ' + type(obj).__name__)
+    fields = dict(obj)
+    named = fields.pop("protocol", None)
+    if protocol and named and named != protocol:
+        raise InputError(f'{where}: protocol: the JSON says {named!r} but --protocol is '
+                         f"{protocol!r}")
+    codec = codec_named(protocol or named, "--protocol (or a \"protocol\" key)")
+    module = codec.module()
+    message = module.from_json(fields)
+    wire = module.encode(message)
+    return codec, (list(wire) if codec.framed else [wire])
+
+
+def codec_named(name: Any, option: str = "--protocol") -> Codec:
+    if name not in PROTOCOLS:
+        shown = "is missing" if name is None else f"{name!r} is unknown"
+        raise InputError(f"{option} {shown}: choose one of {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    protocols = ", ".join(f"{c.name} ({c.transport})" for c in PROTOCOLS.values())
+    if command == "decode":
+        parser = argparse.ArgumentParser(
+            prog="garlicfarm decode", formatter_class=argparse.RawDescriptionHelpFormatter,
+            description="Decode wire bytes (hex) to one JSON object per message.",
+            epilog="TCP protocols: the HEX arguments are one byte stream (several messages "
+            "allowed).\nZeroMQ protocols: each HEX argument is one frame of one message; "
+            'use "" for an empty frame.\nWithout HEX, read stdin (ZeroMQ: one message per '
+            "line, frames separated by spaces).\nHex may contain spaces, colons and 0x.\n\n"
+            "example: garlicfarm decode --protocol marker 63 01 4ac9a203")
+        parser.add_argument("hex", nargs="*", metavar="HEX")
+    else:
+        parser = argparse.ArgumentParser(
+            prog="garlicfarm encode", formatter_class=argparse.RawDescriptionHelpFormatter,
+            description="Encode JSON messages (as `garlicfarm decode` prints them) to hex.",
+            epilog="Prints one line per message: hex; for ZeroMQ protocols the frames "
+            'separated by spaces ("" = empty frame).\nWithout JSON, read JSON objects '
+            "from stdin (so `decode | encode` round-trips).\n\n"
+            'example: garlicfarm encode --protocol marker \'{"message": "ConnectResponse", '
+            '"success": true}\'')
+        parser.add_argument("json", nargs="*", metavar="JSON")
+    parser.add_argument("--protocol", "-p", choices=list(PROTOCOLS),
+                        required=command == "decode",
+                        help=f"one of: {protocols}" + (
+                            "; optional when the JSON has a \"protocol\" key"
+                            if command == "encode" else ""))
+    if command == "decode":
+        parser.add_argument("--pretty", action="store_true", help="indented JSON")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the output (auto: when writing to a terminal)")
+    return parser
+
+
+def command_main(name: str, argv: list[str]) -> int:
+    """Entry point used by `consensus.cli` for ``decode`` and ``encode``."""
+    args = _parser(name).parse_args(argv)
+    out = _Output(args.color, getattr(args, "pretty", False), name)
+    try:
+        return _decode(args, out) if name == "decode" else _encode(args, out)
+    except (InputError, ProtocolError) as error:
+        out.error(str(error))
+        return EXIT_INVALID_INPUT
+    except Exception as error:  # a codec bug: still one line, never a traceback
+        out.error(f"internal error: {type(error).__name__}: {error} "
+                  "(a bug in garlicfarm; please report it with this input)")
+        return EXIT_INTERNAL_ERROR
+
+
+def _decode(args: argparse.Namespace, out: "_Output") -> int:
+    codec = codec_named(args.protocol)
+    results = []
+    if not codec.framed:
+        text = args.hex if args.hex else [sys.stdin.read()]
+        data = b"".join(parse_hex(t, f"argument {i}" if args.hex else "stdin")
+                        for i, t in enumerate(text, 1))
+        results.append(("", decode_stream(codec, data)))
+    elif args.hex:
+        frames = [parse_hex(t, f"argument {i}") for i, t in enumerate(args.hex, 1)]
+        results.append(("", decode_frames(codec, frames)))
+    else:
+        lines = [(n, line) for n, line in enumerate(sys.stdin.read().splitlines(), 1)
+                 if line.strip() and not line.lstrip().startswith("#")]
+        for n, line in lines:
+            frames = [parse_hex(t, f"line {n}") for t in line.split()]
+            results.append((f"line {n}: " if len(lines) > 1 else "", decode_frames(codec, frames)))
+    failed = False
+    for where, result in results:
+        for message in result.messages:
+            out.json(message)
+        for note in result.notes:
+            out.note(where + note)
+        for error in result.errors:
+            out.error(where + error)
+            failed = True
+    return EXIT_INVALID_INPUT if failed else 0
+
+
+def _encode(args: argparse.Namespace, out: "_Output") -> int:
+    if args.json:
+        sources = [(f"argument {i}", text) for i, text in enumerate(args.json, 1)]
+    else:
+        sources = [("stdin", sys.stdin.read())]
+    for where, text in sources:
+        for n, obj in enumerate(_json_values(text, where), 1):
+            label = where if n == 1 else f"{where}, object {n}"
+            codec, frames = encode_json(obj, args.protocol, label)
+            out.line(format_frames(frames) if codec.framed else frames[0].hex())
+    return 0
+
+
+def _json_values(text: str, where: str) -> Iterator[Any]:
+    """The JSON values in `text`: one, several on separate lines, or pretty-printed."""
+    decoder, at, n = json.JSONDecoder(), 0, 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            if n == 0:
+                raise InputError(f"{where}: no JSON message given")
+            return
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{where}: not JSON: {error.msg} (line {error.lineno} "
+                             f"column {error.colno})") from None
+        n += 1
+        yield value
+
+
+class _Output:
+    """stdout for results, stderr for errors; colour (rich) only on a terminal."""
+
+    def __init__(self, color: str, pretty: bool, command: str) -> None:
+        self.pretty = pretty
+        self.prefix = f"garlicfarm {command}: "
+        wanted = color == "always" or (color == "auto" and not os.environ.get("NO_COLOR"))
+        self.console = self.errors = None
+        if wanted and (color == "always" or sys.stdout.isatty()):
+            from rich.console import Console
+            self.console = Console(force_terminal=True, highlight=False, soft_wrap=True)
+        if wanted and (color == "always" or sys.stderr.isatty()):
+            from rich.console import Console
+            self.errors = Console(stderr=True, force_terminal=True, highlight=False,
+                                  soft_wrap=True)
+
+    def json(self, obj: dict[str, Any]) -> None:
+        text = json.dumps(obj, indent=2 if self.pretty else None, ensure_ascii=False)
+        if self.console is None:
+            _write(sys.stdout, text)
+        else:
+            self.console.print_json(text, indent=2 if self.pretty else None)
+
+    def line(self, text: str) -> None:
+        _write(sys.stdout, text)
+
+    def error(self, text: str) -> None:
+        self._stderr(text, "bold red")
+
+    def note(self, text: str) -> None:
+        self._stderr(text, "yellow")
+
+    def _stderr(self, text: str, style: str) -> None:
+        if self.errors is None:
+            _write(sys.stderr, self.prefix + text)
+        else:
+            from rich.text import Text
+            self.errors.print(Text(self.prefix, style=style) + Text(text))
+
+
+def _write(stream: TextIO, text: str) -> None:
+    stream.write(text + "\n")
+    stream.flush()
