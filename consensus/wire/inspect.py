@@ -42,6 +42,7 @@ class Codec:
     module_name: str
     stream_decoder: str | None   # class with feed() for TCP protocols; None for ZeroMQ
     transport: str
+    channels: str | None = None  # enum of the sockets a message may come from (decode hint)
 
     @property
     def framed(self) -> bool:
@@ -57,9 +58,9 @@ class Codec:
 
 
 PROTOCOLS: dict[str, Codec] = {codec.name: codec for codec in (
-    Codec("garlicfarm", "consensus.wire.jraft", "StreamDecoder", "JRaft binary over TCP"),
+    Codec("garlicfarm", "consensus.wire.jraft", "JRaftDecoder", "JRaft binary over TCP"),
     Codec("marker", "consensus.wire.marker", "MarkerDecoder", "TaskFlux marker bytes over TCP"),
-    Codec("chp", "connectors.chp.proto", None, "CHP kvmsg over ZeroMQ"),
+    Codec("chp", "connectors.chp.proto", None, "CHP kvmsg over ZeroMQ", "Channel"),
     Codec("dafka", "connectors.dafka.proto", None, "Dafka over ZeroMQ"),
 )}
 
@@ -142,11 +143,13 @@ def _end_of_stream(decoder: Any, codec: Codec) -> None:
                         "bytes left over)", protocol=codec.name)
 
 
-def decode_frames(codec: Codec, frames: list[bytes]) -> Decoded:
-    """One ZeroMQ message from its frames."""
+def decode_frames(codec: Codec, frames: list[bytes], channel: str | None = None) -> Decoded:
+    """One ZeroMQ message from its frames; `channel` names the socket they came from
+    (CHP: the same five frames are a KVSET, a KVPUB or a KVSYNC depending on it)."""
     module = codec.module()
+    hint = {} if channel is None else {"channel": _channel(codec, module, channel)}
     try:
-        message = module.decode(frames)
+        message = module.decode(frames, **hint)
     except ProtocolError as error:
         return Decoded([], [str(error)], [])
     result = Decoded([_json_of(codec, module, message)], [], [])
@@ -154,6 +157,19 @@ def decode_frames(codec: Codec, frames: list[bytes]) -> Decoded:
     if again != frames:
         result.notes.append(_non_canonical(codec, b"".join(frames), b"".join(again)))
     return result
+
+
+def _channel(codec: Codec, module: ModuleType, name: str) -> Any:
+    if codec.channels is None:
+        raise InputError(f"--channel: the {codec.name} protocol has no channels "
+                         f"(only {', '.join(c.name for c in PROTOCOLS.values() if c.channels)}"
+                         " has)")
+    channels = getattr(module, codec.channels)
+    try:
+        return channels(name)
+    except ValueError:
+        raise InputError(f"--channel {name!r} is unknown for {codec.name}: choose one of "
+                         + ", ".join(c.value for c in channels)) from None
 
 
 def _json_of(codec: Codec, module: ModuleType, message: Any) -> dict[str, Any]:
@@ -223,6 +239,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             if command == "encode" else ""))
     if command == "decode":
         parser.add_argument("--pretty", action="store_true", help="indented JSON")
+        parser.add_argument("--channel", metavar="SOCKET", help="chp only: the socket the "
+                            "frames were read from (collector, publisher, snapshot-request, "
+                            "snapshot-reply, bstar); without it a kvmsg with sequence 0 is "
+                            "a KVSET and any other a KVPUB")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the output (auto: when writing to a terminal)")
     return parser
@@ -245,6 +265,8 @@ def command_main(name: str, argv: list[str]) -> int:
 
 def _decode(args: argparse.Namespace, out: "_Output") -> int:
     codec = codec_named(args.protocol)
+    if args.channel is not None and not codec.framed:
+        _channel(codec, codec.module(), args.channel)
     results = []
     if not codec.framed:
         text = args.hex if args.hex else [sys.stdin.read()]
@@ -253,13 +275,14 @@ def _decode(args: argparse.Namespace, out: "_Output") -> int:
         results.append(("", decode_stream(codec, data)))
     elif args.hex:
         frames = [parse_hex(t, f"argument {i}") for i, t in enumerate(args.hex, 1)]
-        results.append(("", decode_frames(codec, frames)))
+        results.append(("", decode_frames(codec, frames, args.channel)))
     else:
         lines = [(n, line) for n, line in enumerate(sys.stdin.read().splitlines(), 1)
                  if line.strip() and not line.lstrip().startswith("#")]
         for n, line in lines:
             frames = [parse_hex(t, f"line {n}") for t in line.split()]
-            results.append((f"line {n}: " if len(lines) > 1 else "", decode_frames(codec, frames)))
+            where = f"line {n}: " if len(lines) > 1 else ""
+            results.append((where, decode_frames(codec, frames, args.channel)))
     failed = False
     for where, result in results:
         for message in result.messages:

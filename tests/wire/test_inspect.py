@@ -1,0 +1,224 @@
+"""`garlicfarm decode` / `garlicfarm encode`: every vector of the four protocols decodes and
+encodes back to the same bytes; bad input gives one line naming the field and exit 1."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from consensus.wire.inspect import PROTOCOLS, command_main, format_frames, parse_hex
+
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
+GARLICFARM = Path(sys.executable).with_name("garlicfarm")
+pytestmark = pytest.mark.timeout(60)
+# The channel each CHP command is read from (the frames alone do not tell KVSYNC apart).
+CHP_CHANNELS = {"KVSET": "collector", "KVPUB": "publisher", "HUGZ": "publisher",
+                "KVSYNC": "snapshot-reply", "KTHXBAI": "snapshot-reply",
+                "ICANHAZ": "snapshot-request", "bstar state": "bstar"}
+
+
+def load(path: str) -> list[dict]:
+    return [json.loads(line) for line in (VECTORS / path).read_text().splitlines() if line]
+
+
+def vector_cases():
+    """(protocol, name, argv after --protocol, hex arguments, expected message name)."""
+    for v in load("marker/taskflux_vectors.jsonl"):
+        yield "marker", v["name"], [v["hex"]], v["fields"]["packetType"], []
+    for v in load("garlicfarm/jraft_vectors.jsonl"):
+        if v["kind"] in ("request", "response"):
+            yield "garlicfarm", v["name"], [v["hex"]], v["fields"]["messageType"], []
+    for v in load("dafka/dafka_vectors.jsonl"):
+        yield "dafka", v["name"], v["frames_hex"], None, []
+    for v in load("chp/chp_vectors.jsonl"):
+        command = v["fields"]["command"]
+        expected = command if command in CHP_CHANNELS and command != "bstar state" else None
+        yield "chp", v["name"], v["frames_hex"], expected, ["--channel", CHP_CHANNELS[command]]
+
+
+CASES = list(vector_cases())
+
+
+def run(capsys, command: str, *argv: str, stdin: str | None = None,
+        monkeypatch=None) -> tuple[int, list[str], list[str]]:
+    """command_main in-process: (exit status, stdout lines, stderr lines)."""
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    status = command_main(command, list(argv))
+    out, err = capsys.readouterr()
+    return status, out.splitlines(), err.splitlines()
+
+
+def codec_available(protocol: str) -> None:
+    pytest.importorskip(PROTOCOLS[protocol].module_name)
+
+
+@pytest.mark.parametrize("protocol,name,hexes,expected,extra", CASES,
+                         ids=[f"{c[0]}:{c[1]}" for c in CASES])
+def test_every_vector_decodes_and_encodes_back_to_the_same_bytes(
+        capsys, protocol, name, hexes, expected, extra):
+    codec_available(protocol)
+    status, out, err = run(capsys, "decode", "--protocol", protocol, *extra, *hexes)
+    assert (status, err) == (0, [])
+    assert len(out) == 1
+    obj = json.loads(out[0])
+    assert obj["protocol"] == protocol
+    if expected is not None:
+        assert obj["message"] == expected
+    status, encoded, err = run(capsys, "encode", out[0])   # protocol from the JSON
+    assert (status, err) == (0, [])
+    if PROTOCOLS[protocol].framed:
+        assert encoded == [format_frames([bytes.fromhex(h) for h in hexes])]
+    else:
+        assert encoded == [hexes[0]]
+
+
+def test_a_tcp_stream_of_several_messages_decodes_in_order(capsys):
+    vectors = load("marker/taskflux_vectors.jsonl")
+    stream = [v["hex"] for v in vectors]
+    status, out, err = run(capsys, "decode", "-p", "marker", *stream)
+    assert (status, err) == (0, [])
+    assert [json.loads(line)["message"] for line in out] == \
+        [v["fields"]["packetType"] for v in vectors]
+    # and encode prints one line per message: the stream again
+    status, again, _ = run(capsys, "encode", "-p", "marker", *out)
+    assert status == 0 and again == stream
+
+
+def test_hex_is_accepted_with_spaces_colons_and_0x():
+    assert parse_hex("63 01:4a:C9 0xa203", "x") == bytes.fromhex("63014ac9a203")
+    assert parse_hex("0x63,0x01", "x") == b"\x63\x01"
+    assert parse_hex('""', "x") == b"" == parse_hex("", "x")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["ab", "zz"], r"argument 2: not hex: 'z' at digit 1"),
+    (["abc"], r"argument 1: odd number of hex digits \(3\)"),
+])
+def test_bad_hex_is_one_line_naming_the_argument(capsys, argv, message):
+    status, out, err = run(capsys, "decode", "-p", "marker", *argv)
+    assert status == 1 and out == [] and len(err) == 1
+    assert re.match(r"garlicfarm decode: " + message, err[0])
+
+
+HEARTBEAT = load("marker/taskflux_vectors.jsonl")[0]["hex"]
+
+
+@pytest.mark.parametrize("protocol,hexes,field", [
+    ("marker", [HEARTBEAT[:-1] + "8"], "crc"),
+    ("marker", [HEARTBEAT[:44]], "prevLogTerm"),
+    ("marker", ["7300000000000000006904bb59"], "currentTerm"),
+    ("marker", ["5a"], "marker"),
+    ("marker", ["41ffffffff"], "size"),
+    ("dafka", ["4d68656c6c6f000105776f726c640000000000000001", "68656c6c6f"], "address"),
+    ("chp", ["2f61", "0001", '""', '""', "68"], "sequence"),
+])
+def test_invalid_input_is_one_line_naming_the_field_and_exit_1(capsys, protocol, hexes, field):
+    codec_available(protocol)
+    status, out, err = run(capsys, "decode", "-p", protocol, *hexes)
+    assert status == 1 and out == [] and len(err) == 1
+    assert err[0].startswith(f"garlicfarm decode: {protocol}: {field}: "), err[0]
+
+
+def test_the_crc_error_reads_as_documented(capsys):
+    _, _, err = run(capsys, "decode", "-p", "marker", HEARTBEAT[:-1] + "8")
+    assert err == ["garlicfarm decode: marker: crc: checksum mismatch "
+                   "(expected 7f4216f9, got 7f4216f8) at byte 45"]
+
+
+def test_a_corrupt_packet_mid_stream_is_reported_and_the_rest_still_decodes(capsys):
+    bad = HEARTBEAT[:-1] + "8"
+    status, out, err = run(capsys, "decode", "-p", "marker", "52ffffffff", bad, "63014ac9a203")
+    assert status == 1
+    assert [json.loads(line)["message"] for line in out] == ["RetransmitRequest",
+                                                             "ConnectResponse"]
+    assert len(err) == 1 and "crc: checksum mismatch" in err[0] and "at byte 50" in err[0]
+
+
+def test_lenient_input_is_decoded_with_a_note_that_it_is_not_canonical(capsys):
+    status, out, err = run(capsys, "decode", "-p", "marker", "6302478a84da")  # Bool byte 2
+    assert status == 0 and json.loads(out[0])["success"] is True
+    assert len(err) == 1 and "not in canonical form" in err[0] and "from byte 1" in err[0]
+
+
+@pytest.mark.parametrize("argv,field", [
+    (['{"message": "ConnectRequest"}'], "nodeId: missing"),
+    (['{"message": "ConnectRequest", "nodeId": -4}'], "nodeId: -4 is out of range"),
+    (['{"message": "Hello", "x": 1}'], "message: unknown message 'Hello'"),
+    (['{"message": "ConnectRequest", "nodeId": 1, "protocol": "dafka"}'],
+     "protocol: the JSON says 'dafka'"),
+    (['{"message": "ConnectRequest",'], "not JSON: Expecting property name"),
+    (["[1]"], "expected a JSON object"),
+])
+def test_encode_errors_are_one_line_naming_the_key(capsys, argv, field):
+    status, out, err = run(capsys, "encode", "-p", "marker", *argv)
+    assert status == 1 and out == [] and len(err) == 1
+    assert field in err[0] and err[0].startswith("garlicfarm encode: "), err[0]
+
+
+def test_encode_without_a_protocol_says_how_to_give_one(capsys):
+    status, _, err = run(capsys, "encode", '{"message": "RetransmitRequest"}')
+    assert status == 1 and "--protocol (or a \"protocol\" key) is missing" in err[0]
+
+
+def test_stdin_tcp_stream_and_zeromq_lines(capsys, monkeypatch):
+    status, out, _ = run(capsys, "decode", "-p", "marker", monkeypatch=monkeypatch,
+                         stdin="52 ff ff ff ff\n63:01:4a:c9:a2:03\n")
+    assert status == 0 and [json.loads(o)["message"] for o in out] == \
+        ["RetransmitRequest", "ConnectResponse"]
+    codec_available("chp")
+    lines = '# a KVSYNC then ICANHAZ\n2f61 0000000000000001 "" "" 68\n4943414e48415a3f 2f\n'
+    status, out, _ = run(capsys, "decode", "-p", "chp", "--channel", "snapshot-reply",
+                         monkeypatch=monkeypatch, stdin=lines)
+    assert status == 1   # ICANHAZ is not read from the snapshot-reply socket
+    status, out, err = run(capsys, "decode", "-p", "chp", monkeypatch=monkeypatch, stdin=lines)
+    assert (status, err) == (0, [])
+    assert [json.loads(o)["message"] for o in out] == ["KVPUB", "ICANHAZ"]
+    # encode reads the JSON back from stdin (compact or pretty) and prints the same lines
+    status, again, _ = run(capsys, "encode", monkeypatch=monkeypatch, stdin="\n".join(out))
+    assert status == 0 and again == [line for line in lines.splitlines()[1:]]
+
+
+def test_pretty_output_is_indented_json(capsys):
+    status, out, _ = run(capsys, "decode", "-p", "marker", "--pretty", HEARTBEAT)
+    assert status == 0 and len(out) > 3 and out[1].startswith("  ")
+    assert json.loads("\n".join(out))["message"] == "AppendEntriesRequest"
+
+
+def test_colour_is_forced_with_always_and_stripping_it_leaves_the_same_json(capsys):
+    status, out, _ = run(capsys, "decode", "-p", "marker", "--color", "always", HEARTBEAT)
+    text = "\n".join(out)
+    assert status == 0 and "\x1b[" in text
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert json.loads(plain) == json.loads(run(capsys, "decode", "-p", "marker", HEARTBEAT)[1][0])
+
+
+# ------------------------------------------------------------ the real console command
+
+def garlicfarm(*argv: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([str(GARLICFARM), *argv], input=stdin, capture_output=True,
+                          text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+
+
+def test_console_command_decodes_and_round_trips_through_a_pipe():
+    decoded = garlicfarm("decode", "--protocol", "marker", HEARTBEAT, "62ffffffff")
+    assert decoded.returncode == 0 and decoded.stderr == ""
+    assert [json.loads(line)["message"] for line in decoded.stdout.splitlines()] == \
+        ["AppendEntriesRequest", "InstallSnapshotChunkResponse"]
+    encoded = garlicfarm("encode", stdin=decoded.stdout)
+    assert encoded.returncode == 0
+    assert encoded.stdout.split() == [HEARTBEAT, "62ffffffff"]
+
+
+def test_console_command_bad_input_is_one_line_without_a_traceback():
+    result = garlicfarm("decode", "--protocol", "marker", HEARTBEAT[:-2])
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "garlicfarm decode: marker: crc: the input ends inside the AppendEntriesRequest "
+        "(48 of 49 bytes) at byte 48"]
+    assert "Traceback" not in result.stderr
