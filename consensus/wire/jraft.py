@@ -1,0 +1,465 @@
+"""The Garlic Farm / JRaft binary messages, sans-I/O (tests/vectors/garlicfarm/LAYOUT.md).
+
+After the handshake (`handshake.py`) a Garlic Farm connection carries JRaft's messages with
+no framing beyond their own sizes, big-endian, no CRC:
+
+* a **request**: a 45-byte header ``type u8 | source i32 | destination i32 | term i64 |
+  lastLogTerm i64 | lastLogIndex i64 | commitIndex i64 | logDataSize i32`` and then
+  ``logDataSize`` bytes of log entries (a byte count, not an entry count;
+  `jraft_values.LogEntry`);
+* a **response**: 26 bytes ``type u8 | source i32 | destination i32 | term i64 |
+  nextIndex i64 | accepted u8`` (only the byte 1 reads as true, as in JRaft).
+
+The type byte alone says which shape follows, so one `JRaftDecoder` reads a mixed stream.
+The shapes live in a `MessageRegistry` that maps type bytes to a name and a `MessageCodec`;
+the 17 JRaft types are built in (`MessageType`) and garlicfarm's extensions are added from
+their own module without touching this one::
+
+    REGISTRY.register(0x20, "PreVoteRequest", REQUEST_CODEC)   # same shape as a request
+    REGISTRY.register(0x30, "QueryRequest", MyQueryCodec())    # or a codec of its own
+
+A type byte nobody registered raises `UnknownMessageType`. Sizes are checked against
+`JRaftLimits` as soon as the header is in, before the body is buffered.
+
+`to_json(msg)` / `from_json(obj)` give the inspector's JSON: ``{"message":
+"AppendEntriesRequest", "source": 1, ..., "entries": [...]}``, with entries and their
+payloads in readable form (`jraft_values.entry_to_json`).
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
+                                   UnknownMessageType)
+from consensus.wire.jraft_logpack import LogPack, LogPackFormat
+from consensus.wire.jraft_values import (DEFAULT_LIMITS, I32, I64, PROTOCOL, ClusterConfiguration,
+                                         ClusterServer, JRaftLimits, LogEntry, Payload,
+                                         ServerId, SnapshotSyncRequest, ValueType,
+                                         decode_entries, encode_entry, entry_from_json,
+                                         entry_to_json, error, field_scope, json_bool,
+                                         json_int, json_list, json_object, pack_ints,
+                                         wire_name)
+
+__all__ = [
+    "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",
+    "ResponseCodec", "REQUEST_CODEC", "RESPONSE_CODEC", "Registration", "MessageRegistry",
+    "REGISTRY", "JRaftDecoder", "encode", "decode", "to_json", "from_json", "check_shape",
+    # re-exported from jraft_values / jraft_logpack, so users import one module
+    "JRaftLimits", "DEFAULT_LIMITS", "ValueType", "LogEntry", "Payload", "ClusterServer",
+    "ServerId", "ClusterConfiguration", "SnapshotSyncRequest", "LogPack", "LogPackFormat",
+]
+
+
+class MessageType(enum.IntEnum):
+    """JRaft's RaftMessageType: the first byte of every message."""
+    REQUEST_VOTE_REQUEST = 1
+    REQUEST_VOTE_RESPONSE = 2
+    APPEND_ENTRIES_REQUEST = 3
+    APPEND_ENTRIES_RESPONSE = 4     # also the answer to a ClientRequest (no ClientResponse)
+    CLIENT_REQUEST = 5
+    ADD_SERVER_REQUEST = 6
+    ADD_SERVER_RESPONSE = 7
+    REMOVE_SERVER_REQUEST = 8
+    REMOVE_SERVER_RESPONSE = 9
+    SYNC_LOG_REQUEST = 10
+    SYNC_LOG_RESPONSE = 11
+    JOIN_CLUSTER_REQUEST = 12
+    JOIN_CLUSTER_RESPONSE = 13
+    LEAVE_CLUSTER_REQUEST = 14
+    LEAVE_CLUSTER_RESPONSE = 15
+    INSTALL_SNAPSHOT_REQUEST = 16
+    INSTALL_SNAPSHOT_RESPONSE = 17
+
+    @property
+    def wire_name(self) -> str:
+        """The protocol's name, e.g. ``AppendEntriesRequest``."""
+        return wire_name(self)
+
+    @property
+    def is_request(self) -> bool:
+        return self.name.endswith("_REQUEST")
+
+
+@dataclass(frozen=True, slots=True)
+class RaftRequest:
+    """A request: the 45-byte header and its entries. Fields a sender leaves unset are 0
+    (client-side requests 5, 6 and 8 set none of them)."""
+    message_type: int
+    source: int = 0
+    destination: int = 0
+    term: int = 0
+    last_log_term: int = 0
+    last_log_index: int = 0
+    commit_index: int = 0
+    entries: tuple[LogEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RaftResponse:
+    """A 26-byte response. The reply to a ClientRequest is an APPEND_ENTRIES_RESPONSE whose
+    destination is the leader the replier believes in (a redirect hint)."""
+    message_type: int
+    source: int = 0
+    destination: int = 0
+    term: int = 0
+    next_index: int = 0
+    accepted: bool = False
+
+
+Message = Any   # RaftRequest | RaftResponse | an extension codec's message
+
+
+# ---------------------------------------------------------------------------------------
+# Codecs: one per wire shape, shared by every type byte with that shape.
+
+class MessageCodec(ABC):
+    """How one shape of message is laid out. A stream decoder first collects `head_size`
+    bytes (type byte included), asks `frame_size` for the whole length (which must check
+    it against the limits), then hands the complete frame to `decode`. A message object
+    needs a ``message_type`` attribute so `encode` can find its codec."""
+    head_size: int
+    message_class: type
+
+    @abstractmethod
+    def frame_size(self, head: bytes, limits: JRaftLimits) -> int: ...
+
+    @abstractmethod
+    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> Message: ...
+
+    @abstractmethod
+    def encode(self, message: Message) -> bytes: ...
+
+    @abstractmethod
+    def fields_to_json(self, message: Message) -> dict: ...
+
+    @abstractmethod
+    def fields_from_json(self, obj: dict, message_type: int) -> Message: ...
+
+
+_REQUEST_HEAD = struct.Struct(">Biiqqqqi")
+_REQUEST_NAMES = ("messageType", "source", "destination", "term", "lastLogTerm",
+                  "lastLogIndex", "commitIndex", "logDataSize")
+_RESPONSE = struct.Struct(">BiiqqB")
+_RESPONSE_NAMES = ("messageType", "source", "destination", "term", "nextIndex", "accepted")
+
+
+def _header_from_json(obj: dict, names: tuple[str, ...]) -> list[int]:
+    """The integer header fields (type byte and sizes excluded), absent ones being 0."""
+    return [json_int(obj, name, "", I32 if name in ("source", "destination") else I64)
+            for name in names]
+
+
+class RequestCodec(MessageCodec):
+    """The request shape: 45-byte header, then logDataSize bytes of entries."""
+    head_size = _REQUEST_HEAD.size
+    message_class = RaftRequest
+    _JSON_INTS = _REQUEST_NAMES[1:7]
+
+    def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
+        (size,) = struct.unpack_from(">i", head, 41)
+        if size < 0:
+            raise error(InvalidField, "logDataSize", f"negative size {size}", 41)
+        if size > limits.max_log_data_size:
+            raise error(LimitExceeded, "logDataSize",
+                        f"{size} bytes is above the limit of {limits.max_log_data_size}", 41)
+        return self.head_size + size
+
+    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> RaftRequest:
+        _, source, destination, term, last_term, last_index, commit, _size = \
+            _REQUEST_HEAD.unpack_from(frame)
+        entries = decode_entries(frame, self.head_size, len(frame), limits)
+        return RaftRequest(message_type, source, destination, term, last_term, last_index,
+                           commit, entries)
+
+    def encode(self, message: RaftRequest) -> bytes:
+        parts = []
+        for i, entry in enumerate(message.entries):
+            with field_scope(f"entries[{i}]"):
+                parts.append(encode_entry(entry))
+        body = b"".join(parts)
+        head = pack_ints(_REQUEST_HEAD.format, _REQUEST_NAMES, message.message_type,
+                         message.source, message.destination, message.term,
+                         message.last_log_term, message.last_log_index, message.commit_index,
+                         len(body))
+        return head + body
+
+    def fields_to_json(self, message: RaftRequest) -> dict:
+        return {"source": message.source, "destination": message.destination,
+                "term": message.term, "lastLogTerm": message.last_log_term,
+                "lastLogIndex": message.last_log_index, "commitIndex": message.commit_index,
+                "entries": [entry_to_json(e) for e in message.entries]}
+
+    def fields_from_json(self, obj: dict, message_type: int) -> RaftRequest:
+        json_object(obj, "", ("message",) + self._JSON_INTS + ("entries",))
+        entries = tuple(entry_from_json(e, f"entries[{i}]")
+                        for i, e in enumerate(json_list(obj, "entries", "")))
+        return RaftRequest(message_type, *_header_from_json(obj, self._JSON_INTS),
+                           entries=entries)
+
+
+class ResponseCodec(MessageCodec):
+    """The response shape: 26 bytes, nothing after."""
+    head_size = _RESPONSE.size
+    message_class = RaftResponse
+    _JSON_INTS = _RESPONSE_NAMES[1:5]
+
+    def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
+        return self.head_size
+
+    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> RaftResponse:
+        _, source, destination, term, next_index, accepted = _RESPONSE.unpack_from(frame)
+        return RaftResponse(message_type, source, destination, term, next_index, accepted == 1)
+
+    def encode(self, message: RaftResponse) -> bytes:
+        return pack_ints(_RESPONSE.format, _RESPONSE_NAMES, message.message_type,
+                         message.source, message.destination, message.term,
+                         message.next_index, 1 if message.accepted else 0)
+
+    def fields_to_json(self, message: RaftResponse) -> dict:
+        return {"source": message.source, "destination": message.destination,
+                "term": message.term, "nextIndex": message.next_index,
+                "accepted": message.accepted}
+
+    def fields_from_json(self, obj: dict, message_type: int) -> RaftResponse:
+        json_object(obj, "", ("message",) + self._JSON_INTS + ("accepted",))
+        return RaftResponse(message_type, *_header_from_json(obj, self._JSON_INTS),
+                            accepted=json_bool(obj, "accepted", ""))
+
+
+REQUEST_CODEC = RequestCodec()
+RESPONSE_CODEC = ResponseCodec()
+
+
+# ---------------------------------------------------------------------------------------
+# The registry of type bytes.
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    message_type: int       #: the value stored in decoded messages (an IntEnum member)
+    name: str               #: the name in JSON and in errors
+    codec: MessageCodec
+
+
+class MessageRegistry:
+    """Type byte -> (name, codec). Registering the same triple twice is a no-op (modules
+    may be imported twice); a clash on the byte or the name is a ValueError."""
+
+    def __init__(self) -> None:
+        self._by_byte: dict[int, Registration] = {}
+        self._by_name: dict[str, Registration] = {}
+
+    def register(self, message_type: int, name: str, codec: MessageCodec) -> None:
+        if not 0 <= message_type <= 255:
+            raise ValueError(f"message type {message_type} does not fit the type byte (0..255)")
+        new = Registration(message_type, name, codec)
+        for existing in (self._by_byte.get(message_type), self._by_name.get(name)):
+            if existing is not None and existing != new:
+                raise ValueError(f"cannot register {name} as type {message_type}: "
+                                 f"{existing.name} is type {existing.message_type}")
+        self._by_byte[message_type] = self._by_name[name] = new
+
+    def lookup(self, type_byte: int) -> Registration:
+        try:
+            return self._by_byte[type_byte]
+        except KeyError:
+            raise error(UnknownMessageType, "messageType",
+                        f"no message type {type_byte} is registered", 0) from None
+
+    def named(self, name: Any) -> Registration:
+        try:
+            return self._by_name[name]
+        except (KeyError, TypeError):
+            raise error(UnknownMessageType, "message", f"{name!r} is not a registered "
+                        f"message type ({', '.join(self._by_name)})") from None
+
+    def __iter__(self) -> Iterator[Registration]:
+        return iter(sorted(self._by_byte.values(), key=lambda r: r.message_type))
+
+    def copy(self) -> MessageRegistry:
+        clone = MessageRegistry()
+        for registration in self:
+            clone.register(registration.message_type, registration.name, registration.codec)
+        return clone
+
+
+REGISTRY = MessageRegistry()
+for _type in MessageType:
+    REGISTRY.register(_type, _type.wire_name, REQUEST_CODEC if _type.is_request else RESPONSE_CODEC)
+
+
+# ---------------------------------------------------------------------------------------
+# Whole messages and streams.
+
+def encode(message: Message, registry: MessageRegistry = REGISTRY) -> bytes:
+    """The wire bytes of one message. Raises `ProtocolError` naming a field that does not
+    fit its wire type, or a message class that does not match its type's shape."""
+    registration = registry.lookup(message.message_type)
+    if not isinstance(message, registration.codec.message_class):
+        raise error(InvalidField, "messageType", f"{registration.name} is sent as a "
+                    f"{registration.codec.message_class.__name__}, "
+                    f"not a {type(message).__name__}")
+    return registration.codec.encode(message)
+
+
+def decode(data: bytes, limits: JRaftLimits = DEFAULT_LIMITS,
+           registry: MessageRegistry = REGISTRY) -> Message:
+    """Exactly one message: ``data`` must hold it whole and nothing after it."""
+    decoder = JRaftDecoder(limits, registry)
+    messages = decoder.feed(data)
+    if len(messages) > 1 or (messages and decoder.buffered):
+        codec = registry.lookup(data[0]).codec
+        end = codec.frame_size(bytes(data[:codec.head_size]), limits)
+        raise error(InvalidField, "message", f"{len(data) - end} bytes after its end", end)
+    decoder.eof()
+    if not messages:
+        raise error(Truncated, "messageType", "no bytes", 0)
+    return messages[0]
+
+
+class JRaftDecoder:
+    """Incremental decoder for one direction of a connection: `feed` takes the bytes in
+    any chunking and returns the messages completed so far.
+
+    A malformed message ends the stream (nothing frames messages, so there is no place
+    to resynchronise): `feed` raises the `ProtocolError` at once when no message came
+    before it in the same call, else returns those messages first and raises on the next
+    call; every later call raises it again. `eof()` is called when the peer closes.
+    """
+
+    def __init__(self, limits: JRaftLimits = DEFAULT_LIMITS,
+                 registry: MessageRegistry = REGISTRY) -> None:
+        self.limits = limits
+        self.registry = registry
+        self._buffer = bytearray()
+        self._consumed = 0          # stream offset of _buffer[0]
+        self._pending: tuple[Registration, int] | None = None
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a whole message."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Message]:
+        if self._error is not None:
+            raise self._error
+        self._buffer += data
+        messages: list[Message] = []
+        try:
+            self._drain(messages)
+        except ProtocolError as exc:
+            self._error = exc
+            if not messages:
+                raise
+        return messages
+
+    def eof(self) -> None:
+        """The stream ended: raise `Truncated` if a message was cut short."""
+        if self._error is not None:
+            raise self._error
+        if self._buffer:
+            registration = self.registry.lookup(self._buffer[0])
+            self._error = error(Truncated, registration.name, f"the stream ended "
+                                f"{len(self._buffer)} bytes into the message",
+                                self._consumed + len(self._buffer))
+            raise self._error
+
+    def _drain(self, messages: list[Message]) -> None:
+        buffer = self._buffer
+        pos = 0
+        try:
+            while pos < len(buffer):
+                if self._pending is None:
+                    registration = self._located(lambda: self.registry.lookup(buffer[pos]), pos)
+                    head = registration.codec.head_size
+                    if len(buffer) - pos < head:
+                        return
+                    size = self._located(lambda: registration.codec.frame_size(
+                        bytes(buffer[pos:pos + head]), self.limits), pos)
+                    self._pending = (registration, size)
+                registration, size = self._pending
+                if len(buffer) - pos < size:
+                    return
+                frame = bytes(buffer[pos:pos + size])
+                messages.append(self._located(lambda: registration.codec.decode(
+                    frame, registration.message_type, self.limits), pos))
+                self._pending = None
+                pos += size
+        finally:
+            del buffer[:pos]
+            self._consumed += pos
+
+    def _located(self, step: Any, pos: int) -> Any:
+        """Run one decoding step; make a failing step's offset count from stream start."""
+        try:
+            return step()
+        except ProtocolError as exc:
+            offset = self._consumed + pos + (exc.offset or 0)
+            raise type(exc)(exc.field, exc.reason, protocol=exc.protocol or PROTOCOL,
+                            offset=offset) from None
+
+
+# ---------------------------------------------------------------------------------------
+# JSON for the inspector.
+
+def to_json(message: Message, registry: MessageRegistry = REGISTRY) -> dict:
+    """``{"message": name, ...fields}``; bytes are lowercase hex."""
+    registration = registry.lookup(message.message_type)
+    return {"message": registration.name, **registration.codec.fields_to_json(message)}
+
+
+def from_json(obj: Any, registry: MessageRegistry = REGISTRY) -> Message:
+    """The inverse of `to_json`; header fields left out are 0 (false for accepted)."""
+    if not isinstance(obj, dict):
+        raise error(InvalidField, "message", f"expected a JSON object, got {obj!r}")
+    registration = registry.named(obj.get("message"))
+    return registration.codec.fields_from_json(obj, registration.message_type)
+
+
+# ---------------------------------------------------------------------------------------
+# What each JRaft request must carry (JRaft's handlers refuse the rest).
+
+#: type -> (least entries, most entries or None, allowed value types)
+_SHAPES: dict[MessageType, tuple[int, int | None, frozenset[ValueType]]] = {
+    MessageType.REQUEST_VOTE_REQUEST: (0, 0, frozenset()),
+    MessageType.APPEND_ENTRIES_REQUEST:
+        (0, None, frozenset({ValueType.APPLICATION, ValueType.CONFIGURATION})),
+    MessageType.CLIENT_REQUEST: (1, None, frozenset({ValueType.APPLICATION})),
+    MessageType.ADD_SERVER_REQUEST: (1, 1, frozenset({ValueType.CLUSTER_SERVER})),
+    MessageType.REMOVE_SERVER_REQUEST: (1, 1, frozenset({ValueType.CLUSTER_SERVER})),
+    MessageType.SYNC_LOG_REQUEST: (1, 1, frozenset({ValueType.LOG_PACK})),
+    MessageType.JOIN_CLUSTER_REQUEST: (1, 1, frozenset({ValueType.CONFIGURATION})),
+    MessageType.LEAVE_CLUSTER_REQUEST: (0, 0, frozenset()),
+    MessageType.INSTALL_SNAPSHOT_REQUEST: (1, 1, frozenset({ValueType.SNAPSHOT_SYNC_REQUEST})),
+}
+
+
+def check_shape(request: RaftRequest) -> None:
+    """Raise `InvalidField` unless the request carries the entries its type calls for
+    (e.g. AddServerRequest: one ClusterServer; RemoveServerRequest: one bare id). The
+    codec itself accepts any entries; a node calls this and answers ``accepted=false``."""
+    if request.message_type not in _SHAPES:
+        return
+    least, most, allowed = _SHAPES[MessageType(request.message_type)]
+    name = MessageType(request.message_type).wire_name
+    count = len(request.entries)
+    if count < least or (most is not None and count > most):
+        wanted = f"{least}" if least == most else f"at least {least}"
+        raise error(InvalidField, "entries", f"{name} carries {wanted} entries, not {count}")
+    for i, entry in enumerate(request.entries):
+        if entry.value_type not in allowed:
+            raise error(InvalidField, f"entries[{i}].valueType", f"{name} does not carry "
+                        f"{entry.value_type.wire_name} entries")
+    if request.message_type in (MessageType.ADD_SERVER_REQUEST,
+                                MessageType.REMOVE_SERVER_REQUEST):
+        wanted_class = (ServerId if request.message_type == MessageType.REMOVE_SERVER_REQUEST
+                        else ClusterServer)
+        with field_scope("entries[0]"):
+            payload = request.entries[0].payload()
+        if not isinstance(payload, wanted_class):
+            raise error(InvalidField, "entries[0].value", f"{name} carries a "
+                        f"{wanted_class.__name__}, not a {type(payload).__name__}")
