@@ -1,0 +1,23 @@
+"""The storage engine: a segmented durable log, the Raft hard state, snapshot files.
+
+    from consensus.storage import SegmentedLog, FsyncPolicy, HardState, HardStateFile, \\
+        SnapshotStore, Snapshot, CorruptLogError
+
+Only the stdlib is used. See `log.py` for the threading model, `record.py` for the
+record format and the CRC choice, `recovery.py` for what opening after a crash does.
+"""
+from consensus.storage.errors import (CompactedIndexError, CorruptLogError, FutureIndexError,
+                                      LogClosedError, LogFailedError, LogIndexError,
+                                      LogInUseError, RecordTooLargeError, StorageError)
+from consensus.storage.hardstate import HardState, HardStateFile
+from consensus.storage.log import LogStats, SegmentedLog
+from consensus.storage.policy import FsyncPolicy
+from consensus.storage.recovery import RecoveryReport
+from consensus.storage.snapshot import Snapshot, SnapshotNotFoundError, SnapshotStore
+
+__all__ = [
+    "CompactedIndexError", "CorruptLogError", "FsyncPolicy", "FutureIndexError", "HardState",
+    "HardStateFile", "LogClosedError", "LogFailedError", "LogIndexError", "LogInUseError",
+    "LogStats", "RecordTooLargeError", "RecoveryReport", "SegmentedLog", "Snapshot",
+    "SnapshotNotFoundError", "SnapshotStore", "StorageError",
+]

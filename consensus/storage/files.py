@@ -1,0 +1,96 @@
+"""Durable file primitives shared by the log, the hard state and the snapshots.
+
+POSIX makes a rename durable only once the directory itself is fsynced, and a new file's
+contents only once the file is fsynced before the rename; these helpers do both, in that
+order, so each caller cannot forget one.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from typing import Sequence
+
+from consensus.storage.errors import LogInUseError
+
+
+def fsync_directory(directory: str) -> None:
+    """Make the creations, renames and deletions in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, parts: Sequence[bytes | memoryview], offset: int) -> None:
+    """pwrite every byte of `parts` at `offset` (a single write may be short)."""
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+
+def read_exactly(fd: int, size: int, offset: int) -> bytes | None:
+    """pread `size` bytes at `offset`; None when the file ends first."""
+    data = os.pread(fd, size, offset)
+    if len(data) == size:
+        return data
+    chunks = [data]
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, offset + got)
+        if not more:
+            return None
+        chunks.append(more)
+        got += len(more)
+    return b"".join(chunks)
+
+
+def replace_atomically(path: str, parts: Sequence[bytes | memoryview]) -> None:
+    """Write `parts` to `path` so that a crash leaves either the old file or the new one.
+
+    The bytes go to `path + ".tmp"`, which is fsynced, renamed over `path`, and the
+    directory is fsynced. A `.tmp` left by a crash is never read and is overwritten by
+    the next call."""
+    temp = path + ".tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, parts, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def remove_durably(path: str) -> None:
+    """Delete `path` and make the deletion durable before returning.
+
+    Deleting several files one by one with this keeps their order on disk: a crash can
+    never bring back a file deleted before one that stays deleted."""
+    os.unlink(path)
+    fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+class DirectoryLock:
+    """An exclusive flock on `directory/LOCK`, so two writers never share a log."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "LOCK")
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise LogInUseError(
+                f"{directory} is already open by another SegmentedLog (this process or "
+                f"another); close that one first, or give each log its own directory"
+            ) from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None

@@ -1,0 +1,251 @@
+"""One segment file of the log: a header, then records, and the in-memory index of them.
+
+The file is named after the index of its first record (``00000000000000000001.seg``),
+so finding the segment of an index and dropping whole segments needs no file reads.
+The header (20 bytes): magic ``GFLG``, version u16, flags u16, first index u64, and a
+CRC-32 of those 16 bytes. Flag `RESET` marks a segment created by `SegmentedLog.reset`:
+recovery deletes every segment before it, which finishes a reset a crash interrupted.
+
+`offsets[k]` is the byte offset of record k, rebuilt on open by one sequential scan, so
+a read of records [a, b) is one pread of offsets[a]..end(b-1) and costs O(b - a).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import zlib
+from array import array
+from dataclasses import dataclass
+
+from consensus.storage import record
+from consensus.storage.errors import CorruptLogError
+from consensus.storage.files import fsync_directory, read_exactly, remove_durably, write_all
+
+MAGIC = b"GFLG"
+VERSION = 1
+FLAG_RESET = 1
+_HEADER_BODY = struct.Struct(">4sHHQ")
+HEADER_SIZE = _HEADER_BODY.size + 4
+SUFFIX = ".seg"
+TEMP_SUFFIX = SUFFIX + ".tmp"
+_NAME = re.compile(r"^(\d{20})\.seg$")
+
+
+def segment_name(first_index: int) -> str:
+    return f"{first_index:020d}{SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The first index a segment file name stands for, or None for other files."""
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def encode_header(first_index: int, flags: int) -> bytes:
+    body = _HEADER_BODY.pack(MAGIC, VERSION, flags, first_index)
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def _header_problem(data: bytes, first_index: int) -> str | None:
+    """Why `data` is not the header of the segment named `first_index`, or None."""
+    magic, version, _flags, named = _HEADER_BODY.unpack_from(data)
+    if magic != MAGIC:
+        return f"bad magic {magic!r} (expected {MAGIC!r}): not a garlicfarm log segment"
+    if struct.unpack_from(">I", data, _HEADER_BODY.size)[0] != zlib.crc32(data[:_HEADER_BODY.size]):
+        return "segment header CRC mismatch"
+    if version != VERSION:
+        return f"segment format version {version} is not supported (this code reads {VERSION})"
+    if named != first_index:
+        return f"header says first index {named} but the file name says {first_index}"
+    return None
+
+
+@dataclass
+class LoadedSegment:
+    """What recovery learnt about one file: the segment, and the bytes it cut off."""
+    segment: "Segment"
+    cut_at: int | None = None
+    cut_bytes: int = 0
+
+
+class Segment:
+    """An open segment file. Not thread-safe: the log serialises access."""
+
+    def __init__(self, path: str, first_index: int, fd: int, offsets: array, size: int,
+                 flags: int) -> None:
+        self.path = path
+        self.first_index = first_index
+        self.flags = flags
+        self._fd = fd
+        self.offsets = offsets
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path!r}, records {self.first_index}..{self.last_index})"
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self.offsets) - 1
+
+    @property
+    def next_index(self) -> int:
+        return self.first_index + len(self.offsets)
+
+    @classmethod
+    def create(cls, directory: str, first_index: int, *, durable: bool,
+               flags: int = 0) -> "Segment":
+        """A new empty segment. It appears under its name only with a complete header:
+        written to a temp file, fsynced, renamed, and the directory fsynced."""
+        path = os.path.join(directory, segment_name(first_index))
+        temp = path + ".tmp"
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, [encode_header(first_index, flags)], 0)
+            if durable:
+                os.fsync(fd)
+            os.replace(temp, path)
+            if durable:
+                fsync_directory(directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, first_index, fd, array("Q"), HEADER_SIZE, flags)
+
+    @classmethod
+    def load(cls, path: str, first_index: int, *, max_record_bytes: int,
+             is_last: bool) -> LoadedSegment | None:
+        """Open an existing segment and index its records.
+
+        Damage in a segment other than the last raises CorruptLogError. In the last one,
+        damage with no valid record after it is a torn tail: it is cut (truncated and
+        fsynced). None means the last segment's header was never completely written (so
+        nothing in it was ever durable): the caller removes the file."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            loaded = cls._load(fd, path, first_index, max_record_bytes, is_last)
+        except BaseException:
+            os.close(fd)
+            raise
+        if loaded is None:
+            os.close(fd)
+        return loaded
+
+    @classmethod
+    def _load(cls, fd: int, path: str, first_index: int, max_record_bytes: int,
+              is_last: bool) -> LoadedSegment | None:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, HEADER_SIZE, 0)
+        problem = (f"file of {size} bytes is shorter than the segment header"
+                   if len(head) < HEADER_SIZE else _header_problem(head, first_index))
+        if problem is not None:
+            if is_last and size <= HEADER_SIZE:
+                return None
+            raise CorruptLogError(path, 0, problem)
+        flags = _HEADER_BODY.unpack_from(head)[2]
+        offsets = array("Q")
+        damage = resumes = None
+        if size > HEADER_SIZE:
+            with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    damage = record.scan(view, HEADER_SIZE, max_record_bytes, offsets)
+                    if damage is not None and is_last:
+                        resumes = record.next_valid_record(view, damage, max_record_bytes)
+                finally:
+                    view.release()  # the map cannot close while a view exports it
+        segment = cls(path, first_index, fd, offsets, size, flags)
+        if damage is None:
+            return LoadedSegment(segment)
+        if not is_last:
+            raise CorruptLogError(path, damage.offset, f"{damage.reason} in a sealed segment")
+        if resumes is not None:
+            raise CorruptLogError(path, damage.offset,
+                                  f"{damage.reason}, and valid records resume at byte "
+                                  f"{resumes}, so this is not a torn tail")
+        segment.cut(damage.offset)
+        return LoadedSegment(segment, damage.offset, size - damage.offset)
+
+    def cut(self, size: int) -> None:
+        """Truncate the file to `size` bytes and fsync it (recovery and truncation)."""
+        os.ftruncate(self._fd, size)
+        os.fsync(self._fd)
+        self.size = size
+
+    def write(self, data: bytes, starts: list[int]) -> None:
+        """Append `data`, which holds whole records beginning at the file offsets
+        `starts`. On an error the file is cut back to what it was."""
+        try:
+            write_all(self._fd, [data], self.size)
+        except BaseException:
+            os.ftruncate(self._fd, self.size)
+            raise
+        self.offsets.extend(starts)
+        self.size += len(data)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def record_end(self, k: int) -> int:
+        return self.offsets[k + 1] if k + 1 < len(self.offsets) else self.size
+
+    def read(self, a: int, b: int, max_bytes: int | None, at_least_one: bool) -> list[bytes]:
+        """The payloads of records a..b-1, stopping before their sizes would pass
+        `max_bytes` (but returning record a when `at_least_one`)."""
+        offsets = self.offsets
+        if max_bytes is not None:
+            total, k = 0, a
+            while k < b:
+                size = self.record_end(k) - offsets[k] - record.HEADER_SIZE
+                if total + size > max_bytes and not (at_least_one and k == a):
+                    break
+                total += size
+                k += 1
+            b = k
+        if b <= a:
+            return []
+        base = offsets[a]
+        data = read_exactly(self._fd, self.record_end(b - 1) - base, base)
+        if data is None:
+            raise CorruptLogError(self.path, base, "the file is shorter than the records "
+                                  "indexed when it was opened (truncated by someone else?)")
+        view = memoryview(data)
+        payloads = []
+        for k in range(a, b):
+            pos = offsets[k] - base
+            try:
+                payload = record.unframe(view, pos, self.record_end(k) - offsets[k]
+                                         - record.HEADER_SIZE, base)
+            except ValueError as exc:
+                raise CorruptLogError(self.path, offsets[k], str(exc)) from None
+            payloads.append(bytes(payload))
+        return payloads
+
+    def truncate(self, count: int, *, durable: bool) -> None:
+        """Keep the first `count` records; the cut is fsynced when `durable`."""
+        if count >= len(self.offsets):
+            return
+        size = self.offsets[count]
+        os.ftruncate(self._fd, size)
+        if durable:
+            os.fsync(self._fd)
+        del self.offsets[count:]
+        self.size = size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def remove(self, *, durable: bool) -> None:
+        """Close and delete the file; durably (directory fsynced) when `durable`."""
+        self.close()
+        if durable:
+            remove_durably(self.path)
+        else:
+            os.unlink(self.path)
