@@ -343,17 +343,25 @@ def encode(packet: Packet) -> bytes:
     return b"".join((bytes((packet.MARKER,)), span, _U32.pack(crc32_mpeg2(span))))
 
 
+def _check_entry(i: int, entry: Any) -> None:
+    """The slow path of `_encode_append_span`: say which part of entry `i` is wrong."""
+    if type(entry) is not LogEntry:
+        raise InvalidField(f"entries[{i}]", f"must be a LogEntry, not {entry!r}",
+                           protocol=PROTOCOL)
+    _check_int(TERM, entry.term, f"entries[{i}].term")
+    _check(BYTES, entry.data, f"entries[{i}].data")
+
+
 def _encode_append_span(packet: AppendEntriesRequest) -> bytes:
     """A's bytes after the marker and before the CRC (the CRC span)."""
     parts: list[bytes] = []
+    pack = _ENTRY_HEAD.pack
     for i, entry in enumerate(packet.entries):
-        if type(entry) is not LogEntry:
-            raise InvalidField(f"entries[{i}]", f"must be a LogEntry, not {entry!r}",
-                               protocol=PROTOCOL)
-        _check_int(TERM, entry.term, f"entries[{i}].term")
-        _check(BYTES, entry.data, f"entries[{i}].data")
+        if type(entry) is not LogEntry or type(entry.term) is not int or \
+                not 0 < entry.term <= I64_MAX or type(entry.data) is not bytes:
+            _check_entry(i, entry)   # raises, unless data is another bytes-like type
         n = len(entry.data)
-        parts += (_ENTRY_HEAD.pack(entry.term, n), entry.data, _ZEROS[n % 8])
+        parts += (pack(entry.term, n), entry.data, _ZEROS[n % 8])
     body = b"".join(parts)
     values = (packet.leader_commit, packet.term, packet.prev_log_term,
               packet.prev_log_index, packet.leader_id)
@@ -378,7 +386,7 @@ def decode(data: bytes, limits: MarkerLimits = MarkerLimits()) -> Packet:
         raise InvalidField("packet", f"{len(data) - length} bytes follow the "
                            f"{TYPE_OF_MARKER[data[0]].__name__}; expected one packet",
                            protocol=PROTOCOL, offset=length)
-    event = _decode_frame(memoryview(data), 0, length, 0, limits)
+    event = _decode_frame(data if type(data) is bytes else bytes(data), 0, limits)
     if isinstance(event, CorruptPacket):
         raise event.error
     return event
@@ -407,20 +415,22 @@ class MarkerDecoder:
         buffer += data
         events: list[Event] = []
         pos = 0
-        with memoryview(buffer) as view:
-            try:
-                while True:
-                    length = _frame_length(buffer, pos, self._base, self.limits)
-                    if length is None:
-                        break
-                    events.append(_decode_frame(view, pos, length, self._base, self.limits))
-                    pos += length
-            except ProtocolError as error:
-                self._error = error
-                if not events:
-                    raise
-        del buffer[:pos]
-        self._base += pos
+        try:
+            while True:
+                length = _frame_length(buffer, pos, self._base, self.limits)
+                if length is None:
+                    break
+                with memoryview(buffer) as view:
+                    packet = bytes(view[pos:pos + length])
+                events.append(_decode_frame(packet, self._base + pos, self.limits))
+                pos += length
+        except ProtocolError as error:
+            self._error = error
+            if not events:
+                raise
+        finally:
+            del buffer[:pos]
+            self._base += pos
         return events
 
     def eof(self) -> None:
@@ -494,66 +504,66 @@ def _raise_truncated(buf: Any, pos: int, base: int, limits: MarkerLimits) -> Non
                     f"({of} bytes)", protocol=PROTOCOL, offset=base + pos + have)
 
 
-def _decode_frame(view: memoryview, pos: int, length: int, base: int,
-                  limits: MarkerLimits) -> Event:
-    """Decode the whole packet view[pos:pos+length]: CRC first, then the fields."""
-    marker = view[pos]
-    crc_at = pos + length - 4
-    (stored,) = _U32.unpack_from(view, crc_at)
-    computed = crc32_mpeg2(view[pos + 1:crc_at])
+def _decode_frame(packet: bytes, origin: int, limits: MarkerLimits) -> Event:
+    """Decode one whole packet (`origin` = its stream offset): CRC first, then fields."""
+    marker = packet[0]
+    crc_at = len(packet) - 4
+    (stored,) = _U32.unpack_from(packet, crc_at)
+    with memoryview(packet) as view:
+        computed = crc32_mpeg2(view[1:crc_at])
     checksum_ok = stored == computed
     if not checksum_ok:
         error = ChecksumMismatch("crc", f"checksum mismatch (expected {computed:08x}, "
-                                 f"got {stored:08x})", protocol=PROTOCOL, offset=base + crc_at)
+                                 f"got {stored:08x})", protocol=PROTOCOL, offset=origin + crc_at)
         if marker != Marker.CONNECT_REQUEST:   # TaskFlux never checks C's CRC
-            return CorruptPacket(Marker(marker), base + pos, length, error)
+            return CorruptPacket(Marker(marker), origin, len(packet), error)
     layout = _FIXED.get(marker)
     if layout is not None:
-        values = layout.payload.unpack_from(view, pos + 1)
+        values = layout.payload.unpack_from(packet, 1)
         for name, kind, value, at in zip(layout.names, layout.kinds, values, layout.offsets):
             if kind is not BOOL:
-                _check_int(kind, value, name, base + pos + at)
+                _check_int(kind, value, name, origin + at)
         if marker == Marker.CONNECT_REQUEST:
             return ConnectRequest(*values, checksum_ok=checksum_ok)
         return layout.cls(*values)
     if marker == Marker.INSTALL_SNAPSHOT_CHUNK_REQUEST:
-        (n,) = _I32.unpack_from(view, pos + 1)
-        return InstallSnapshotChunkRequest(bytes(view[pos + 5:pos + 5 + n]))
-    return _decode_append(view, pos, crc_at, base, limits)
+        (n,) = _I32.unpack_from(packet, 1)
+        return InstallSnapshotChunkRequest(packet[5:5 + n])
+    return _decode_append(packet, origin, limits)
 
 
-def _decode_append(view: memoryview, pos: int, end: int, base: int,
-                   limits: MarkerLimits) -> AppendEntriesRequest:
-    """Fields of an A packet whose CRC is good; `end` is the offset of its CRC."""
+def _decode_append(packet: bytes, origin: int, limits: MarkerLimits) -> AppendEntriesRequest:
+    """Fields of an A packet whose CRC is good."""
     def bad(error: type, name: str, reason: str, at: int) -> ProtocolError:
-        return error(name, reason, protocol=PROTOCOL, offset=base + at)
+        return error(name, reason, protocol=PROTOCOL, offset=origin + at)
 
-    if end - pos - 5 < _APPEND_MIN_SIZE:
-        raise bad(InvalidField, "size", f"{end - pos - 5} is below the {_APPEND_MIN_SIZE} "
-                  "bytes of A's fixed fields", pos + 1)
-    head = _APPEND_HEAD.unpack_from(view, pos + 1)
+    end = len(packet) - 4   # the CRC
+    if end - 5 < _APPEND_MIN_SIZE:
+        raise bad(InvalidField, "size", f"{end - 5} is below the {_APPEND_MIN_SIZE} "
+                  "bytes of A's fixed fields", 1)
+    head = _APPEND_HEAD.unpack_from(packet, 1)
     for name, kind, value, at in zip(_APPEND_HEAD_FIELDS, _APPEND_HEAD_KINDS, head,
                                      _APPEND_HEAD_OFFSETS):
         if kind is not None:
-            _check_int(kind, value, name, base + pos + at)
+            _check_int(kind, value, name, origin + at)
     count = head[6]
     if count < 0:
-        raise bad(InvalidField, "entryCount", f"{count} is negative", pos + 41)
+        raise bad(InvalidField, "entryCount", f"{count} is negative", 41)
     if count > limits.max_entries:
         raise bad(LimitExceeded, "entryCount", f"{count} entries, above the limit of "
-                  f"{limits.max_entries} (MarkerLimits.max_entries)", pos + 41)
-    at = pos + 45
+                  f"{limits.max_entries} (MarkerLimits.max_entries)", 41)
+    at = 45
     if count * _ENTRY_HEAD.size > end - at:
         raise bad(InvalidField, "entryCount", f"{count} entries cannot fit in the "
-                  f"{end - at} bytes the size field leaves for them", pos + 41)
+                  f"{end - at} bytes the size field leaves for them", 41)
     entries = []
-    unpack, max_entry, check = _ENTRY_HEAD.unpack_from, limits.max_entry_size, _check_int
+    unpack, max_entry = _ENTRY_HEAD.unpack_from, limits.max_entry_size
     for i in range(count):
         if at + 12 > end:
             raise bad(InvalidField, f"entries[{i}]", "runs past the declared size", at)
-        term, n = unpack(view, at)
+        term, n = unpack(packet, at)
         if term < 1:
-            check(TERM, term, f"entries[{i}].term", base + at)
+            _check_int(TERM, term, f"entries[{i}].term", origin + at)
         if n < 0 or n > max_entry:
             error = InvalidField if n < 0 else LimitExceeded
             raise bad(error, f"entries[{i}].dataLength", f"{n} bytes" + (
@@ -564,7 +574,7 @@ def _decode_append(view: memoryview, pos: int, end: int, base: int,
         if at > end:
             raise bad(InvalidField, f"entries[{i}].dataLength",
                       f"{n} bytes run past the declared size", start - 4)
-        entries.append(LogEntry(term, bytes(view[start:start + n])))
+        entries.append(LogEntry(term, packet[start:start + n]))
     return AppendEntriesRequest(head[1], head[2], head[3], head[4], head[5], tuple(entries))
 
 
