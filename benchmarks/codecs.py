@@ -60,6 +60,25 @@ def values(n: int, size: int) -> list[bytes]:
     return [(i.to_bytes(4, "big") * (size // 4 + 1))[:size] for i in range(n)]
 
 
+def one_message_cases(protocol: str, batch: int, message: Any, encode: Callable,
+                      decode: Callable, raw: list, baseline_encode: Callable,
+                      baseline_decode: Callable) -> list[Case]:
+    """Encode and decode one big message `batch` times, the codec against its baseline
+    (which must write the same bytes and read back the same `raw` entries)."""
+    wire = encode(message)
+    assert baseline_encode() == wire and baseline_decode(wire) == raw
+    assert decode(wire) == message
+    name = f"{protocol} AppendEntries({ENTRIES} x {ENTRY_SIZE} B)"
+    return [
+        Case(f"{name} encode", batch, batch * len(wire),
+             lambda: [encode(message) for _ in range(batch)],
+             lambda: [baseline_encode() for _ in range(batch)]),
+        Case(f"{name} decode", batch, batch * len(wire),
+             lambda: [decode(wire) for _ in range(batch)],
+             lambda: [baseline_decode(wire) for _ in range(batch)]),
+    ]
+
+
 # ----------------------------------------------------------------- marker AppendEntries
 
 def marker_cases(batch: int) -> list[Case]:
@@ -85,17 +104,8 @@ def marker_cases(batch: int) -> list[Case]:
             at += 12 + n + n % 8
         return out
 
-    wire = marker.encode(packet)
-    assert baseline_encode() == wire and baseline_decode(wire) == raw
-    assert marker.decode(wire) == packet
-    return [
-        Case("marker AppendEntries(1000 x 100 B) encode", batch, batch * len(wire),
-             lambda: [marker.encode(packet) for _ in range(batch)],
-             lambda: [baseline_encode() for _ in range(batch)]),
-        Case("marker AppendEntries(1000 x 100 B) decode", batch, batch * len(wire),
-             lambda: [marker.decode(wire) for _ in range(batch)],
-             lambda: [baseline_decode(wire) for _ in range(batch)]),
-    ]
+    return one_message_cases("marker", batch, packet, marker.encode, marker.decode, raw,
+                             baseline_encode, baseline_decode)
 
 
 # ------------------------------------------------------------ Garlic Farm AppendEntries
@@ -122,17 +132,8 @@ def jraft_cases(batch: int) -> list[Case]:
             at += 13 + n
         return out
 
-    wire = jraft.encode(request)
-    assert baseline_encode() == wire and baseline_decode(wire) == raw
-    assert jraft.decode(wire) == request
-    return [
-        Case("garlicfarm AppendEntries(1000 x 100 B) encode", batch, batch * len(wire),
-             lambda: [jraft.encode(request) for _ in range(batch)],
-             lambda: [baseline_encode() for _ in range(batch)]),
-        Case("garlicfarm AppendEntries(1000 x 100 B) decode", batch, batch * len(wire),
-             lambda: [jraft.decode(wire) for _ in range(batch)],
-             lambda: [baseline_decode(wire) for _ in range(batch)]),
-    ]
+    return one_message_cases("garlicfarm", batch, request, jraft.encode, jraft.decode, raw,
+                             baseline_encode, baseline_decode)
 
 
 # ------------------------------------------------------------------------- Dafka RECORD

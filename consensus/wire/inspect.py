@@ -210,28 +210,28 @@ def codec_named(name: Any, option: str = "--protocol") -> Codec:
 
 # ------------------------------------------------------------------------------ CLI
 
+_USAGE = {
+    "decode": ("HEX", "Decode wire bytes (hex) to one JSON object per message.",
+               "TCP protocols: the HEX arguments are one byte stream (several messages "
+               "allowed).\nZeroMQ protocols: each HEX argument is one frame of one message; "
+               'use "" for an empty frame.\nWithout HEX, read stdin (ZeroMQ: one message per '
+               "line, frames separated by spaces).\nHex may contain spaces, colons and 0x."
+               "\n\nexample: garlicfarm decode --protocol marker 63 01 4ac9a203"),
+    "encode": ("JSON", "Encode JSON messages (as `garlicfarm decode` prints them) to hex.",
+               "Prints one line per message: hex; for ZeroMQ protocols the frames separated "
+               'by spaces ("" = empty frame).\nWithout JSON, read JSON objects from stdin '
+               "(so `decode | encode` round-trips).\n\nexample: garlicfarm encode "
+               '--protocol marker \'{"message": "ConnectResponse", "success": true}\''),
+}
+
+
 def _parser(command: str) -> argparse.ArgumentParser:
     protocols = ", ".join(f"{c.name} ({c.transport})" for c in PROTOCOLS.values())
-    if command == "decode":
-        parser = argparse.ArgumentParser(
-            prog="garlicfarm decode", formatter_class=argparse.RawDescriptionHelpFormatter,
-            description="Decode wire bytes (hex) to one JSON object per message.",
-            epilog="TCP protocols: the HEX arguments are one byte stream (several messages "
-            "allowed).\nZeroMQ protocols: each HEX argument is one frame of one message; "
-            'use "" for an empty frame.\nWithout HEX, read stdin (ZeroMQ: one message per '
-            "line, frames separated by spaces).\nHex may contain spaces, colons and 0x.\n\n"
-            "example: garlicfarm decode --protocol marker 63 01 4ac9a203")
-        parser.add_argument("hex", nargs="*", metavar="HEX")
-    else:
-        parser = argparse.ArgumentParser(
-            prog="garlicfarm encode", formatter_class=argparse.RawDescriptionHelpFormatter,
-            description="Encode JSON messages (as `garlicfarm decode` prints them) to hex.",
-            epilog="Prints one line per message: hex; for ZeroMQ protocols the frames "
-            'separated by spaces ("" = empty frame).\nWithout JSON, read JSON objects '
-            "from stdin (so `decode | encode` round-trips).\n\n"
-            'example: garlicfarm encode --protocol marker \'{"message": "ConnectResponse", '
-            '"success": true}\'')
-        parser.add_argument("json", nargs="*", metavar="JSON")
+    positional, description, epilog = _USAGE[command]
+    parser = argparse.ArgumentParser(prog=f"garlicfarm {command}", description=description,
+                                     epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(positional.lower(), nargs="*", metavar=positional)
     parser.add_argument("--protocol", "-p", choices=list(PROTOCOLS),
                         required=command == "decode",
                         help=f"one of: {protocols}" + (
