@@ -17,7 +17,10 @@ non-negative multiple of 8 and a non-negative length with ``8 + indexLength + da
 == len(content)``. Every FileBased pack satisfies this by construction. An H2 pack
 satisfies it only if its first record's term is >= 2**32 (the term's high half lands in
 dataLength; with a smaller term dataLength is 0, leaving exactly 8 bytes for records of at
-least 13), so no real H2 pack is mistaken for FileBased; anything else is parsed as H2.
+least 13), so no real H2 pack is mistaken for FileBased; anything else is parsed as H2,
+and so is content whose sizes line up but which does not parse as FileBased. Only content
+valid in both layouts (an H2 pack with such a term, and index offsets and value types
+that happen to fit) is read as FileBased.
 
 Deflate output differs between compressors, so packs compare by content (`entries`,
 `format`, `base_offset`): the gzip bytes received are kept in `compressed` (excluded from
@@ -34,9 +37,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from consensus.wire.errors import ChecksumMismatch, InvalidField, LimitExceeded, Truncated
+from consensus.wire.errors import (ChecksumMismatch, InvalidField, LimitExceeded, ProtocolError,
+                                   Truncated)
 from consensus.wire.jraft_values import (DEFAULT_LIMITS, I64, JRaftLimits, LogEntry, Reader,
-                                         ValueType, decode_payload, entry_from_json,
+                                         ValueType, check_payload, entry_from_json,
                                          entry_to_json, error, field_scope, join, json_hex,
                                          json_int, json_list, json_object, pack_ints)
 
@@ -153,16 +157,11 @@ class LogPack:
             return cls(LogPackFormat.EMPTY, compressed=b"")
         limit = limits.max_log_pack_size if max_uncompressed is None else max_uncompressed
         content = gunzip_bounded(data, limit, base)
-        if _looks_file_based(content):
-            pack_format = LogPackFormat.FILE_BASED
-            base_offset, entries = _parse_file_based(content, limits)
-        else:
-            pack_format, base_offset, entries = LogPackFormat.H2, 0, _parse_h2(content, limits)
+        pack_format, base_offset, entries = _parse_content(content, limits)
         for i, entry in enumerate(entries):
             # Nested packs are not opened: a pack of packs would multiply the work.
             if entry.value_type not in (ValueType.APPLICATION, ValueType.LOG_PACK):
-                with field_scope(f"records[{i}]"):
-                    decode_payload(entry.value_type, entry.value, limits)
+                check_payload(f"records[{i}]", entry.value_type, entry.value, limits)
         return cls(pack_format, entries, base_offset, compressed=bytes(data))
 
     # -- JSON ---------------------------------------------------------------------------
@@ -196,12 +195,26 @@ class LogPack:
         if "gzip" not in obj:
             return pack
         compressed = json_hex(obj, "gzip", path)
-        with field_scope(join(path, "gzip")):
+        with field_scope(path):
             received = cls.from_bytes(compressed)
         if received != pack:
             raise error(InvalidField, join(path, "gzip"), "does not hold the listed entries; "
                         "drop the gzip key to compress them afresh")
         return received
+
+
+def _parse_content(content: bytes, limits: JRaftLimits
+                   ) -> tuple[LogPackFormat, int, tuple[LogEntry, ...]]:
+    """FileBased when the sizes say so and it parses; otherwise H2 (module docstring)."""
+    if not _looks_file_based(content):
+        return LogPackFormat.H2, 0, _parse_h2(content, limits)
+    try:
+        return (LogPackFormat.FILE_BASED, *_parse_file_based(content, limits))
+    except ProtocolError as file_based_error:
+        try:
+            return LogPackFormat.H2, 0, _parse_h2(content, limits)
+        except ProtocolError:
+            raise file_based_error from None
 
 
 def _looks_file_based(content: bytes) -> bool:

@@ -453,6 +453,14 @@ def decode_payload(value_type: ValueType, value: bytes, limits: JRaftLimits = DE
     return _DECODERS[value_type](value, limits, base)
 
 
+def check_payload(field: str, value_type: ValueType, value: bytes, limits: JRaftLimits,
+                  base: int = 0) -> None:
+    """Raise if ``value`` does not parse as ``value_type``, naming e.g.
+    ``entries[0].configuration.logIndex``."""
+    with field_scope(f"{field}.{_JSON_KEYS[value_type]}"):
+        decode_payload(value_type, value, limits, base)
+
+
 # ---------------------------------------------------------------------------------------
 # The log entry.
 
@@ -516,8 +524,7 @@ def decode_entries(data: bytes, pos: int, end: int, limits: JRaftLimits) -> tupl
                     value, limits, start, max_uncompressed=pack_budget)
             pack_budget -= pack.uncompressed_size
         elif value_type is not ValueType.APPLICATION:
-            with field_scope(f"{field}.{_JSON_KEYS[value_type]}"):
-                decode_payload(value_type, value, limits, start)
+            check_payload(field, value_type, value, limits, start)
         entries.append(LogEntry(term, value_type, value))
         pos = start + size
     return tuple(entries)
