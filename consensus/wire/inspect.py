@@ -130,7 +130,9 @@ def decode_stream(codec: Codec, data: bytes) -> Decoded:
     if decoded and not result.errors:
         again = b"".join(module.encode(message) for message in decoded)
         if again != data:
-            result.notes.append(_non_canonical(codec, data, again))
+            at = next((i for i, (a, b) in enumerate(zip(data, again)) if a != b),
+                      min(len(data), len(again)))
+            result.notes.append(_non_canonical(codec, f"byte {at}"))
     return result
 
 
@@ -154,8 +156,12 @@ def decode_frames(codec: Codec, frames: list[bytes], channel: str | None = None)
         return Decoded([], [str(error)], [])
     result = Decoded([_json_of(codec, module, message)], [], [])
     again = module.encode(message)
-    if again != frames:
-        result.notes.append(_non_canonical(codec, b"".join(frames), b"".join(again)))
+    if again != list(frames):
+        index = next((i for i, (a, b) in enumerate(zip(frames, again)) if a != b),
+                     min(len(frames), len(again)))
+        where = f"frame {index}" if index < min(len(frames), len(again)) else \
+            f"the frame count ({len(again)}, not {len(frames)})"
+        result.notes.append(_non_canonical(codec, where))
     return result
 
 
@@ -176,11 +182,9 @@ def _json_of(codec: Codec, module: ModuleType, message: Any) -> dict[str, Any]:
     return {"protocol": codec.name, **module.to_json(message)}
 
 
-def _non_canonical(codec: Codec, given: bytes, again: bytes) -> str:
-    at = next((i for i, (a, b) in enumerate(zip(given, again)) if a != b),
-              min(len(given), len(again)))
-    return (f"note: {codec.name}: accepted, but the input is not in canonical form: "
-            f"encoding the message gives different bytes from byte {at} on")
+def _non_canonical(codec: Codec, where: str) -> str:
+    return (f"note: {codec.name}: accepted (as a lenient peer would), but the input is not "
+            f"in canonical form: encoding the message differs at {where}")
 
 
 def encode_json(obj: Any, protocol: str | None, where: str) -> tuple[Codec, list[bytes]]:
@@ -263,22 +267,29 @@ def command_main(name: str, argv: list[str]) -> int:
         return EXIT_INTERNAL_ERROR
 
 
+_NO_INPUT = "no bytes to decode: give HEX arguments or pipe hex into stdin"
+
+
 def _decode(args: argparse.Namespace, out: "_Output") -> int:
     codec = codec_named(args.protocol)
     if args.channel is not None and not codec.framed:
         _channel(codec, codec.module(), args.channel)
     results = []
     if not codec.framed:
-        text = args.hex if args.hex else [sys.stdin.read()]
+        text = args.hex if args.hex else [_read_stdin("hex")]
         data = b"".join(parse_hex(t, f"argument {i}" if args.hex else "stdin")
                         for i, t in enumerate(text, 1))
+        if not data:
+            raise InputError(_NO_INPUT)
         results.append(("", decode_stream(codec, data)))
     elif args.hex:
         frames = [parse_hex(t, f"argument {i}") for i, t in enumerate(args.hex, 1)]
         results.append(("", decode_frames(codec, frames, args.channel)))
     else:
-        lines = [(n, line) for n, line in enumerate(sys.stdin.read().splitlines(), 1)
+        lines = [(n, line) for n, line in enumerate(_read_stdin("hex").splitlines(), 1)
                  if line.strip() and not line.lstrip().startswith("#")]
+        if not lines:
+            raise InputError(_NO_INPUT)
         for n, line in lines:
             frames = [parse_hex(t, f"line {n}") for t in line.split()]
             where = f"line {n}: " if len(lines) > 1 else ""
@@ -299,13 +310,24 @@ def _encode(args: argparse.Namespace, out: "_Output") -> int:
     if args.json:
         sources = [(f"argument {i}", text) for i, text in enumerate(args.json, 1)]
     else:
-        sources = [("stdin", sys.stdin.read())]
-    for where, text in sources:
-        for n, obj in enumerate(_json_values(text, where), 1):
-            label = where if n == 1 else f"{where}, object {n}"
-            codec, frames = encode_json(obj, args.protocol, label)
-            out.line(format_frames(frames) if codec.framed else frames[0].hex())
+        sources = [("stdin", _read_stdin("JSON messages"))]
+    objects = [(where if n == 1 else f"{where}, object {n}", obj) for where, text in sources
+               for n, obj in enumerate(_json_values(text, where), 1)]
+    for where, obj in objects:
+        try:
+            codec, frames = encode_json(obj, args.protocol, where)
+        except ProtocolError as error:
+            if len(objects) == 1:
+                raise
+            raise InputError(f"{where}: {error}") from None
+        out.line(format_frames(frames) if codec.framed else frames[0].hex())
     return 0
+
+
+def _read_stdin(what: str) -> str:
+    if sys.stdin.isatty():
+        print(f"reading {what} from stdin; end with Ctrl-D", file=sys.stderr)
+    return sys.stdin.read()
 
 
 def _json_values(text: str, where: str) -> Iterator[Any]:

@@ -34,9 +34,11 @@ Where TaskFlux's reader is lenient we are too, so a real peer is never refused: 
 non-zero Bool byte reads as true, padding bytes and bytes after the last entry (within
 ``A``'s size) are not inspected, and ConnectRequest's CRC is never checked by TaskFlux --
 we accept that packet as well but set ``ConnectRequest.checksum_ok = False``. We are
-stricter only where TaskFlux would read past the declared size or throw: a negative entry
-count (TaskFlux silently reads zero entries), a negative length, an entry that runs past
-the size. The encoder always writes the canonical form (Bool 1/0, zero padding, right CRC).
+stricter in three places, all of which TaskFlux never writes: a negative entry count (its
+reader takes it as zero entries), a negative data length (its reader throws an
+OverflowException), an entry running past A's size (its reader reads on into the CRC).
+The encoder always writes the canonical form (Bool 1/0, zero padding, the right CRC);
+`garlicfarm decode` notes when an accepted input was not in that form.
 """
 from __future__ import annotations
 
@@ -59,17 +61,17 @@ crc32_mpeg2 = crcmod.predefined.mkCrcFun("crc-32-mpeg")
 
 class Marker(enum.IntEnum):
     """The first byte of every packet: an ASCII letter naming the packet type."""
-    APPEND_ENTRIES_REQUEST = 0x41          # 'A'
-    APPEND_ENTRIES_RESPONSE = 0x61         # 'a'
-    CONNECT_REQUEST = 0x43                 # 'C'
-    CONNECT_RESPONSE = 0x63                # 'c'
-    REQUEST_VOTE_REQUEST = 0x56            # 'V'
-    REQUEST_VOTE_RESPONSE = 0x76           # 'v'
-    INSTALL_SNAPSHOT_REQUEST = 0x53        # 'S'
-    INSTALL_SNAPSHOT_RESPONSE = 0x73       # 's'
-    INSTALL_SNAPSHOT_CHUNK_REQUEST = 0x42  # 'B'
-    INSTALL_SNAPSHOT_CHUNK_RESPONSE = 0x62 # 'b'
-    RETRANSMIT_REQUEST = 0x52              # 'R' (sent by the receiver of a corrupt packet)
+    APPEND_ENTRIES_REQUEST = 0x41           # 'A'
+    APPEND_ENTRIES_RESPONSE = 0x61          # 'a'
+    CONNECT_REQUEST = 0x43                  # 'C'
+    CONNECT_RESPONSE = 0x63                 # 'c'
+    REQUEST_VOTE_REQUEST = 0x56             # 'V'
+    REQUEST_VOTE_RESPONSE = 0x76            # 'v'
+    INSTALL_SNAPSHOT_REQUEST = 0x53         # 'S'
+    INSTALL_SNAPSHOT_RESPONSE = 0x73        # 's'
+    INSTALL_SNAPSHOT_CHUNK_REQUEST = 0x42   # 'B'
+    INSTALL_SNAPSHOT_CHUNK_RESPONSE = 0x62  # 'b'
+    RETRANSMIT_REQUEST = 0x52               # 'R' (sent by the receiver of a corrupt packet)
 
 
 # ---------------------------------------------------------------------------------------
@@ -77,6 +79,7 @@ class Marker(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class _Int:
+    """A signed integer field: struct format and the range the protocol allows."""
     fmt: str
     low: int
     high: int

@@ -109,20 +109,22 @@ def test_bad_hex_is_one_line_naming_the_argument(capsys, argv, message):
 HEARTBEAT = load("marker/taskflux_vectors.jsonl")[0]["hex"]
 
 
-@pytest.mark.parametrize("protocol,hexes,field", [
-    ("marker", [HEARTBEAT[:-1] + "8"], "crc"),
-    ("marker", [HEARTBEAT[:44]], "prevLogTerm"),
-    ("marker", ["7300000000000000006904bb59"], "currentTerm"),
-    ("marker", ["5a"], "marker"),
-    ("marker", ["41ffffffff"], "size"),
-    ("dafka", ["4d68656c6c6f000105776f726c640000000000000001", "68656c6c6f"], "address"),
-    ("chp", ["2f61", "0001", '""', '""', "68"], "sequence"),
+@pytest.mark.parametrize("protocol,hexes,where", [
+    ("marker", [HEARTBEAT[:-1] + "8"], "marker: crc"),
+    ("marker", [HEARTBEAT[:44]], "marker: prevLogTerm"),
+    ("marker", ["7300000000000000006904bb59"], "marker: currentTerm"),
+    ("marker", ["5a"], "marker: marker"),
+    ("marker", ["41ffffffff"], "marker: size"),
+    ("garlicfarm", ["ff00"], "jraft: messageType"),
+    ("garlicfarm", ["03" + "00" * 40 + "ffffffff"], "jraft: logDataSize"),
+    ("dafka", ["4d68656c6c6f000105776f726c640000000000000001", "68656c6c6f"], "dafka: address"),
+    ("chp", ["2f61", "0001", '""', '""', "68"], "chp: sequence"),
 ])
-def test_invalid_input_is_one_line_naming_the_field_and_exit_1(capsys, protocol, hexes, field):
+def test_invalid_input_is_one_line_naming_the_field_and_exit_1(capsys, protocol, hexes, where):
     codec_available(protocol)
     status, out, err = run(capsys, "decode", "-p", protocol, *hexes)
     assert status == 1 and out == [] and len(err) == 1
-    assert err[0].startswith(f"garlicfarm decode: {protocol}: {field}: "), err[0]
+    assert err[0].startswith(f"garlicfarm decode: {where}: "), err[0]
 
 
 def test_the_crc_error_reads_as_documented(capsys):
@@ -143,7 +145,7 @@ def test_a_corrupt_packet_mid_stream_is_reported_and_the_rest_still_decodes(caps
 def test_lenient_input_is_decoded_with_a_note_that_it_is_not_canonical(capsys):
     status, out, err = run(capsys, "decode", "-p", "marker", "6302478a84da")  # Bool byte 2
     assert status == 0 and json.loads(out[0])["success"] is True
-    assert len(err) == 1 and "not in canonical form" in err[0] and "from byte 1" in err[0]
+    assert len(err) == 1 and "not in canonical form" in err[0] and "differs at byte 1" in err[0]
 
 
 @pytest.mark.parametrize("argv,field", [
@@ -222,3 +224,19 @@ def test_console_command_bad_input_is_one_line_without_a_traceback():
         "garlicfarm decode: marker: crc: the input ends inside the AppendEntriesRequest "
         "(48 of 49 bytes) at byte 48"]
     assert "Traceback" not in result.stderr
+
+
+def test_no_input_at_all_is_an_error_that_says_how_to_give_some(capsys, monkeypatch):
+    for protocol in ("marker", "dafka"):
+        status, out, err = run(capsys, "decode", "-p", protocol, monkeypatch=monkeypatch,
+                               stdin="\n# only a comment\n")
+        assert status == 1 and out == []
+        assert err == ["garlicfarm decode: no bytes to decode: give HEX arguments or pipe "
+                       "hex into stdin"]
+
+
+def test_with_several_messages_an_encode_error_names_the_one_at_fault(capsys):
+    status, out, err = run(capsys, "encode", "-p", "marker", '{"message": "RetransmitRequest"}',
+                           '{"message": "ConnectRequest"}')
+    assert status == 1 and out == ["52ffffffff"]
+    assert err == ["garlicfarm encode: argument 2: marker: nodeId: missing"]
