@@ -1,0 +1,539 @@
+"""The CHP client: a live replica of a subtree of a clone server's map, plus updates.
+
+Usage (the API later code programs against)::
+
+    from connectors.chp.client import CloneClient
+
+    with CloneClient(["127.0.0.1:5556", "127.0.0.1:5566"], subtree=b"/orders/") as chp:
+        chp.wait_synced(timeout=10)                  # -> the sequence synced at
+        chp.get(b"/orders/1")                        # -> bytes | None
+        chp.entry(b"/orders/1")                      # -> Entry | None (sequence, uuid, ...)
+        chp.items()                                  # -> [(key, value)] under the subtree
+        snap = chp.snapshot(b"/orders/")             # -> MapSnapshot(sequence, entries)
+        chp.set(b"/orders/2", b"v", ttl=30)          # -> SetReceipt(uuid, sequence=None)
+        chp.set(b"/orders/3", b"v", uuid=my_uuid, properties={b"origin": b"spark"},
+                confirm=True)                        # waits for the KVPUB: receipt.sequence
+        chp.delete(b"/orders/2")
+        for entry in chp.watch(include_snapshot=True):   # Entry per change, in order
+            ...
+        chp.watch(callback=handle)                   # handle(entry) on the client's thread
+
+`Entry` (from `kvmap`) is what the replica stores: key, sequence of the update that set
+it, the setter's UUID, properties (a ttl in them is absolute, epoch milliseconds) and
+body; a delete is an `Entry` whose body is empty (`entry.deleted`). `snapshot()` and the
+watch stream are consistent: a watch opened with ``include_snapshot=True`` first yields
+the entries of the snapshot it was registered at, then every later change.
+
+How it works, as the zguide clone client (clone.py), and more: a background thread
+owns the sockets. It subscribes (SUB to P+1, to the subtree and HUGZ), waits until the
+subscription is live, asks for the snapshot (DEALER to P, ICANHAZ?), then applies the
+KVPUBs whose sequence is above the last one (`replica.Replica`). Silence (no HUGZ, no
+update) for `server_timeout` means the server failed: the client moves to the next
+server and resynchronises; after a resync the watch stream carries the differences.
+A server whose sequence goes backwards (it restarted without its data) or, for a replica
+of the whole map, a skipped sequence (a lost update) also triggers a resync.
+
+KVSETs go to every server's collector (P+2), as Binary Star needs, each through its own
+XPUB, so that a KVSET is held until that server's collector has subscribed rather than
+dropped by ZeroMQ as a PUB would (a short-lived `garlicfarm chp set` then loses nothing).
+With ``confirm=True`` `set` returns once the server's KVPUB of that UUID came back, with
+its sequence; the key must then be inside the client's subtree.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+import uuid as uuid_module
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import zmq
+
+from consensus.wire.errors import ProtocolError
+
+from .address import ServerAddress, parse_address
+from .errors import ChpError, ChpTimeout, ConfigError
+from .kvmap import Entry
+from .proto import (DEFAULT_LIMITS, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz, Limits,
+                    decode, encode, format_properties, pack_sequence)
+from .replica import Replica, Synced
+from .zmqio import NOBLOCK, recv_frames, send_frames
+
+log = logging.getLogger("garlicfarm.chp.client")
+
+SERVER_TTL = 5.0          # seconds of silence before failing over (zguide SERVER_TTL)
+MAX_HELD = 100_000        # KVSETs held per server while its collector is not subscribed
+_SET, _STOP = b"SET", b"STOP"
+
+Bytesish = bytes | str
+
+
+@dataclass(frozen=True, slots=True)
+class MapSnapshot:
+    """The replica's entries under a subtree, as of `sequence`."""
+    sequence: int
+    entries: dict[bytes, Entry]
+
+
+@dataclass(frozen=True, slots=True)
+class SetReceipt:
+    """What `set` sent: the UUID, and the sequence the server gave it when confirmed."""
+    uuid: bytes
+    sequence: int | None = None
+
+
+class Watch:
+    """A stream of `Entry` changes, in order. Iterate, or `get(timeout)`; `close()`
+    ends it (iteration stops). Unread changes queue without bound."""
+
+    def __init__(self, client: "CloneClient") -> None:
+        self._client = client
+        self._queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self.closed = False
+
+    def put(self, entry: Entry) -> None:
+        self._queue.put(entry)
+
+    def get(self, timeout: float | None = None) -> Entry | None:
+        """The next change, or None after `timeout` seconds or once closed."""
+        if self.closed and self._queue.empty():
+            return None
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def __iter__(self) -> Iterator[Entry]:
+        while True:
+            entry = self.get()
+            if entry is None:
+                return
+            yield entry
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._client._unwatch(self)
+            self._queue.put(None)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Callback:
+    def __init__(self, fn: Callable[[Entry], None]) -> None:
+        self.fn = fn
+
+    def put(self, entry: Entry) -> None:
+        try:
+            self.fn(entry)
+        except Exception:   # a watcher's bug must not kill the client
+            log.exception("chp client: watch callback failed")
+
+
+class _Waiter:
+    __slots__ = ("event", "entry")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.entry: Entry | None = None
+
+
+class _Outlet:
+    """One server's collector, fed through its own XPUB so we know when it listens."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock = sock
+        self.subscribed = False
+        self.held: collections.deque[list[bytes]] = collections.deque(maxlen=MAX_HELD)
+
+
+def _bytes(value: Bytesish, what: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise ConfigError(f"{what} must be bytes or str, not {type(value).__name__}")
+
+
+class CloneClient:
+    """A replica of `subtree` of the map served by `servers` (tried in order)."""
+
+    def __init__(self, servers: Sequence[str] | str = "127.0.0.1:5556",
+                 subtree: Bytesish = b"", *, server_timeout: float = SERVER_TTL,
+                 limits: Limits = DEFAULT_LIMITS) -> None:
+        if isinstance(servers, str):
+            servers = [servers]
+        if not servers:
+            raise ConfigError("--server: name at least one server as HOST:PORT")
+        self.servers: list[ServerAddress] = [parse_address(s) for s in servers]
+        self.subtree = _bytes(subtree, "subtree")
+        if not server_timeout > 0:
+            raise ConfigError(f"server_timeout must be positive, got {server_timeout!r}")
+        self.server_timeout = server_timeout
+        self.limits = limits
+        self.failovers = 0
+        self._replica = Replica(self.subtree)
+        self._lock = threading.Lock()
+        self._watchers: list[Watch | _Callback] = []
+        self._waiters: dict[bytes, _Waiter] = {}
+        self._synced = threading.Event()
+        self._ever_synced = threading.Event()
+        self._ctx = zmq.Context()
+        self._pipe_lock = threading.Lock()
+        self._pipe = self._ctx.socket(zmq.PAIR)
+        self._pipe.linger = 0
+        address = f"inproc://chp-client-{id(self):x}"
+        self._pipe.bind(address)
+        self._agent = _Agent(self, address)
+        self._thread = threading.Thread(target=self._agent.run, name="chp-client",
+                                        daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------------- reading
+    @property
+    def sequence(self) -> int:
+        return self._replica.map.sequence
+
+    @property
+    def server(self) -> ServerAddress:
+        """The server the client is (or is trying to get) in sync with."""
+        return self.servers[self._agent.current]
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> int:
+        """Block until the replica is live; returns its sequence."""
+        if not self._synced.wait(timeout):
+            raise ChpTimeout(f"no snapshot from {', '.join(map(str, self.servers))} within "
+                             f"{timeout}s: are the servers up, and is --server their "
+                             "snapshot port?")
+        return self.sequence
+
+    def _first_sync(self, timeout: float | None) -> None:
+        if not self._ever_synced.is_set():
+            self.wait_synced(self.server_timeout * 2 if timeout is None else timeout)
+
+    def entry(self, key: Bytesish, *, timeout: float | None = None) -> Entry | None:
+        """The stored entry of `key`. Waits for the first sync (`timeout`, default
+        twice the server timeout); later, during a failover, answers from the last
+        synchronised state."""
+        self._first_sync(timeout)
+        return self._replica.map.get(_bytes(key, "key"))
+
+    def get(self, key: Bytesish, default: bytes | None = None, *,
+            timeout: float | None = None) -> bytes | None:
+        found = self.entry(key, timeout=timeout)
+        return default if found is None else found.body
+
+    def snapshot(self, subtree: Bytesish = b"", *, timeout: float | None = None
+                 ) -> MapSnapshot:
+        """The entries under `subtree` and the sequence they are consistent with."""
+        self._first_sync(timeout)
+        prefix = _bytes(subtree, "subtree")
+        with self._lock:
+            clone = self._replica.map
+            return MapSnapshot(clone.sequence, {e.key: e for e in clone.entries(prefix)})
+
+    def items(self, subtree: Bytesish = b"", *, timeout: float | None = None
+              ) -> list[tuple[bytes, bytes]]:
+        """(key, value) under `subtree`, sorted by key."""
+        entries = self.snapshot(subtree, timeout=timeout).entries
+        return sorted((key, e.body) for key, e in entries.items())
+
+    # ----------------------------------------------------------------- watching
+    def watch(self, callback: Callable[[Entry], None] | None = None, *,
+              include_snapshot: bool = False) -> Watch | None:
+        """Changes from now on (after the current entries, with `include_snapshot`):
+        as a `Watch` iterator, or passed to `callback` on the client's thread."""
+        watcher: Watch | _Callback = Watch(self) if callback is None else _Callback(callback)
+        with self._lock:
+            if include_snapshot:
+                for entry in self._replica.map.entries(self.subtree):
+                    watcher.put(entry)
+            self._watchers.append(watcher)
+        return watcher if isinstance(watcher, Watch) else None
+
+    def _unwatch(self, watcher: Watch) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    # ----------------------------------------------------------------- writing
+    def set(self, key: Bytesish, value: Bytesish, *, ttl: float | None = None,
+            uuid: bytes | None = None,
+            properties: Mapping[Bytesish, Bytesish] | Iterable[tuple[Bytesish, Bytesish]] = (),
+            confirm: bool = False, timeout: float | None = None) -> SetReceipt:
+        """Send a KVSET to every server. `ttl`: seconds until the server deletes the
+        key. `uuid`: 16 bytes (default: a fresh uuid4). `properties`: extra name=value
+        pairs. `confirm`: wait (up to `timeout`, default the server timeout) for the
+        KVPUB and return its sequence. An empty value deletes the key."""
+        key_b = _bytes(key, "key")
+        if not key_b or key_b in RESERVED_KEYS:
+            raise ConfigError(f"key {key_b!r} is reserved by the protocol; choose another")
+        uuid_b = uuid_module.uuid4().bytes if uuid is None else bytes(uuid)
+        if len(uuid_b) != UUID_LENGTH:
+            raise ConfigError(f"uuid must be 16 bytes, got {len(uuid_b)}")
+        pairs = list(properties.items() if isinstance(properties, Mapping) else properties)
+        props = [(_bytes(n, "property name"), _bytes(v, "property value")) for n, v in pairs]
+        if ttl is not None:
+            if not ttl > 0:
+                raise ConfigError(f"--ttl: must be a positive number of seconds, got {ttl!r}")
+            props = [p for p in props if p[0] != TTL]
+            props.append((TTL, b"%d" % ttl if float(ttl).is_integer() else repr(ttl).encode()))
+        try:
+            props_raw = format_properties(props)
+        except ProtocolError as exc:
+            raise ConfigError(f"properties: {exc.reason}") from None
+        frames = [key_b, pack_sequence(0), uuid_b, props_raw, _bytes(value, "value")]
+        waiter = None
+        if confirm:
+            if not key_b.startswith(self.subtree):
+                raise ConfigError(f"confirm=True needs key {key_b!r} inside the client's "
+                                  f"subtree {self.subtree!r}, where its KVPUB is seen")
+            waiter = self._waiters[uuid_b] = _Waiter()
+        with self._pipe_lock:
+            send_frames(self._pipe, [_SET, *frames])
+        if waiter is None:
+            return SetReceipt(uuid_b)
+        wait = self.server_timeout if timeout is None else timeout
+        try:
+            if not waiter.event.wait(wait):
+                raise ChpTimeout(f"no server published the update of {key_b!r} within "
+                                 f"{wait}s; it may or may not have been applied")
+        finally:
+            self._waiters.pop(uuid_b, None)
+        return SetReceipt(uuid_b, waiter.entry.sequence)
+
+    def delete(self, key: Bytesish, **kwargs) -> SetReceipt:
+        """A KVSET with an empty value (same options as `set`, but no ttl)."""
+        return self.set(key, b"", **kwargs)
+
+    # ----------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if self._thread.is_alive():
+            with self._pipe_lock:
+                self._pipe.send(_STOP)
+            self._thread.join()
+        with self._lock:
+            watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            if isinstance(watcher, Watch):
+                watcher.closed = True
+                watcher._queue.put(None)
+        self._pipe.close(0)
+        self._ctx.term()
+
+    def __enter__(self) -> "CloneClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- agent side
+    def _deliver(self, entries: Iterable[Entry]) -> None:
+        """Hand applied changes to watchers and confirm waiters (agent thread, lock held)."""
+        watchers, waiters = self._watchers, self._waiters
+        for entry in entries:
+            for watcher in watchers:
+                watcher.put(entry)
+            if waiters:
+                waiter = waiters.get(entry.uuid)
+                if waiter is not None and entry.key.startswith(self.subtree):
+                    waiter.entry = entry
+                    waiter.event.set()
+
+
+class _Agent:
+    """The background thread: owns every socket but the application's end of the pipe."""
+
+    def __init__(self, client: CloneClient, pipe_address: str) -> None:
+        self.client = client
+        self.ctx = client._ctx
+        self.pipe = self.ctx.socket(zmq.PAIR)
+        self.pipe.linger = 0
+        self.pipe.connect(pipe_address)
+        self.outlets = []
+        for server in client.servers:
+            sock = self._socket(zmq.XPUB)
+            sock.xpub_verbose = 1
+            sock.connect(server.collector)
+            self.outlets.append(_Outlet(sock))
+        self.current = 0
+        self.sub: zmq.Socket | None = None
+        self.dealer: zmq.Socket | None = None
+        self.expiry = 0.0
+
+    def _socket(self, kind: int) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.linger = 0
+        sock.setsockopt(zmq.MAXMSGSIZE, self.client.limits.max_frame_bytes)
+        return sock
+
+    def run(self) -> None:
+        try:
+            self._connect(self.current)
+            while self._turn():
+                pass
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            for sock in (self.pipe, self.sub, self.dealer, *(o.sock for o in self.outlets)):
+                if sock is not None:
+                    sock.close(0)
+
+    def _connect(self, index: int) -> None:
+        """(Re)start with server `index`: subscribe, then wait for the subscription."""
+        client = self.client
+        for sock in (self.sub, self.dealer):
+            if sock is not None:
+                sock.close(0)
+        self.current = index
+        server = client.servers[index]
+        self.sub = self._socket(zmq.SUB)
+        self.sub.rcvhwm = 0   # never drop an update we subscribed to
+        self.sub.subscribe(client.subtree)
+        if client.subtree:
+            self.sub.subscribe(b"HUGZ")
+        self.sub.connect(server.publisher)
+        self.dealer = None
+        client._synced.clear()
+        client._replica.restart()
+        self.expiry = time.monotonic() + client.server_timeout
+
+    def _request_snapshot(self) -> None:
+        """A fresh DEALER per request, so no late reply to an older one mixes in."""
+        if self.dealer is not None:
+            self.dealer.close(0)
+        self.dealer = self._socket(zmq.DEALER)
+        self.dealer.connect(self.client.servers[self.current].snapshot)
+        send_frames(self.dealer, encode(self.client._replica.snapshot_request()))
+
+    def _turn(self) -> bool:
+        poller = zmq.Poller()
+        poller.register(self.pipe, zmq.POLLIN)
+        poller.register(self.sub, zmq.POLLIN)
+        if self.dealer is not None:
+            poller.register(self.dealer, zmq.POLLIN)
+        for outlet in self.outlets:
+            poller.register(outlet.sock, zmq.POLLIN)
+        wait = max(0.0, self.expiry - time.monotonic())
+        ready = dict(poller.poll(wait * 1000))
+        if self.pipe in ready and not self._on_pipe():
+            return False
+        for outlet in self.outlets:
+            if outlet.sock in ready:
+                self._on_outlet(outlet)
+        if self.sub in ready:
+            self._on_updates()
+        if self.dealer is not None and self.dealer in ready:
+            self._on_snapshot()
+        if self.client._replica.wants_snapshot:
+            self._request_snapshot()
+        if time.monotonic() >= self.expiry:
+            self._failover()
+        return True
+
+    def _failover(self) -> None:
+        client = self.client
+        nxt = (self.current + 1) % len(client.servers)
+        log.warning("chp client: no word from %s for %.1fs; failing over to %s",
+                    client.servers[self.current], client.server_timeout, client.servers[nxt])
+        client.failovers += 1
+        self._connect(nxt)
+
+    def _on_pipe(self) -> bool:
+        while True:
+            try:
+                frames = recv_frames(self.pipe, NOBLOCK)
+            except zmq.Again:
+                return True
+            if frames[0] == _STOP:
+                return False
+            kvset = frames[1:]
+            for outlet in self.outlets:
+                if outlet.subscribed:
+                    send_frames(outlet.sock, kvset)
+                else:
+                    outlet.held.append(kvset)
+
+    def _on_outlet(self, outlet: _Outlet) -> None:
+        while True:
+            try:
+                frames = recv_frames(outlet.sock, NOBLOCK)
+            except zmq.Again:
+                break
+            if frames[0][:1] == b"\x01":
+                outlet.subscribed = True
+        while outlet.subscribed and outlet.held:
+            send_frames(outlet.sock, outlet.held.popleft())
+
+    def _on_updates(self) -> None:
+        client = self.client
+        replica = client._replica
+        limits = client.limits
+        sub = self.sub
+        now = time.time()
+        applied = []
+        with client._lock:
+            for _ in range(4096):
+                try:
+                    frames = recv_frames(sub, NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    msg = decode(frames, Channel.PUBLISHER, limits)
+                except ProtocolError as exc:
+                    log.warning("chp client: dropped a malformed update from %s: %s",
+                                client.servers[self.current], exc)
+                    continue
+                if type(msg) is Hugz:
+                    replica.on_hugz(msg)
+                else:
+                    entry = replica.on_update(msg, now)
+                    if entry is not None:
+                        applied.append(entry)
+            if applied:
+                client._deliver(applied)
+        self.expiry = time.monotonic() + client.server_timeout
+
+    def _on_snapshot(self) -> None:
+        client = self.client
+        replica = client._replica
+        while True:
+            try:
+                frames = recv_frames(self.dealer, NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                msg = decode(frames, Channel.SNAPSHOT_REPLY, client.limits)
+            except ProtocolError as exc:
+                log.warning("chp client: dropped a malformed snapshot message from %s: %s",
+                            client.servers[self.current], exc)
+                continue
+            with client._lock:
+                synced = replica.on_snapshot(msg, time.time())
+                if synced is not None:
+                    client._deliver(synced.changes)
+            if synced is not None:
+                self._on_synced(synced)
+        self.expiry = time.monotonic() + client.server_timeout
+
+    def _on_synced(self, synced: Synced) -> None:
+        client = self.client
+        if client._replica.live:
+            log.info("chp client: synced with %s at sequence %d (%d changes)",
+                     client.servers[self.current], synced.sequence, len(synced.changes))
+            client._synced.set()
+            client._ever_synced.set()
+
+
+__all__ = ["CloneClient", "MapSnapshot", "SERVER_TTL", "SetReceipt", "Watch"]

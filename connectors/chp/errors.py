@@ -1,0 +1,21 @@
+"""What a CHP client or server tells its user when it cannot do what was asked.
+
+Wire-level problems are `consensus.wire.errors.ProtocolError`s (see `proto`); these are
+the user-facing ones: bad options, and operations that ran out of time.
+"""
+from __future__ import annotations
+
+
+class ChpError(Exception):
+    """A CHP client or server could not do what was asked."""
+
+
+class ConfigError(ChpError, ValueError):
+    """An option or argument is wrong; the message names it and says what to do."""
+
+
+class ChpTimeout(ChpError, TimeoutError):
+    """No server answered in time."""
+
+
+__all__ = ["ChpError", "ChpTimeout", "ConfigError"]

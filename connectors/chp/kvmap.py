@@ -1,0 +1,247 @@
+"""The clone server's map and sequence, as a pure state machine.
+
+Everything a CHP server decides about its data happens here, with no sockets, threads
+or clocks (time comes in as an argument), so the same logic serves the standalone
+server, the Binary Star pair and, later, a replicated map driven by Raft commits:
+
+* `apply(kvset, now)` assigns the next sequence and returns the KVPUB to publish (the
+  client's frames with the new sequence, properties verbatim, so a relative ttl stays
+  relative as both reference peers do). The stored entry keeps an absolute ttl.
+* `follow(kvpub, now)` applies an update published by another server (a passive Binary
+  Star server following the active): its sequence is adopted, a relative ttl made
+  absolute on receipt (SPECS §3).
+* `expire(now)` deletes entries whose ttl has passed and returns their delete KVPUBs.
+* `snapshot_reply(subtree)` gives the KVSYNCs and the KTHXBAI of an ICANHAZ answer.
+* `dump()` / `CloneMap.load(data)` serialise the whole state; with `track_changes` the
+  map records every stored `Entry` (an empty body is a delete) for a write-ahead log,
+  to be drained with `take_changes()` and replayed with `replay(entry)`.
+
+Times are epoch seconds (floats) in, integer epoch milliseconds inside: the C peer's
+unit for absolute ttls, which we emit.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import msgpack
+
+from consensus.wire.errors import InvalidField
+
+from .proto import (PROTOCOL, RESERVED_KEYS, TTL, Kthxbai, Kvpub, Kvset, Kvsync,
+                    format_absolute_ttl, parse_absolute_ttl, parse_properties,
+                    parse_relative_ttl, replace_property)
+
+_DUMP_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored key (or, as a change record, its deletion when `body` is empty).
+    `properties` is the stored form: the ttl, if any, absolute in epoch ms."""
+    key: bytes
+    sequence: int
+    uuid: bytes
+    properties: bytes
+    body: bytes
+    expires_ms: int | None = None
+
+    @property
+    def deleted(self) -> bool:
+        return not self.body
+
+    def to_kvsync(self) -> Kvsync:
+        return Kvsync(self.key, self.sequence, self.uuid, self.properties, self.body)
+
+    def to_record(self) -> list:
+        """The msgpack-able form, for logs and snapshots."""
+        return [self.key, self.sequence, self.uuid, self.properties, self.body]
+
+    @classmethod
+    def from_record(cls, record: list) -> "Entry":
+        key, sequence, uuid, properties, body = record
+        return cls.stored(key, sequence, uuid, properties, body)
+
+    @classmethod
+    def stored(cls, key: bytes, sequence: int, uuid: bytes, properties: bytes,
+               body: bytes) -> "Entry":
+        """An entry whose properties are in stored form (absolute ttl, as in KVSYNC)."""
+        return cls(key, sequence, uuid, properties, body,
+                   _stored_expiry(properties) if body else None)
+
+
+def _stored_expiry(properties: bytes) -> int | None:
+    """The absolute expiry (epoch ms) in stored properties; None when there is none or
+    it cannot be read (a peer's business: we keep the entry rather than guess)."""
+    if TTL + b"=" not in properties:
+        return None
+    try:
+        value = dict(parse_properties(properties)).get(TTL)
+        return None if value is None else parse_absolute_ttl(value)
+    except InvalidField:
+        return None
+
+
+def to_epoch_ms(now: float) -> int:
+    return int(now * 1000)
+
+
+class CloneMap:
+    """The key-value map of a clone server and the sequence of its last update."""
+
+    def __init__(self, sequence: int = 0, entries: Iterable[Entry] = (), *,
+                 track_changes: bool = False) -> None:
+        self.sequence = sequence
+        self._entries: dict[bytes, Entry] = {}
+        self._expiries: list[tuple[int, int, bytes]] = []   # (expires_ms, seq, key) heap
+        self.track_changes = False
+        self._changes: list[Entry] = []
+        for entry in entries:
+            self._store(entry)
+        self.track_changes = track_changes
+
+    # ----------------------------------------------------------------- reading
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._entries
+
+    def get(self, key: bytes) -> Entry | None:
+        return self._entries.get(key)
+
+    def entries(self, subtree: bytes = b"") -> Iterator[Entry]:
+        """Stored entries whose key starts with `subtree` (a byte prefix)."""
+        if not subtree:
+            return iter(list(self._entries.values()))
+        return (e for e in list(self._entries.values()) if e.key.startswith(subtree))
+
+    def snapshot_reply(self, subtree: bytes = b"", uuid: bytes = b""
+                       ) -> list[Kvsync | Kthxbai]:
+        """The answer to ICANHAZ? `subtree`: a KVSYNC per matching entry, then KTHXBAI
+        with the current sequence and the subtree as body (RFC 12, Python peer)."""
+        reply: list[Kvsync | Kthxbai] = [e.to_kvsync() for e in self.entries(subtree)]
+        reply.append(Kthxbai(self.sequence, uuid, b"", subtree))
+        return reply
+
+    def next_expiry(self) -> float | None:
+        """When the earliest ttl runs out (epoch seconds), or None."""
+        self._drop_stale_expiries()
+        return self._expiries[0][0] / 1000 if self._expiries else None
+
+    # ----------------------------------------------------------------- updates
+    def apply(self, update: Kvset, now: float) -> Kvpub:
+        """A client's KVSET: store it (an empty body deletes) under the next sequence
+        and return the KVPUB to publish. Raises `InvalidField` for a reserved or empty
+        key or an unreadable ttl; nothing changes then."""
+        key = update.key
+        if not key or key in RESERVED_KEYS:
+            raise InvalidField("key", f"{key!r} is reserved by the protocol; use another "
+                               "key", protocol=PROTOCOL)
+        properties = update.properties
+        stored = properties
+        expires_ms = None
+        if update.body and TTL + b"=" in properties:
+            stored, expires_ms = _absolute_ttl(properties, now)
+        self.sequence += 1
+        self._store(Entry(key, self.sequence, update.uuid, stored, update.body, expires_ms))
+        return Kvpub(key, self.sequence, update.uuid, properties, update.body)
+
+    def follow(self, update: Kvpub, now: float) -> Entry | None:
+        """An update another server published: apply it if it is newer than our state
+        and adopt its sequence. A republished KVSET's ttl is relative and made absolute
+        here (an unreadable ttl was the publisher's call: the entry is kept without
+        expiry). Returns the stored entry (empty body: a delete), or None if stale."""
+        if update.sequence <= self.sequence:
+            return None
+        properties = update.properties
+        expires_ms = None
+        if update.body and TTL + b"=" in properties:
+            try:
+                properties, expires_ms = _absolute_ttl(properties, now)
+            except InvalidField:
+                properties = update.properties
+        self.sequence = update.sequence
+        entry = Entry(update.key, update.sequence, update.uuid, properties, update.body,
+                      expires_ms)
+        self._store(entry)
+        return entry
+
+    def expire(self, now: float) -> list[Kvpub]:
+        """Delete every entry whose ttl has passed; return their delete KVPUBs (empty
+        body, original UUID, absolute ttl), each with its own new sequence."""
+        now_ms = to_epoch_ms(now)
+        deletes = []
+        heap = self._expiries
+        while heap and heap[0][0] <= now_ms:
+            _, sequence, key = heapq.heappop(heap)
+            entry = self._entries.get(key)
+            if entry is None or entry.sequence != sequence:
+                continue  # updated or deleted since
+            self.sequence += 1
+            self._store(Entry(key, self.sequence, entry.uuid, entry.properties, b""))
+            deletes.append(Kvpub(key, self.sequence, entry.uuid, entry.properties, b""))
+        return deletes
+
+    def _store(self, entry: Entry) -> None:
+        if entry.body:
+            self._entries[entry.key] = entry
+            if entry.expires_ms is not None:
+                heapq.heappush(self._expiries, (entry.expires_ms, entry.sequence, entry.key))
+        else:
+            self._entries.pop(entry.key, None)
+        if self.track_changes:
+            self._changes.append(entry)
+
+    def _drop_stale_expiries(self) -> None:
+        heap = self._expiries
+        while heap:
+            _, sequence, key = heap[0]
+            entry = self._entries.get(key)
+            if entry is not None and entry.sequence == sequence:
+                return
+            heapq.heappop(heap)
+
+    # ----------------------------------------------------------------- durability
+    def take_changes(self) -> list[Entry]:
+        """The entries stored since the last call (deletes have an empty body)."""
+        changes, self._changes = self._changes, []
+        return changes
+
+    def replay(self, change: Entry) -> None:
+        """Re-apply a change taken from a log (recovery); sequences only move forward."""
+        self.sequence = max(self.sequence, change.sequence)
+        self._store(change)
+
+    def dump(self) -> bytes:
+        """The whole state, for a snapshot file."""
+        return msgpack.packb([_DUMP_VERSION, self.sequence,
+                              [e.to_record() for e in self._entries.values()]])
+
+    @classmethod
+    def load(cls, data: bytes, *, track_changes: bool = False) -> "CloneMap":
+        """Inverse of `dump`. Raises `InvalidField` naming what is wrong."""
+        try:
+            version, sequence, records = msgpack.unpackb(data)
+            if version == _DUMP_VERSION:
+                return cls(sequence, map(Entry.from_record, records),
+                           track_changes=track_changes)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise InvalidField("snapshot", f"not a CHP map dump: {exc}",
+                               protocol=PROTOCOL) from None
+        raise InvalidField("snapshot.version", f"unknown CHP map dump version {version!r}",
+                           protocol=PROTOCOL)
+
+
+def _absolute_ttl(properties: bytes, now: float) -> tuple[bytes, int | None]:
+    """Stored properties and expiry for a relative ttl received at `now`."""
+    value = dict(parse_properties(properties)).get(TTL)
+    seconds = None if value is None else parse_relative_ttl(value)
+    if seconds is None:
+        return properties, None
+    expires_ms = to_epoch_ms(now) + round(seconds * 1000)
+    return replace_property(properties, TTL, format_absolute_ttl(expires_ms)), expires_ms
+
+
+__all__ = ["CloneMap", "Entry", "to_epoch_ms"]

@@ -1,0 +1,158 @@
+"""Keeping a copy of a clone server's map: snapshot first, then updates (pure).
+
+Both the client and a passive Binary Star server keep a replica of an active server's
+map the same way, so they share this state machine. It owns no sockets: the caller
+feeds it what arrived on its SUB (KVPUB, HUGZ) and its snapshot DEALER (KVSYNC,
+KTHXBAI) and sends the ICANHAZ it asks for.
+
+Phases:
+
+1. SUBSCRIBING: the SUB is connected but ZeroMQ gives no sign the subscription has
+   reached the server (the slow joiner problem). Asking for the snapshot now could
+   miss the updates published between the snapshot and the subscription taking hold,
+   so we wait for the first message on the SUB, any message (HUGZ comes every second;
+   our own server also sends one as soon as it sees a new subscription).
+2. REQUESTING: the subscription is live; `wants_snapshot` tells the caller to send
+   `snapshot_request()`.
+3. SYNCING: KVSYNCs are collected, updates buffered; KTHXBAI's sequence S ends it, the
+   buffered updates above S are applied and `on_snapshot` returns a `Synced` with what
+   changed against the replica we had before.
+4. LIVE: an update is applied only if its sequence is above the last one (RFC 12).
+   Beyond the reference clients, a resync is asked for (back to REQUESTING) when the
+   server's sequence goes backwards (a HUGZ below our sequence: it restarted without
+   its data) and, for a replica of the whole map (empty subtree, whose sequences are
+   consecutive), when a sequence is skipped (an update was lost on the way).
+
+Times are epoch seconds, used to turn relative ttls into absolute ones.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .kvmap import CloneMap, Entry
+from .proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvsync
+
+MAX_BUFFERED = 1_000_000   # updates buffered while syncing before starting over
+
+
+class Phase(enum.Enum):
+    SUBSCRIBING = "subscribing"
+    REQUESTING = "requesting"
+    SYNCING = "syncing"
+    LIVE = "live"
+
+
+@dataclass(slots=True)
+class Synced:
+    """A snapshot completed: the replica is at `sequence`; `changes` are the entries
+    that differ from the replica before it (removed keys as entries with empty body)."""
+    sequence: int
+    changes: list[Entry] = field(default_factory=list)
+    resyncs: int = 0
+
+
+class Replica:
+    """A replica of the keys under `subtree` (a byte prefix) of a server's map."""
+
+    def __init__(self, subtree: bytes = b"", clone_map: CloneMap | None = None, *,
+                 max_buffered: int = MAX_BUFFERED) -> None:
+        self.subtree = subtree
+        self.map = clone_map if clone_map is not None else CloneMap()
+        self.phase = Phase.SUBSCRIBING
+        self.max_buffered = max_buffered
+        self.resyncs = 0            # how many times a gap or regression forced a resync
+        self._snapshot: list[Entry] = []
+        self._buffer: list[Kvpub] = []
+        self._contiguous = not subtree
+
+    @property
+    def live(self) -> bool:
+        return self.phase is Phase.LIVE
+
+    @property
+    def wants_snapshot(self) -> bool:
+        return self.phase is Phase.REQUESTING
+
+    def restart(self) -> None:
+        """Start over with a (new) server: wait for its subscription, then resync.
+        The entries are kept until the new snapshot replaces them."""
+        self.phase = Phase.SUBSCRIBING
+        self._snapshot = []
+        self._buffer = []
+
+    def resync(self) -> None:
+        """Ask for a new snapshot from the same server (its subscription is live)."""
+        self.resyncs += 1
+        self.phase = Phase.REQUESTING
+        self._snapshot = []
+        self._buffer = []
+
+    def snapshot_request(self) -> Icanhaz:
+        """The ICANHAZ to send now; the replica then waits for the snapshot."""
+        self.phase = Phase.SYNCING
+        return Icanhaz(self.subtree)
+
+    # ----------------------------------------------------------------- publisher
+    def on_hugz(self, msg: Hugz) -> None:
+        phase = self.phase
+        if phase is Phase.LIVE:
+            sequence = self.map.sequence
+            if msg.sequence < sequence or (self._contiguous and msg.sequence > sequence):
+                self.resync()
+        elif phase is Phase.SUBSCRIBING:
+            self.phase = Phase.REQUESTING
+
+    def on_update(self, msg: Kvpub, now: float) -> Entry | None:
+        """A KVPUB from the server; returns the entry applied, if any."""
+        phase = self.phase
+        if phase is Phase.LIVE:
+            if not msg.key.startswith(self.subtree):
+                return None   # a key that shares the HUGZ prefix, outside our subtree
+            if self._contiguous and msg.sequence > self.map.sequence + 1:
+                self.resync()
+                return None
+            return self.map.follow(msg, now)
+        if phase is Phase.SYNCING:
+            if len(self._buffer) >= self.max_buffered:
+                self.resync()
+            elif msg.key.startswith(self.subtree):
+                self._buffer.append(msg)
+        elif phase is Phase.SUBSCRIBING:
+            self.phase = Phase.REQUESTING   # the snapshot will hold this update
+        return None
+
+    # ----------------------------------------------------------------- snapshot
+    def on_snapshot(self, msg: Kvsync | Kthxbai, now: float) -> Synced | None:
+        """A message on the snapshot socket; returns `Synced` on KTHXBAI."""
+        if self.phase is not Phase.SYNCING:
+            return None   # a late reply to an abandoned request
+        if isinstance(msg, Kvsync):
+            if msg.body and msg.key.startswith(self.subtree):
+                self._snapshot.append(Entry.stored(msg.key, msg.sequence, msg.uuid,
+                                                   msg.properties, msg.body))
+            return None
+        old = self.map
+        new = CloneMap(msg.sequence, self._snapshot, track_changes=old.track_changes)
+        changes = _differences(old, new, self.subtree)
+        self.map = new
+        self.phase = Phase.LIVE
+        buffered, self._buffer, self._snapshot = self._buffer, [], []
+        for update in buffered:
+            if not self.live:
+                break   # a gap in the buffered updates: resync again
+            entry = self.on_update(update, now)
+            if entry is not None:
+                changes.append(entry)
+        return Synced(new.sequence, changes, self.resyncs)
+
+
+def _differences(old: CloneMap, new: CloneMap, subtree: bytes) -> list[Entry]:
+    """Entries of `new` not identical in `old`, then deletions of keys `new` lacks."""
+    changes = [e for e in new.entries(subtree) if old.get(e.key) != e]
+    changes += [Entry(e.key, new.sequence, e.uuid, b"", b"") for e in old.entries(subtree)
+                if e.key not in new]
+    return changes
+
+
+__all__ = ["MAX_BUFFERED", "Phase", "Replica", "Synced"]
