@@ -275,25 +275,26 @@ def _decode(args: argparse.Namespace, out: "_Output") -> int:
     if args.channel is not None and not codec.framed:
         _channel(codec, codec.module(), args.channel)
     results = []
+    if args.hex:
+        texts = [(f"argument {i}", text) for i, text in enumerate(args.hex, 1)]
+    else:   # stdin: blank lines and lines starting with # are skipped
+        texts = [(f"line {n}", line) for n, line in enumerate(_read_stdin("hex").splitlines(), 1)
+                 if line.strip() and not line.lstrip().startswith("#")]
+    if not texts:
+        raise InputError(_NO_INPUT)
     if not codec.framed:
-        text = args.hex if args.hex else [_read_stdin("hex")]
-        data = b"".join(parse_hex(t, f"argument {i}" if args.hex else "stdin")
-                        for i, t in enumerate(text, 1))
+        data = b"".join(parse_hex(text, where) for where, text in texts)
         if not data:
             raise InputError(_NO_INPUT)
         results.append(("", decode_stream(codec, data)))
     elif args.hex:
-        frames = [parse_hex(t, f"argument {i}") for i, t in enumerate(args.hex, 1)]
+        frames = [parse_hex(text, where) for where, text in texts]
         results.append(("", decode_frames(codec, frames, args.channel)))
     else:
-        lines = [(n, line) for n, line in enumerate(_read_stdin("hex").splitlines(), 1)
-                 if line.strip() and not line.lstrip().startswith("#")]
-        if not lines:
-            raise InputError(_NO_INPUT)
-        for n, line in lines:
-            frames = [parse_hex(t, f"line {n}") for t in line.split()]
-            where = f"line {n}: " if len(lines) > 1 else ""
-            results.append((where, decode_frames(codec, frames, args.channel)))
+        for where, line in texts:
+            frames = [parse_hex(t, where) for t in line.split()]
+            prefix = f"{where}: " if len(texts) > 1 else ""
+            results.append((prefix, decode_frames(codec, frames, args.channel)))
     failed = False
     for where, result in results:
         for message in result.messages:
