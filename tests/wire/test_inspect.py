@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from consensus.wire.inspect import PROTOCOLS, command_main, format_frames, parse_hex
 
@@ -240,3 +243,37 @@ def test_with_several_messages_an_encode_error_names_the_one_at_fault(capsys):
                            '{"message": "ConnectRequest"}')
     assert status == 1 and out == ["52ffffffff"]
     assert err == ["garlicfarm encode: argument 2: marker: nodeId: missing"]
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(st.binary(max_size=80), min_size=1, max_size=6))
+def test_random_bytes_never_make_the_inspector_crash(capsys, protocol, frames):
+    codec_available(protocol)
+    status, out, err = run(capsys, "decode", "-p", protocol, *[f.hex() or '""' for f in frames])
+    assert status in (0, 1) and (status == 0 or len(err) >= 1), err
+    assert not any("internal error" in line for line in err), err
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_mutated_vectors_never_make_the_inspector_crash(capsys, protocol):
+    codec_available(protocol)
+    rng = random.Random(protocol)
+    seeds = [(hexes, extra) for p, _, hexes, _, extra in CASES if p == protocol]
+    for _ in range(150):
+        hexes, extra = rng.choice(seeds)
+        frames = [bytearray.fromhex(h if h != '""' else "") for h in hexes]
+        frame = rng.choice(frames)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(frame) + 1)
+            if rng.random() < 0.6 and frame:
+                frame[at % len(frame)] ^= 1 << rng.randrange(8)
+            elif rng.random() < 0.5:
+                del frame[at:at + rng.randint(1, 4)]
+            else:
+                frame[at:at] = rng.randbytes(rng.randint(1, 4))
+        status, _, err = run(capsys, "decode", "-p", protocol, *extra,
+                             *[f.hex() or '""' for f in frames])
+        assert status in (0, 1), err
+        assert not any("internal error" in line for line in err), err
