@@ -463,29 +463,36 @@ class HandshakeReceiver:
         self._credentials, self._nonces = credentials, nonces
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self._request: h11.Request | None = None
+        self._peer_closed = False
         self.finished = False
 
     def receive_data(self, data: bytes) -> None:
+        self._peer_closed = self._peer_closed or not data
         self._conn.receive_data(data)
 
     def next_event(self, now: float) -> ReceiverEvent:
         if self.finished:
             raise RuntimeError("the handshake on this connection is over")
+        complete = False
         try:
-            while True:
+            while not complete:
                 event = self._conn.next_event()
                 if event is h11.NEED_DATA:
                     return NeedData()
                 if isinstance(event, h11.Request):
                     self._request = event
-                elif isinstance(event, h11.ConnectionClosed):
-                    return self._refuse(0, _error("request", "the initiator closed the "
-                                                  "connection before its request ended"))
-                elif event is h11.PAUSED or isinstance(event, h11.EndOfMessage):
+                if isinstance(event, h11.Data):
+                    return self._refuse(400, _error("request", "a handshake request has no body"))
+                complete = isinstance(event, h11.EndOfMessage)
+                if isinstance(event, h11.ConnectionClosed):
                     break
         except h11.RemoteProtocolError as exc:
-            return self._refuse(exc.error_status_hint,
-                                _error("request", f"not a valid HTTP/1.1 request ({exc})"))
+            if not self._peer_closed:
+                return self._refuse(exc.error_status_hint,
+                                    _error("request", f"not a valid HTTP/1.1 request ({exc})"))
+        if not complete or self._request is None:
+            return self._refuse(0, _error("request", "the initiator closed the connection "
+                                          "before its request ended"))
         try:
             return self._answer(self._request, now)
         except HandshakeError as exc:
