@@ -18,4 +18,8 @@ class ChpTimeout(ChpError, TimeoutError):
     """No server answered in time."""
 
 
-__all__ = ["ChpError", "ChpTimeout", "ConfigError"]
+class DataDirError(ChpError):
+    """The server's --data-dir cannot be used: in use by another server, or damaged."""
+
+
+__all__ = ["ChpError", "ChpTimeout", "ConfigError", "DataDirError"]

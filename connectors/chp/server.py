@@ -36,13 +36,15 @@ from typing import Callable
 
 import zmq
 
+from consensus.storage import StorageError
 from consensus.wire.errors import ProtocolError
 
 from .address import ServerAddress, check_port, endpoint
 from .bstar import HEARTBEAT, PEER_TIMEOUT, BinaryStar, SplitBrain
-from .errors import ConfigError
+from .errors import ConfigError, DataDirError
 from .kvmap import CloneMap
 from .pending import HORIZON, PendingUpdates
+from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Limits, decode,
                     encode, pack_sequence)
 from .replica import Replica
@@ -134,12 +136,10 @@ class CloneServer:
         self._ctx = context or zmq.Context()
         self._own_ctx = context is None
         self._sockets: list[zmq.Socket] = []
-        self.store = None
+        self.store: MapStore | None = None
+        self.map = CloneMap()
         if config.data_dir:
-            from .persist import MapStore   # the storage engine only when asked for
-            self.store = MapStore(config.data_dir, fsync=config.fsync,
-                                  snapshot_every=config.snapshot_every)
-        self.map: CloneMap = self.store.recover() if self.store else CloneMap()
+            self.store, self.map = _open_data_dir(config)
         self.pending = PendingUpdates(config.pending_horizon)
         self.replica: Replica | None = None
         self.bstar: BinaryStar | None = None
@@ -478,6 +478,19 @@ class CloneServer:
             self.store.close()
         if self._own_ctx:
             self._ctx.term()
+
+
+def _open_data_dir(config: ServerConfig) -> tuple[MapStore, CloneMap]:
+    """The store in --data-dir and the map recovered from it."""
+    store = None
+    try:
+        store = MapStore(config.data_dir, fsync=config.fsync,
+                         snapshot_every=config.snapshot_every)
+        return store, store.recover()
+    except (StorageError, ProtocolError, OSError) as exc:
+        if store is not None:
+            store.close()
+        raise DataDirError(f"--data-dir {config.data_dir}: {exc}") from exc
 
 
 def run_server(config: ServerConfig) -> CloneServer:
