@@ -13,6 +13,11 @@ argument is one frame of one message; on stdin each line is one message, its fra
 separated by spaces. ``""`` stands for an empty frame, which is how `encode` prints one,
 so its output can be pasted back into a shell or piped into `decode`.
 
+A Garlic Farm capture may start with the HTTP handshake (SPECS §1): the HTTP messages
+at its start decode (with h11) to ``HttpRequest`` / ``HttpResponse`` objects, and the
+JRaft binary messages after them as usual, so one side of a whole connection reads as one
+transcript -- and encodes back to the same bytes.
+
 The codec modules are imported lazily (only the protocol asked for), and each one exposes
 ``to_json`` / ``from_json`` plus either a stream decoder class with ``feed`` (TCP) or
 ``decode(frames)`` / ``encode(msg) -> list[bytes]`` (ZeroMQ), as docs/development.md says.
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Iterator, TextIO
 
-from consensus.wire.errors import ProtocolError, Truncated
+from consensus.wire.errors import InvalidField, ProtocolError, Truncated
 
 EXIT_INVALID_INPUT = 1
 EXIT_INTERNAL_ERROR = 3
@@ -43,6 +48,7 @@ class Codec:
     stream_decoder: str | None   # class with feed() for TCP protocols; None for ZeroMQ
     transport: str
     channels: str | None = None  # enum of the sockets a message may come from (decode hint)
+    http_head: bool = False      # a connection may start with HTTP messages (handshake)
 
     @property
     def framed(self) -> bool:
@@ -58,7 +64,8 @@ class Codec:
 
 
 PROTOCOLS: dict[str, Codec] = {codec.name: codec for codec in (
-    Codec("garlicfarm", "consensus.wire.jraft", "JRaftDecoder", "JRaft binary over TCP"),
+    Codec("garlicfarm", "consensus.wire.jraft", "JRaftDecoder",
+          "handshake + JRaft binary over TCP", http_head=True),
     Codec("marker", "consensus.wire.marker", "MarkerDecoder", "TaskFlux marker bytes over TCP"),
     Codec("chp", "connectors.chp.proto", None, "CHP kvmsg over ZeroMQ", "Channel"),
     Codec("dafka", "connectors.dafka.proto", None, "Dafka over ZeroMQ"),
@@ -113,8 +120,11 @@ def decode_stream(codec: Codec, data: bytes) -> Decoded:
     decoder = getattr(module, codec.stream_decoder)()
     result = Decoded([], [], [])
     events, decoded, fatal = [], [], None
+    http: list[dict[str, Any]] = []
     try:
-        events = decoder.feed(data)
+        http, binary = split_http_head(data) if codec.http_head else ([], data)
+        result.messages += [{"protocol": codec.name, **message} for message in http]
+        events = decoder.feed(binary)
         _end_of_stream(decoder, codec)
     except ProtocolError as error:
         fatal = str(error)
@@ -127,8 +137,8 @@ def decode_stream(codec: Codec, data: bytes) -> Decoded:
         result.messages.append(_json_of(codec, module, event))
     if fatal is not None:
         result.errors.append(fatal)
-    if decoded and not result.errors:
-        again = b"".join(module.encode(message) for message in decoded)
+    if (decoded or http) and not result.errors:
+        again = b"".join([*map(http_bytes, http), *map(module.encode, decoded)])
         if again != data:
             at = next((i for i, (a, b) in enumerate(zip(data, again)) if a != b),
                       min(len(data), len(again)))
@@ -199,10 +209,97 @@ def encode_json(obj: Any, protocol: str | None, where: str) -> tuple[Codec, list
         raise InputError(f'{where}: protocol: the JSON says {named!r} but --protocol is '
                          f"{protocol!r}")
     codec = codec_named(protocol or named, "--protocol (or a \"protocol\" key)")
+    if codec.http_head and fields.get("message") in _HTTP_MESSAGES:
+        return codec, [http_bytes(fields)]
     module = codec.module()
     message = module.from_json(fields)
     wire = module.encode(message)
     return codec, (list(wire) if codec.framed else [wire])
+
+
+# ------------------------------------------- the HTTP messages that open a Garlic Farm link
+
+_HTTP_MESSAGES = ("HttpRequest", "HttpResponse")
+_REQUEST_LINE = re.compile(rb"[A-Z]+ /")
+_HEAD_END = b"\r\n\r\n"
+
+
+def split_http_head(data: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """The HTTP messages a Garlic Farm connection starts with (the handshake: requests on
+    the initiator's side, responses on the receiver's), as JSON objects, and the binary
+    JRaft bytes after them. h11 parses each message head; bodies follow Content-Length."""
+    messages = []
+    while data.startswith(b"HTTP/") or _REQUEST_LINE.match(data):
+        end = data.find(_HEAD_END)
+        if end < 0:
+            raise Truncated("http", "the input ends inside an HTTP head (no blank line)",
+                            protocol="handshake")
+        head, data = data[:end + len(_HEAD_END)], data[end + len(_HEAD_END):]
+        message = _parse_http_head(head)
+        length = next((int(v) for n, v in message["headers"]
+                       if n.lower() == "content-length" and v.isdigit()), 0)
+        if len(data) < length:
+            raise Truncated("http.body", f"Content-Length is {length} but {len(data)} bytes "
+                            "follow the head", protocol="handshake")
+        if length:
+            message["body"], data = data[:length].hex(), data[length:]
+        messages.append(message)
+    return messages, data
+
+
+def _parse_http_head(head: bytes) -> dict[str, Any]:
+    import h11   # only when a transcript has HTTP in it
+    if head.startswith(b"HTTP/"):
+        # h11 reads a response only after a request was sent: send one that allows a 101.
+        connection = h11.Connection(h11.CLIENT)
+        connection.send(h11.Request(method="GET", target="/", headers=[
+            ("Host", "peer"), ("Connection", "Upgrade"), ("Upgrade", "websocket")]))
+    else:
+        connection = h11.Connection(h11.SERVER)
+    connection.receive_data(head)
+    try:
+        event = connection.next_event()
+    except h11.RemoteProtocolError as error:
+        raise InvalidField("http", f"not a valid HTTP/1.1 head: {error}",
+                           protocol="handshake") from None
+    headers = [[n.decode("latin-1"), v.decode("latin-1")]
+               for n, v in event.headers.raw_items()]
+    version = event.http_version.decode()
+    if isinstance(event, h11.Request):
+        return {"message": "HttpRequest", "method": event.method.decode(),
+                "target": event.target.decode("latin-1"), "version": version,
+                "headers": headers}
+    return {"message": "HttpResponse", "status": event.status_code,
+            "reason": event.reason.decode("latin-1"), "version": version, "headers": headers}
+
+
+def http_bytes(obj: dict[str, Any]) -> bytes:
+    """The bytes of an HttpRequest / HttpResponse JSON object (``Name: value`` lines)."""
+    request = obj.get("message") == "HttpRequest"
+    keys = (("method", "target") if request else ("status", "reason")) + ("version", "headers")
+    for key in sorted(set(obj) - set(keys) - {"message", "body"}):
+        raise InvalidField(key, f"unknown key; expected {', '.join(keys)}, body",
+                           protocol="handshake")
+    for key in keys:
+        if key not in obj:
+            raise InvalidField(key, "missing", protocol="handshake")
+    headers = obj["headers"]
+    if not (isinstance(headers, list) and all(
+            isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h)
+            for h in headers)):
+        raise InvalidField("headers", 'must be a list of ["Name", "value"] pairs',
+                           protocol="handshake")
+    if request:
+        start = f"{obj['method']} {obj['target']} HTTP/{obj['version']}"
+    else:
+        start = f"HTTP/{obj['version']} {obj['status']} {obj['reason']}"
+    head = "".join([start + "\r\n", *(f"{n}: {v}\r\n" for n, v in headers), "\r\n"])
+    body = obj.get("body", "")
+    try:
+        return head.encode("latin-1") + bytes.fromhex(body)
+    except (UnicodeEncodeError, ValueError, TypeError) as error:
+        raise InvalidField("headers" if isinstance(error, UnicodeEncodeError) else "body",
+                           f"cannot be written: {error}", protocol="handshake") from None
 
 
 def codec_named(name: Any, option: str = "--protocol") -> Codec:
@@ -219,7 +316,8 @@ _USAGE = {
                "TCP protocols: the HEX arguments are one byte stream (several messages "
                "allowed).\nZeroMQ protocols: each HEX argument is one frame of one message; "
                'use "" for an empty frame.\nWithout HEX, read stdin (ZeroMQ: one message per '
-               "line, frames separated by spaces).\nHex may contain spaces, colons and 0x."
+               "line, frames separated by spaces).\nHex may contain spaces, colons and 0x. "
+               "garlicfarm: the bytes may start with the HTTP handshake."
                "\n\nexample: garlicfarm decode --protocol marker 63 01 4ac9a203"),
     "encode": ("JSON", "Encode JSON messages (as `garlicfarm decode` prints them) to hex.",
                "Prints one line per message: hex; for ZeroMQ protocols the frames separated "

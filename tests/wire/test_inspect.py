@@ -277,3 +277,65 @@ def test_mutated_vectors_never_make_the_inspector_crash(capsys, protocol):
                              *[f.hex() or '""' for f in frames])
         assert status in (0, 1), err
         assert not any("internal error" in line for line in err), err
+
+
+# ------------------------------------------- Garlic Farm: the handshake in front of JRaft
+
+def handshake_bytes() -> dict[str, bytes]:
+    """The four HTTP messages of a real handshake, from the project's state machines."""
+    from consensus.wire import handshake
+    fixed = lambda n: bytes(i % 256 for i in range(n))   # noqa: E731 (deterministic nonces)
+    initiator = handshake.HandshakeInitiator(host="127.0.0.1:9001", username="spark",
+                                             password="pw", cache=handshake.CredentialCache(),
+                                             random=fixed)
+    nonces = handshake.NonceStore(fixed)
+    out = {"request 1": initiator.start(1000.0)}
+    first = handshake.HandshakeReceiver(credentials=lambda user: "pw", nonces=nonces)
+    first.receive_data(out["request 1"])
+    out["response 1"] = first.next_event(1000.0).data
+    initiator.receive_data(out["response 1"])
+    out["request 2"] = initiator.next_event().request
+    second = handshake.HandshakeReceiver(credentials=lambda user: "pw", nonces=nonces)
+    second.receive_data(out["request 2"])
+    accepted = second.next_event(1000.0)
+    assert isinstance(accepted, handshake.Accepted)
+    out["response 2"] = accepted.data
+    return out
+
+
+JRAFT = {v["kind"]: v["hex"] for v in load("garlicfarm/jraft_vectors.jsonl")
+         if v["name"] in ("RequestVoteRequest", "RequestVoteResponse granted")}
+
+
+@pytest.mark.parametrize("http,binary,expected", [
+    (["request 1"], None, [("HttpRequest", "GET")]),
+    (["response 1"], None, [("HttpResponse", 401)]),
+    (["request 2"], "request", [("HttpRequest", "GET"), ("RequestVoteRequest", None)]),
+    (["response 2"], "response", [("HttpResponse", 101), ("RequestVoteResponse", None)]),
+])
+def test_a_garlicfarm_transcript_decodes_its_handshake_then_the_binary(capsys, http, binary,
+                                                                        expected):
+    codec_available("garlicfarm")
+    pytest.importorskip("consensus.wire.handshake")
+    messages = handshake_bytes()
+    stream = [messages[name].hex() for name in http] + ([JRAFT[binary]] if binary else [])
+    status, out, err = run(capsys, "decode", "-p", "garlicfarm", *stream)
+    assert (status, err) == (0, [])
+    objs = [json.loads(line) for line in out]
+    assert [(o["message"], o.get("method", o.get("status"))) for o in objs] == expected
+    assert all(o["protocol"] == "garlicfarm" for o in objs)
+    if objs[0]["message"] == "HttpRequest":
+        assert objs[0]["target"] == "/GarlicFarm/farm/1/websocket"
+    status, again, _ = run(capsys, "encode", *out)
+    assert status == 0 and again == stream
+
+
+def test_a_broken_http_head_is_one_line_naming_it(capsys):
+    codec_available("garlicfarm")
+    for data, where in ((b"GET / HTTP/1.1\r\nHost x\r\n\r\n", "handshake: http: not a valid"),
+                        (b"GET / HTTP/1.1\r\nHost: x\r\n", "handshake: http: the input ends"),
+                        (b"HTTP/1.1 401 No\r\nContent-Length: 9\r\n\r\nab",
+                         "handshake: http.body: Content-Length is 9")):
+        status, out, err = run(capsys, "decode", "-p", "garlicfarm", data.hex())
+        assert status == 1 and out == [] and len(err) == 1
+        assert err[0].startswith(f"garlicfarm decode: {where}"), err[0]
