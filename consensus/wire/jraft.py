@@ -39,10 +39,10 @@ from consensus.wire.jraft_logpack import LogPack, LogPackFormat
 from consensus.wire.jraft_values import (DEFAULT_LIMITS, I32, I64, PROTOCOL, ClusterConfiguration,
                                          ClusterServer, JRaftLimits, LogEntry, Payload,
                                          ServerId, SnapshotSyncRequest, ValueType,
-                                         decode_entries, encode_entry, entry_from_json,
+                                         decode_entries, encode_entries, entry_from_json,
                                          entry_to_json, error, field_scope, json_bool,
                                          json_int, json_list, json_object, pack_ints,
-                                         wire_name)
+                                         WireNamed)
 
 __all__ = [
     "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",
@@ -54,8 +54,9 @@ __all__ = [
 ]
 
 
-class MessageType(enum.IntEnum):
-    """JRaft's RaftMessageType: the first byte of every message."""
+class MessageType(WireNamed, enum.IntEnum):
+    """JRaft's RaftMessageType: the first byte of every message; `wire_name` is the
+    protocol's name (``AppendEntriesRequest``)."""
     REQUEST_VOTE_REQUEST = 1
     REQUEST_VOTE_RESPONSE = 2
     APPEND_ENTRIES_REQUEST = 3
@@ -73,11 +74,6 @@ class MessageType(enum.IntEnum):
     LEAVE_CLUSTER_RESPONSE = 15
     INSTALL_SNAPSHOT_REQUEST = 16
     INSTALL_SNAPSHOT_RESPONSE = 17
-
-    @property
-    def wire_name(self) -> str:
-        """The protocol's name, e.g. ``AppendEntriesRequest``."""
-        return wire_name(self)
 
     @property
     def is_request(self) -> bool:
@@ -171,16 +167,13 @@ class RequestCodec(MessageCodec):
     def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> RaftRequest:
         _, source, destination, term, last_term, last_index, commit, _size = \
             _REQUEST_HEAD.unpack_from(frame)
-        entries = decode_entries(frame, self.head_size, len(frame), limits)
+        entries = decode_entries(frame, self.head_size, len(frame), limits) \
+            if len(frame) > self.head_size else ()
         return RaftRequest(message_type, source, destination, term, last_term, last_index,
                            commit, entries)
 
     def encode(self, message: RaftRequest) -> bytes:
-        parts = []
-        for i, entry in enumerate(message.entries):
-            with field_scope(f"entries[{i}]"):
-                parts.append(encode_entry(entry))
-        body = b"".join(parts)
+        body = encode_entries(message.entries)
         head = pack_ints(_REQUEST_HEAD.format, _REQUEST_NAMES, message.message_type,
                          message.source, message.destination, message.term,
                          message.last_log_term, message.last_log_index, message.commit_index,
@@ -369,38 +362,31 @@ class JRaftDecoder:
             raise self._error
 
     def _drain(self, messages: list[Message]) -> None:
-        buffer = self._buffer
-        pos = 0
+        buffer, limits, lookup = self._buffer, self.limits, self.registry.lookup
+        pos, end = 0, len(buffer)
         try:
-            while pos < len(buffer):
+            while pos < end:
                 if self._pending is None:
-                    registration = self._located(lambda: self.registry.lookup(buffer[pos]), pos)
+                    registration = lookup(buffer[pos])
                     head = registration.codec.head_size
-                    if len(buffer) - pos < head:
-                        return
-                    size = self._located(lambda: registration.codec.frame_size(
-                        bytes(buffer[pos:pos + head]), self.limits), pos)
+                    if end - pos < head:
+                        break
+                    size = registration.codec.frame_size(bytes(buffer[pos:pos + head]), limits)
                     self._pending = (registration, size)
                 registration, size = self._pending
-                if len(buffer) - pos < size:
-                    return
-                frame = bytes(buffer[pos:pos + size])
-                messages.append(self._located(lambda: registration.codec.decode(
-                    frame, registration.message_type, self.limits), pos))
+                if end - pos < size:
+                    break
+                messages.append(registration.codec.decode(
+                    bytes(buffer[pos:pos + size]), registration.message_type, limits))
                 self._pending = None
                 pos += size
+        except ProtocolError as exc:
+            # offsets from codecs count from the message's first byte; make them the stream's
+            raise type(exc)(exc.field, exc.reason, protocol=exc.protocol or PROTOCOL,
+                            offset=self._consumed + pos + (exc.offset or 0)) from None
         finally:
             del buffer[:pos]
             self._consumed += pos
-
-    def _located(self, step: Any, pos: int) -> Any:
-        """Run one decoding step; make a failing step's offset count from stream start."""
-        try:
-            return step()
-        except ProtocolError as exc:
-            offset = self._consumed + pos + (exc.offset or 0)
-            raise type(exc)(exc.field, exc.reason, protocol=exc.protocol or PROTOCOL,
-                            offset=offset) from None
 
 
 # ---------------------------------------------------------------------------------------

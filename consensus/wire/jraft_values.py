@@ -59,22 +59,22 @@ class JRaftLimits:
 DEFAULT_LIMITS = JRaftLimits()
 
 
-def wire_name(member: enum.Enum) -> str:
-    """The protocol's CamelCase name of an UPPER_SNAKE enum member (LOG_PACK -> LogPack)."""
-    return "".join(word.capitalize() for word in member.name.split("_"))
+class WireNamed:
+    """Mixin for UPPER_SNAKE enums whose protocol names are CamelCase (LOG_PACK: LogPack)."""
+    name: str
+
+    @property
+    def wire_name(self) -> str:
+        return "".join(word.capitalize() for word in self.name.split("_"))
 
 
-class ValueType(enum.IntEnum):
+class ValueType(WireNamed, enum.IntEnum):
     """A log entry's valueType byte (JRaft's LogValueType)."""
     APPLICATION = 1
     CONFIGURATION = 2
     CLUSTER_SERVER = 3
     LOG_PACK = 4
     SNAPSHOT_SYNC_REQUEST = 5
-
-    @property
-    def wire_name(self) -> str:
-        return wire_name(self)
 
 
 VALUE_TYPE_BY_NAME = {vt.wire_name: vt for vt in ValueType}
@@ -482,52 +482,74 @@ class LogEntry:
         return decode_payload(self.value_type, self.value, limits)
 
 
-ENTRY_HEAD = struct.Struct(">qbi")
-ENTRY_HEAD_NAMES = ("term", "valueType", "size")
+ENTRY_HEAD = struct.Struct(">qBi")
+_VALUE_TYPE_OF_BYTE: tuple[ValueType | None, ...] = tuple(
+    ValueType(b) if b in ValueType._value2member_map_ else None for b in range(256))
 
 
-def encode_entry(entry: LogEntry) -> bytes:
-    return pack_ints(">qbi", ENTRY_HEAD_NAMES, entry.term, int(entry.value_type),
-                     len(entry.value)) + entry.value
+def encode_entries(entries: tuple[LogEntry, ...]) -> bytes:
+    """The entries back to back (the hot path of every AppendEntries)."""
+    pack = ENTRY_HEAD.pack
+    try:
+        return b"".join([part for e in entries
+                         for part in (pack(e.term, e.value_type, len(e.value)), e.value)])
+    except (struct.error, TypeError):
+        for i, entry in enumerate(entries):   # slow path: find the entry and field at fault
+            with field_scope(f"entries[{i}]"):
+                pack_ints(">qBi", ("term", "valueType", "size"), entry.term,
+                          int(entry.value_type), len(entry.value))
+                if not isinstance(entry.value, bytes):
+                    raise error(InvalidField, "value", f"{type(entry.value).__name__} is not bytes")
+        raise
 
 
 def decode_entries(data: bytes, pos: int, end: int, limits: JRaftLimits) -> tuple[LogEntry, ...]:
     """Parse the entries in ``data[pos:end]`` (they run to its end: there is no count) and
     check that every non-application value parses as its type says."""
     entries: list[LogEntry] = []
+    append, unpack, head = entries.append, ENTRY_HEAD.unpack_from, ENTRY_HEAD.size
+    max_value, max_entries = limits.max_value_size, limits.max_entries
     pack_budget = limits.max_log_pack_size
     while pos < end:
-        field = f"entries[{len(entries)}]"
-        if len(entries) == limits.max_entries:
-            raise error(LimitExceeded, "entries", f"more than {limits.max_entries} entries", pos)
-        if end - pos < ENTRY_HEAD.size:
-            raise error(Truncated, field, f"an entry needs at least {ENTRY_HEAD.size} bytes, "
-                        f"logDataSize leaves {end - pos}", pos)
-        term, type_byte, size = ENTRY_HEAD.unpack_from(data, pos)
-        if not 1 <= type_byte <= 5:
-            raise error(InvalidField, f"{field}.valueType",
-                        f"unknown value type {type_byte} (1..5)", pos + 8)
-        if size < 0:
-            raise error(InvalidField, f"{field}.size", f"negative size {size}", pos + 9)
-        if size > limits.max_value_size:
-            raise error(LimitExceeded, f"{field}.size",
-                        f"{size} bytes is above the limit of {limits.max_value_size}", pos + 9)
-        start = pos + ENTRY_HEAD.size
-        if size > end - start:
-            raise error(Truncated, f"{field}.size", f"declares {size} bytes, logDataSize "
-                        f"leaves {end - start}", pos + 9)
-        value_type = ValueType(type_byte)
-        value = bytes(data[start:start + size])
+        if end - pos < head or len(entries) == max_entries:
+            raise _bad_entry(data, pos, end, len(entries), limits)
+        term, type_byte, size = unpack(data, pos)
+        value_type = _VALUE_TYPE_OF_BYTE[type_byte]
+        start = pos + head
+        if value_type is None or not 0 <= size <= max_value or size > end - start:
+            raise _bad_entry(data, pos, end, len(entries), limits)
+        value = data[start:start + size]
         if value_type is ValueType.LOG_PACK:
-            with field_scope(f"{field}.logPack"):
+            with field_scope(f"entries[{len(entries)}].logPack"):
                 pack = _log_pack_class().from_bytes(
                     value, limits, start, max_uncompressed=pack_budget)
             pack_budget -= pack.uncompressed_size
         elif value_type is not ValueType.APPLICATION:
-            check_payload(field, value_type, value, limits, start)
-        entries.append(LogEntry(term, value_type, value))
+            check_payload(f"entries[{len(entries)}]", value_type, value, limits, start)
+        append(LogEntry(term, value_type, value))
         pos = start + size
     return tuple(entries)
+
+
+def _bad_entry(data: bytes, pos: int, end: int, index: int, limits: JRaftLimits) -> ProtocolError:
+    """What is wrong with the entry at ``pos`` (off the hot path of `decode_entries`)."""
+    field = f"entries[{index}]"
+    if index == limits.max_entries:
+        return error(LimitExceeded, "entries", f"more than {limits.max_entries} entries", pos)
+    if end - pos < ENTRY_HEAD.size:
+        return error(Truncated, field, f"an entry needs at least {ENTRY_HEAD.size} bytes, "
+                     f"logDataSize leaves {end - pos}", pos)
+    _, type_byte, size = ENTRY_HEAD.unpack_from(data, pos)
+    if _VALUE_TYPE_OF_BYTE[type_byte] is None:
+        return error(InvalidField, f"{field}.valueType",
+                     f"unknown value type {type_byte} (1..5)", pos + 8)
+    if size < 0:
+        return error(InvalidField, f"{field}.size", f"negative size {size}", pos + 9)
+    if size > limits.max_value_size:
+        return error(LimitExceeded, f"{field}.size",
+                     f"{size} bytes is above the limit of {limits.max_value_size}", pos + 9)
+    return error(Truncated, f"{field}.size", f"declares {size} bytes, logDataSize leaves "
+                 f"{end - pos - ENTRY_HEAD.size}", pos + 9)
 
 
 # ---------------------------------------------------------------------------------------

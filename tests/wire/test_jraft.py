@@ -14,8 +14,8 @@ from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, T
                                    UnknownMessageType)
 from consensus.wire.jraft import (REGISTRY, REQUEST_CODEC, ClusterConfiguration,
                                   ClusterServer, JRaftDecoder, JRaftLimits, LogEntry,
-                                  LogPack, MessageRegistry, MessageType, RaftRequest,
-                                  RaftResponse, ServerId, SnapshotSyncRequest, ValueType)
+                                  MessageType, RaftRequest, RaftResponse, ServerId,
+                                  SnapshotSyncRequest, ValueType)
 from consensus.wire.jraft_values import decode_entries, decode_payload
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "garlicfarm"
