@@ -39,8 +39,8 @@ from typing import Any, ClassVar
 
 from consensus.wire.errors import (ChecksumMismatch, InvalidField, LimitExceeded, ProtocolError,
                                    Truncated)
-from consensus.wire.jraft_values import (DEFAULT_LIMITS, I64, JRaftLimits, LogEntry, Reader,
-                                         ValueType, check_payload, entry_from_json,
+from consensus.wire.jraft_values import (DEFAULT_LIMITS, I64, VALUE_TYPE_OF_BYTE, JRaftLimits,
+                                         LogEntry, ValueType, check_payload, entry_from_json,
                                          entry_to_json, error, field_scope, join, json_hex,
                                          json_int, json_list, json_object, pack_ints)
 
@@ -49,6 +49,7 @@ JAVA_GZIP_HEADER = bytes.fromhex("1f8b08000000000000ff")
 _RECORD_HEAD = struct.Struct(">qB")       # term, valueType (both layouts)
 _MIN_RECORD = _RECORD_HEAD.size           # a FileBased record: 9 bytes and its value
 _H2_SIZE_FIELD = 4
+_H2_SIZE = struct.Struct(">i")
 
 
 class LogPackFormat(enum.Enum):
@@ -225,24 +226,26 @@ def _looks_file_based(content: bytes) -> bool:
             and 8 + index_length + data_length == len(content))
 
 
-def _record(reader: Reader, size: int, field_name: str) -> LogEntry:
-    """term | valueType | value, the value being the rest of ``size`` bytes."""
-    with field_scope(field_name):
-        term = reader.i64("term")
-        value_type = reader.value_type("valueType")
-        return LogEntry(term, value_type, reader.take(size - _MIN_RECORD, "value"))
+def _records(content: bytes, spans: list[tuple[int, int]]) -> tuple[LogEntry, ...]:
+    """``term | valueType | value`` in each span (both layouts store records this way)."""
+    unpack, entries = _RECORD_HEAD.unpack_from, []
+    for i, (start, end) in enumerate(spans):
+        term, type_byte = unpack(content, start)
+        value_type = VALUE_TYPE_OF_BYTE[type_byte]
+        if value_type is None:
+            raise error(InvalidField, f"records[{i}].valueType",
+                        f"unknown value type {type_byte} (1..5)", start + 8)
+        entries.append(LogEntry(term, value_type, content[start + _MIN_RECORD:end]))
+    return tuple(entries)
 
 
 def _parse_file_based(content: bytes, limits: JRaftLimits) -> tuple[int, tuple[LogEntry, ...]]:
-    reader = Reader(content)
-    index_length = reader.i32("indexLength")
-    data_length = reader.i32("dataLength")
+    index_length, data_length = struct.unpack_from(">ii", content)   # sizes already checked
     count = index_length // 8
     if count > limits.max_entries:
         raise error(LimitExceeded, "indexLength",
                     f"{count} records is above the limit of {limits.max_entries}", 0)
     offsets = struct.unpack_from(f">{count}q", content, 8)
-    reader.pos += index_length
     if not offsets:
         if data_length:
             raise error(InvalidField, "dataLength", "data without index entries", 4)
@@ -250,36 +253,36 @@ def _parse_file_based(content: bytes, limits: JRaftLimits) -> tuple[int, tuple[L
     base_offset = offsets[0]
     if base_offset < 0:
         raise error(InvalidField, "index[0]", f"negative offset {base_offset}", 8)
-    ends = [o - base_offset for o in offsets[1:]] + [data_length]
-    entries, start = [], 0
-    for i, end in enumerate(ends):
-        size = end - start
-        if size < _MIN_RECORD or size > limits.max_value_size + _MIN_RECORD:
-            what = f"index[{i + 1}]" if i + 1 < count else "dataLength"
-            raise error(InvalidField, what, f"record {i} would be {size} bytes; a record is "
-                        f"{_MIN_RECORD} to {limits.max_value_size + _MIN_RECORD}",
-                        8 + 8 * (i + 1) if i + 1 < count else 4)
-        entries.append(_record(reader, size, f"records[{i}]"))
+    data_at, largest = 8 + index_length, limits.max_value_size + _MIN_RECORD
+    spans, start = [], 0
+    for i, end in enumerate([o - base_offset for o in offsets[1:]] + [data_length]):
+        if not _MIN_RECORD <= end - start <= largest:
+            last = i + 1 == count
+            raise error(InvalidField, "dataLength" if last else f"index[{i + 1}]",
+                        f"record {i} would be {end - start} bytes; a record is {_MIN_RECORD} "
+                        f"to {largest}", 4 if last else 8 + 8 * (i + 1))
+        spans.append((data_at + start, data_at + end))
         start = end
-    return base_offset, tuple(entries)
+    return base_offset, _records(content, spans)
 
 
 def _parse_h2(content: bytes, limits: JRaftLimits) -> tuple[LogEntry, ...]:
-    reader = Reader(content)
-    entries: list[LogEntry] = []
-    while reader.remaining:
-        field_name = f"records[{len(entries)}]"
-        if len(entries) == limits.max_entries:
-            raise error(LimitExceeded, "records", f"more than {limits.max_entries} records",
-                        reader.pos)
-        at = reader.pos
-        size = reader.i32(f"{field_name}.recordSize")
-        if not _H2_SIZE_FIELD + _MIN_RECORD <= size <= _H2_SIZE_FIELD + _MIN_RECORD \
-                + limits.max_value_size:
-            raise error(InvalidField, f"{field_name}.recordSize", f"{size} is not a record size "
-                        f"(13 to {13 + limits.max_value_size})", at)
-        if size - _H2_SIZE_FIELD > reader.remaining:
-            raise error(Truncated, f"{field_name}.recordSize",
-                        f"declares {size} bytes, {reader.remaining + 4} left", at)
-        entries.append(_record(reader, size - _H2_SIZE_FIELD, field_name))
-    return tuple(entries)
+    smallest = _H2_SIZE_FIELD + _MIN_RECORD
+    largest = smallest + limits.max_value_size
+    spans: list[tuple[int, int]] = []
+    pos, total = 0, len(content)
+    while pos < total:
+        field_name = f"records[{len(spans)}].recordSize"
+        if len(spans) == limits.max_entries:
+            raise error(LimitExceeded, "records", f"more than {limits.max_entries} records", pos)
+        if total - pos < _H2_SIZE_FIELD:
+            raise error(Truncated, field_name, f"needs 4 bytes, {total - pos} left", pos)
+        (size,) = _H2_SIZE.unpack_from(content, pos)
+        if not smallest <= size <= largest:
+            raise error(InvalidField, field_name, f"{size} is not a record size "
+                        f"({smallest} to {largest})", pos)
+        if size > total - pos:
+            raise error(Truncated, field_name, f"declares {size} bytes, {total - pos} left", pos)
+        spans.append((pos + _H2_SIZE_FIELD, pos + size))
+        pos += size
+    return _records(content, spans)

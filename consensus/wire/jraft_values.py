@@ -151,14 +151,6 @@ class Reader:
             raise error(Truncated, field, f"declares {n} bytes, {self.remaining} left", at)
         return n
 
-    def value_type(self, field: str) -> ValueType:
-        at = self.base + self.pos
-        byte = self.u8(field)
-        try:
-            return ValueType(byte)
-        except ValueError:
-            raise error(InvalidField, field, f"unknown value type {byte} (1..5)", at) from None
-
     def finish(self, what: str) -> None:
         if self.pos != self.end:
             raise error(InvalidField, what, f"{self.end - self.pos} bytes after the last field",
@@ -483,7 +475,7 @@ class LogEntry:
 
 
 ENTRY_HEAD = struct.Struct(">qBi")
-_VALUE_TYPE_OF_BYTE: tuple[ValueType | None, ...] = tuple(
+VALUE_TYPE_OF_BYTE: tuple[ValueType | None, ...] = tuple(
     ValueType(b) if b in ValueType._value2member_map_ else None for b in range(256))
 
 
@@ -514,7 +506,7 @@ def decode_entries(data: bytes, pos: int, end: int, limits: JRaftLimits) -> tupl
         if end - pos < head or len(entries) == max_entries:
             raise _bad_entry(data, pos, end, len(entries), limits)
         term, type_byte, size = unpack(data, pos)
-        value_type = _VALUE_TYPE_OF_BYTE[type_byte]
+        value_type = VALUE_TYPE_OF_BYTE[type_byte]
         start = pos + head
         if value_type is None or not 0 <= size <= max_value or size > end - start:
             raise _bad_entry(data, pos, end, len(entries), limits)
@@ -540,7 +532,7 @@ def _bad_entry(data: bytes, pos: int, end: int, index: int, limits: JRaftLimits)
         return error(Truncated, field, f"an entry needs at least {ENTRY_HEAD.size} bytes, "
                      f"logDataSize leaves {end - pos}", pos)
     _, type_byte, size = ENTRY_HEAD.unpack_from(data, pos)
-    if _VALUE_TYPE_OF_BYTE[type_byte] is None:
+    if VALUE_TYPE_OF_BYTE[type_byte] is None:
         return error(InvalidField, f"{field}.valueType",
                      f"unknown value type {type_byte} (1..5)", pos + 8)
     if size < 0:
