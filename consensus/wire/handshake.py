@@ -104,6 +104,11 @@ def _header(event: h11.Request | h11.Response | h11.InformationalResponse,
     return values
 
 
+def _utf8(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """Header values as UTF-8 (h11 would encode str as ASCII; user names need not be)."""
+    return [(name.encode("ascii"), value.encode("utf-8")) for name, value in headers]
+
+
 def _has_token(values: list[str], token: str) -> bool:
     return any(token == part.strip().lower() for value in values for part in value.split(","))
 
@@ -303,7 +308,8 @@ class HandshakeInitiator:
         self.phase, headers = request
         self._conn = h11.Connection(h11.CLIENT,
                                     max_incomplete_event_size=self.limits.max_header_bytes)
-        return (self._conn.send(h11.Request(method="GET", target=self.path, headers=headers))
+        return (self._conn.send(h11.Request(method="GET", target=self.path,
+                                            headers=_utf8(headers)))
                 + self._conn.send(h11.EndOfMessage()))
 
     def _request_1(self) -> tuple[Phase, list[tuple[str, str]]]:
@@ -553,11 +559,12 @@ class HandshakeReceiver:
     # -- responses ----------------------------------------------------------------------
 
     def _respond(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        headers = _utf8(headers)
         try:
             if status == 101:
                 return self._conn.send(h11.InformationalResponse(
                     status_code=101, headers=headers, reason=_REASONS[101]))
-            headers = headers + [("Content-Length", "0"), ("Connection", "close")]
+            headers = headers + [(b"Content-Length", b"0"), (b"Connection", b"close")]
             return (self._conn.send(h11.Response(status_code=status, headers=headers,
                                                  reason=_REASONS.get(status, b"")))
                     + self._conn.send(h11.EndOfMessage()))

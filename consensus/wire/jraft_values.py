@@ -157,6 +157,9 @@ class Reader:
                         self.base + self.pos)
 
 
+_WIRE_TYPES = {"B": "a u8", "i": "an i32", "q": "an i64"}
+
+
 def pack_ints(fmt: str, names: tuple[str, ...], *values: int) -> bytes:
     """struct.pack that names the field that does not fit (encoders take caller input)."""
     try:
@@ -168,7 +171,8 @@ def pack_ints(fmt: str, names: tuple[str, ...], *values: int) -> bytes:
             try:
                 struct.pack(">" + code, value)
             except struct.error:
-                raise error(InvalidField, name, f"{value} does not fit a {code}") from None
+                raise error(InvalidField, name, f"{value} does not fit "
+                            f"{_WIRE_TYPES.get(code, code)}") from None
         raise
 
 
@@ -177,7 +181,8 @@ def pack_ints(fmt: str, names: tuple[str, ...], *values: int) -> bytes:
 
 def json_object(obj: Any, path: str, allowed: tuple[str, ...]) -> dict:
     if not isinstance(obj, dict):
-        raise error(InvalidField, path or "message", f"expected a JSON object, got {obj!r}")
+        raise error(InvalidField, path or "message",
+                    f"expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - set(allowed))
     if unknown:
         raise error(InvalidField, join(path, unknown[0]),

@@ -280,6 +280,14 @@ def test_an_algorithm_the_receiver_does_not_offer_is_refused() -> None:
     assert isinstance(event, Refused) and event.error.field == "Authorization.algorithm"
 
 
+def test_user_names_and_realms_beyond_ascii_travel_as_utf8() -> None:
+    farm = Farm(realm="Fårm ü", credentials={"Jäsøn Doe": "Secret, or not?"}.get)
+    initiator = HandshakeInitiator(host=HOST, username="Jäsøn Doe", password="Secret, or not?",
+                                   cache=farm.cache, random=farm.random)
+    assert isinstance(farm.connect(initiator, 0.0), Established)
+    assert farm.log[-1].username == "Jäsøn Doe"
+
+
 def test_md5_only_receiver_and_stored_ha1() -> None:
     stored = {DigestAlgorithm.MD5: ha1(DigestAlgorithm.MD5, "spark", "GarlicFarm@farm", "s3cret")}
     farm = Farm(algorithms=(DigestAlgorithm.MD5,),
@@ -438,6 +446,7 @@ def test_over_real_loopback_sockets_into_the_binary_stream() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
+        listener.settimeout(10)                            # the server thread cannot hang
         port = listener.getsockname()[1]
         server = threading.Thread(target=serve, args=(listener, farm, 3, received), daemon=True)
         server.start()
