@@ -146,12 +146,39 @@ class _Waiter:
 
 
 class _Outlet:
-    """One server's collector, fed through its own XPUB so we know when it listens."""
+    """One server's collector, fed through its own XPUB so we know when it listens.
 
-    def __init__(self, sock: zmq.Socket) -> None:
+    While it does not (not yet connected, or gone), KVSETs are held for at most
+    `hold_for` seconds, then dropped: a server that comes back later must not receive
+    stale updates (a passive one would hold them as pending and might apply them after
+    newer ones). ZMQ_IMMEDIATE keeps libzmq itself from queueing for a missing peer."""
+
+    def __init__(self, sock: zmq.Socket, hold_for: float) -> None:
         self.sock = sock
+        self.hold_for = hold_for
         self.subscribed = False
-        self.held: collections.deque[list[bytes]] = collections.deque(maxlen=MAX_HELD)
+        self.held: collections.deque[tuple[float, list[bytes]]] = \
+            collections.deque(maxlen=MAX_HELD)
+
+    def send(self, frames: list[bytes]) -> None:
+        if self.subscribed:
+            send_frames(self.sock, frames)
+        else:
+            self.held.append((time.monotonic(), frames))
+
+    def on_subscription(self) -> None:
+        """Read (un)subscriptions; send what is held, if still fresh, once subscribed."""
+        while True:
+            try:
+                frames = recv_frames(self.sock, NOBLOCK)
+            except zmq.Again:
+                break
+            self.subscribed = frames[0][:1] == b"\x01"
+        oldest = time.monotonic() - self.hold_for
+        while self.held and (self.subscribed or self.held[0][0] < oldest):
+            held_at, frames = self.held.popleft()
+            if held_at >= oldest:
+                send_frames(self.sock, frames)
 
 
 def _bytes(value: Bytesish, what: str) -> bytes:
@@ -365,8 +392,9 @@ class _Agent:
         for server in client.servers:
             sock = self._socket(zmq.XPUB)
             sock.xpub_verbose = 1
+            sock.immediate = 1
             sock.connect(server.collector)
-            self.outlets.append(_Outlet(sock))
+            self.outlets.append(_Outlet(sock, client.server_timeout))
         self.current = 0
         self.sub: zmq.Socket | None = None
         self.dealer: zmq.Socket | None = None
@@ -416,6 +444,7 @@ class _Agent:
         self.dealer = self._socket(zmq.DEALER)
         self.dealer.connect(self.client.servers[self.current].snapshot)
         send_frames(self.dealer, encode(self.client._replica.snapshot_request()))
+        self.expiry = time.monotonic() + self.client.server_timeout
 
     def _turn(self) -> bool:
         poller = zmq.Poller()
@@ -430,8 +459,8 @@ class _Agent:
         if self.pipe in ready and not self._on_pipe():
             return False
         for outlet in self.outlets:
-            if outlet.sock in ready:
-                self._on_outlet(outlet)
+            if outlet.sock in ready or outlet.held:
+                outlet.on_subscription()
         if self.sub in ready:
             self._on_updates()
         if self.dealer is not None and self.dealer in ready:
@@ -460,21 +489,7 @@ class _Agent:
                 return False
             kvset = frames[1:]
             for outlet in self.outlets:
-                if outlet.subscribed:
-                    send_frames(outlet.sock, kvset)
-                else:
-                    outlet.held.append(kvset)
-
-    def _on_outlet(self, outlet: _Outlet) -> None:
-        while True:
-            try:
-                frames = recv_frames(outlet.sock, NOBLOCK)
-            except zmq.Again:
-                break
-            if frames[0][:1] == b"\x01":
-                outlet.subscribed = True
-        while outlet.subscribed and outlet.held:
-            send_frames(outlet.sock, outlet.held.popleft())
+                outlet.send(kvset)
 
     def _on_updates(self) -> None:
         client = self.client
@@ -503,7 +518,8 @@ class _Agent:
                         applied.append(entry)
             if applied:
                 client._deliver(applied)
-        self.expiry = time.monotonic() + client.server_timeout
+        if replica.live:   # while syncing, only the snapshot's arrival counts
+            self.expiry = time.monotonic() + client.server_timeout
 
     def _on_snapshot(self) -> None:
         client = self.client

@@ -9,16 +9,19 @@ is dropped.
 Two fixes over the reference peers, which keep both kinds forever: an unmatched active
 publication (a ttl-expiry delete, or an update a client sent only to the active) is
 forgotten after `horizon` seconds instead of being re-applied at the next failover, where
-it would undo newer updates; and a held KVSET is dropped after `horizon` too, since an
-active that stays alive that long without publishing it has lost or refused it. Both
-lists are bounded by `max_entries` (the oldest go first). A KVSET without a UUID cannot
-be matched and is not held.
+it would undo newer updates; a held KVSET is dropped after `horizon` too, since an
+active that stays alive that long without publishing it has lost or refused it; and
+after a snapshot the server `discard`s held KVSETs the snapshot shows applied (a passive
+server that (re)started missed the KVPUBs published before it subscribed). Both lists
+are bounded by `max_entries` (the oldest go first). A KVSET without a UUID cannot be
+matched and is not held.
 
 Times are monotonic seconds supplied by the caller.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 from .proto import Kvpub, Kvset
 
@@ -55,6 +58,14 @@ class PendingUpdates:
         self._published[uuid] = now
         self._published.move_to_end(uuid)
         self._trim(self._published, now)
+
+    def discard(self, applied: Callable[[Kvset], bool]) -> int:
+        """Drop the held updates `applied` says the active already applied (e.g. found
+        in a snapshot just taken from it); returns how many."""
+        gone = [uuid for uuid, (_, update) in self._held.items() if applied(update)]
+        for uuid in gone:
+            del self._held[uuid]
+        return len(gone)
 
     def take(self, now: float) -> list[Kvset]:
         """The held updates, oldest first, to apply when taking over; empties the list."""

@@ -45,8 +45,8 @@ from .errors import ConfigError, DataDirError
 from .kvmap import CloneMap
 from .pending import HORIZON, PendingUpdates
 from .persist import MapStore
-from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Limits, decode,
-                    encode, pack_sequence)
+from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Kvset, Limits,
+                    decode, encode, pack_sequence)
 from .replica import Replica
 from .zmqio import NOBLOCK, recv_frames, send_frames
 
@@ -279,12 +279,17 @@ class CloneServer:
                 update = decode(frames, Channel.COLLECTOR, self.config.limits)
                 if serving:
                     published.append(self.map.apply(update, now))
-                else:
+                elif not self._applied(update):
                     self.pending.client_update(update, time.monotonic())
             except ProtocolError as exc:
                 self._reject("collector", exc)
         if published:
             self._publish(published)
+
+    def _applied(self, update: Kvset) -> bool:
+        """Whether the map already holds this very update (same key and UUID)."""
+        entry = self.map.get(update.key)
+        return entry is not None and entry.uuid == update.uuid
 
     def _on_snapshot_request(self) -> None:
         for _ in range(self.config.max_batch):
@@ -387,6 +392,7 @@ class CloneServer:
                 self.map.take_changes()   # all in the snapshot saved below
                 if self.store is not None:
                     self.store.replace(self.map)
+                self.pending.discard(self._applied)
                 self.stats.resyncs += 1
                 log.info("chp server: passive, synced with %s at sequence %d, %d keys",
                          self.config.peer, synced.sequence, len(self.map))
