@@ -19,7 +19,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from consensus.storage import record
 from consensus.storage.errors import (CompactedIndexError, FutureIndexError, LogClosedError,
@@ -48,6 +48,7 @@ class SegmentedLog:
                  recovery: RecoveryReport) -> None:
         self.directory = directory
         self.policy = policy
+        self._always = policy is FsyncPolicy.ALWAYS
         self.segment_bytes = segment_bytes
         self.max_record_bytes = max_record_bytes
         self.recovery = recovery
@@ -130,26 +131,30 @@ class SegmentedLog:
 
     def append(self, payload: Payload) -> int:
         """Append one record; returns its index. Durable on return with ALWAYS."""
-        return self.append_many((payload,))
+        return self._append((self._prepared(payload),))
 
     def append_many(self, payloads: Iterable[Payload]) -> int:
         """Append records in order with as few writes as possible; returns the index of
         the last one (last_index when `payloads` is empty). Every payload is checked
         before anything is written."""
-        items = [self._prepared(p) for p in payloads]
+        return self._append([self._prepared(p) for p in payloads])
+
+    def _append(self, items: Sequence[tuple[bytes, int, int]]) -> int:
         with self._lock:
             self._check_usable()
             if items:
                 self._write(items)
-            written, last = self._writes, self._last()
-        if self.policy is FsyncPolicy.ALWAYS and items:
+            written, last = self._writes, self._segments[-1].last_index
+        if self._always and items:
             self._sync_to(written)
         return last
 
-    def _prepared(self, payload: Payload) -> tuple[Payload, int, int]:
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(f"a log record must be bytes, not {type(payload).__name__}")
-        size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+    def _prepared(self, payload: Payload) -> tuple[bytes, int, int]:
+        if type(payload) is not bytes:
+            if not isinstance(payload, (bytes, bytearray, memoryview)):
+                raise TypeError(f"a log record must be bytes, not {type(payload).__name__}")
+            payload = bytes(payload)  # a private copy: the CRC must match what is written
+        size = len(payload)
         if size > self.max_record_bytes:
             raise RecordTooLargeError(
                 f"a record of {size} bytes exceeds max_record_bytes={self.max_record_bytes} "
@@ -157,35 +162,35 @@ class SegmentedLog:
                 f"max_record_bytes")
         return payload, size, record.payload_crc(payload)
 
-    def _write(self, items: list[tuple[Payload, int, int]]) -> None:
+    def _write(self, items: Sequence[tuple[bytes, int, int]]) -> None:
         """Frame and write `items`, rolling to a new segment when one is full (under
         _lock). A failed write poisons the log: what reached the disk is unknown."""
         segment = self._segments[-1]
-        parts: list[Payload] = []
+        parts: list[bytes] = []
         starts: list[int] = []
         position = segment.size
         try:
             for payload, size, crc in items:
                 framed = record.HEADER_SIZE + size
-                if (segment.count or starts) and position + framed > self.segment_bytes:
-                    self._flush(segment, parts, starts)
+                if (segment.offsets or starts) and position + framed > self.segment_bytes:
+                    self._flush(segment, parts, starts, position)
                     segment = self._roll()
                     parts, starts, position = [], [], segment.size
                 parts += (record.header(size, crc, position), payload)
                 starts.append(position)
                 position += framed
-            self._flush(segment, parts, starts)
+            self._flush(segment, parts, starts, position)
         except OSError as exc:
             self._failure = exc
             raise
         self._writes += 1
 
-    def _flush(self, segment: Segment, parts: list[Payload], starts: list[int]) -> None:
+    def _flush(self, segment: Segment, parts: list[bytes], starts: list[int],
+               end: int) -> None:
         if starts:
-            data = b"".join(parts)
-            segment.write(data, starts)
+            self._bytes += end - segment.size
+            segment.write(parts, starts, end)
             self._records += len(starts)
-            self._bytes += len(data)
 
     def _roll(self) -> Segment:
         """Seal the active segment (fsynced unless NEVER) and start the next one."""

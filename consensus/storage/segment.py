@@ -177,16 +177,16 @@ class Segment:
         os.fsync(self._fd)
         self.size = size
 
-    def write(self, data: bytes, starts: list[int]) -> None:
-        """Append `data`, which holds whole records beginning at the file offsets
-        `starts`. On an error the file is cut back to what it was."""
+    def write(self, parts: list[bytes], starts: list[int], end: int) -> None:
+        """Append `parts`, whole records beginning at the file offsets `starts` and
+        ending at `end`. On an error the file is cut back to what it was."""
         try:
-            write_all(self._fd, [data], self.size)
+            write_all(self._fd, parts, self.size)
         except BaseException:
             os.ftruncate(self._fd, self.size)
             raise
         self.offsets.extend(starts)
-        self.size += len(data)
+        self.size = end
 
     def sync(self) -> None:
         os.fsync(self._fd)
