@@ -1,0 +1,1 @@
+"""The deterministic fault simulator of the Raft core (`python -m consensus.sim`)."""
