@@ -74,7 +74,10 @@ class SegmentedLog:
         """Open the log in `directory`, creating it (starting at `first_index`) when it
         holds no segment, or recovering it: a torn tail is cut, nothing fsynced is lost,
         and damage anywhere else raises CorruptLogError. `first_index` is ignored for an
-        existing log. Only one SegmentedLog may have a directory open at a time."""
+        existing log. `max_record_bytes` bounds appends (and so reads); recovery maps
+        the files and checks each length against the file, so a corrupt length never
+        allocates, and a valid record above a lowered limit raises RecordTooLargeError.
+        Only one SegmentedLog may have a directory open at a time."""
         policy = FsyncPolicy.parse(fsync)
         _check_int("segment_bytes", segment_bytes, HEADER_SIZE + record.HEADER_SIZE + 1)
         _check_int("first_index", first_index, 0)

@@ -57,18 +57,16 @@ def frame(payload: bytes, offset: int) -> bytes:
     return header(len(payload), payload_crc(payload), offset) + payload
 
 
-def problem_at(buf: memoryview, pos: int, max_length: int) -> str | None:
+def problem_at(buf: memoryview, pos: int) -> str | None:
     """Why no valid record starts at `pos` of `buf`, or None when one does.
 
-    `buf` holds the file from its byte 0 up to its end, so positions are file offsets.
-    A declared length is checked against `max_length` and the bytes present before
-    anything is read for it."""
+    `buf` holds the file from its byte 0 up to its end (recovery maps the file), so
+    positions are file offsets, and a declared length is checked against the bytes
+    present before any is read: a corrupt length never makes anything be allocated."""
     left = len(buf) - pos
     if left < HEADER_SIZE:
         return f"record header cut short ({left} of {HEADER_SIZE} bytes)"
     length, crc = HEADER.unpack_from(buf, pos)
-    if length > max_length:
-        return f"record length {length} exceeds max_record_bytes={max_length}"
     if length > left - HEADER_SIZE:
         return (f"record length {length} runs past the end of the file "
                 f"({left - HEADER_SIZE} payload bytes present)")
@@ -80,9 +78,11 @@ def problem_at(buf: memoryview, pos: int, max_length: int) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Damage:
-    """The first place where the records stop being valid."""
+    """The first place where the records stop being valid. `over_limit`: the record
+    there is valid but longer than the limit (lowered since it was written)."""
     offset: int
     reason: str
+    over_limit: bool = False
 
 
 def scan(buf: memoryview, start: int, max_length: int, offsets: array) -> Damage | None:
@@ -92,15 +92,20 @@ def scan(buf: memoryview, start: int, max_length: int, offsets: array) -> Damage
     they stopped."""
     pos, end = start, len(buf)
     while pos < end:
-        reason = problem_at(buf, pos, max_length)
+        reason = problem_at(buf, pos)
         if reason is not None:
             return Damage(pos, reason)
+        length = _LENGTH.unpack_from(buf, pos)[0]
+        if length > max_length:
+            return Damage(pos, f"the record there is {length} bytes, above "
+                               f"max_record_bytes={max_length}; open the log with "
+                               f"max_record_bytes >= {length}", over_limit=True)
         offsets.append(pos)
-        pos += HEADER_SIZE + _LENGTH.unpack_from(buf, pos)[0]
+        pos += HEADER_SIZE + length
     return None
 
 
-def next_valid_record(buf: memoryview, damage: Damage, max_length: int) -> int | None:
+def next_valid_record(buf: memoryview, damage: Damage) -> int | None:
     """A valid record after `damage`, or None: the damage is then a torn tail.
 
     Two places prove that valid data follows the damage: right after the damaged record
@@ -111,10 +116,10 @@ def next_valid_record(buf: memoryview, damage: Damage, max_length: int) -> int |
     pos, end = damage.offset, len(buf)
     if end - pos >= HEADER_SIZE:
         following = pos + HEADER_SIZE + _LENGTH.unpack_from(buf, pos)[0]
-        if following < end and problem_at(buf, following, max_length) is None:
+        if following < end and problem_at(buf, following) is None:
             return following
     for candidate in _records_ending_at(buf, pos + 1):
-        if problem_at(buf, candidate, max_length) is None:
+        if problem_at(buf, candidate) is None:
             return candidate
     return None
 

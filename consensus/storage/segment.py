@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass
 
 from consensus.storage import record
-from consensus.storage.errors import CorruptLogError
+from consensus.storage.errors import CorruptLogError, RecordTooLargeError
 from consensus.storage.files import fsync_directory, read_exactly, remove_durably, write_all
 
 MAGIC = b"GFLG"
@@ -155,13 +155,15 @@ class Segment:
                 view = memoryview(mapped)
                 try:
                     damage = record.scan(view, HEADER_SIZE, max_record_bytes, offsets)
-                    if damage is not None and is_last:
-                        resumes = record.next_valid_record(view, damage, max_record_bytes)
+                    if damage is not None and is_last and not damage.over_limit:
+                        resumes = record.next_valid_record(view, damage)
                 finally:
                     view.release()  # the map cannot close while a view exports it
         segment = cls(path, first_index, fd, offsets, size, flags)
         if damage is None:
             return LoadedSegment(segment)
+        if damage.over_limit:
+            raise RecordTooLargeError(f"{path}: at byte {damage.offset}: {damage.reason}")
         if not is_last:
             raise CorruptLogError(path, damage.offset, f"{damage.reason} in a sealed segment")
         if resumes is not None:

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from consensus.storage import CorruptLogError, SegmentedLog
+from consensus.storage import CorruptLogError, RecordTooLargeError, SegmentedLog
 from consensus.storage.record import HEADER_SIZE
 from consensus.storage.segment import HEADER_SIZE as SEGMENT_HEADER
 from storage_testkit import (all_records, append_bytes, flip_byte, overwrite, payload,
@@ -96,11 +96,25 @@ def test_garbage_after_the_last_record_is_a_torn_tail(log_dir, tail):
         assert log.recovery.cut_bytes == len(tail)
 
 
-def test_a_length_above_the_limit_in_the_middle_names_the_limit(log_dir):
+def test_a_huge_length_in_the_middle_is_damage_not_an_allocation(log_dir):
     last = segment_paths(log_dir)[-1]
     overwrite(last, offset_of(0), struct.pack(">I", 0xFFFFFFF0))
-    error = open_fails_at(log_dir, last, offset_of(0), "max_record_bytes=67108864")
+    error = open_fails_at(log_dir, last, offset_of(0), "runs past the end of the file")
     assert "valid records resume" in error.reason
+
+
+@pytest.mark.parametrize("where", ["sealed", "last"])
+def test_records_above_a_lowered_limit_are_refused_not_cut(tmp_path, where):
+    directory = str(tmp_path / "log")
+    with SegmentedLog.open(directory, segment_bytes=200) as log:
+        log.append_many([b"a" * 10, b"b" * 150, b"c" * 10] if where == "sealed"
+                        else [b"a" * 10, b"b" * 150])
+    sizes = [os.path.getsize(p) for p in segment_paths(directory)]
+    with pytest.raises(RecordTooLargeError, match="open the log with max_record_bytes >= 150"):
+        SegmentedLog.open(directory, segment_bytes=200, max_record_bytes=100)
+    assert [os.path.getsize(p) for p in segment_paths(directory)] == sizes
+    with SegmentedLog.open(directory, segment_bytes=200, max_record_bytes=150) as log:
+        assert log.get(2) == b"b" * 150
 
 
 def test_damage_found_after_opening_is_reported_by_reads(log_dir):

@@ -41,8 +41,8 @@ def test_frame_layout_is_length_crc_payload():
 
 def test_the_crc_binds_a_record_to_its_offset():
     data = record.frame(b"payload", 100)
-    assert record.problem_at(memoryview(b"\0" * 100 + data), 100, 1 << 20) is None
-    assert record.problem_at(memoryview(b"\0" * 101 + data), 101, 1 << 20) == "CRC mismatch"
+    assert record.problem_at(memoryview(b"\0" * 100 + data), 100) is None
+    assert record.problem_at(memoryview(b"\0" * 101 + data), 101) == "CRC mismatch"
 
 
 @given(st.lists(st.binary(max_size=300), max_size=12))
@@ -64,7 +64,7 @@ def test_a_cut_anywhere_is_reported_at_the_record_it_cuts_and_is_a_tail(cut):
         assert damage is None
     else:
         assert damage.offset == offsets[len(whole)]
-        assert record.next_valid_record(memoryview(torn), damage, 1 << 20) is None
+        assert record.next_valid_record(memoryview(torn), damage) is None
 
 
 def test_bad_crc_followed_by_a_valid_record_is_damage_in_the_middle():
@@ -74,7 +74,7 @@ def test_bad_crc_followed_by_a_valid_record_is_damage_in_the_middle():
     kept, damage = scan(bytes(broken))
     assert kept == offsets[:1]
     assert damage.offset == offsets[1] and damage.reason == "CRC mismatch"
-    assert record.next_valid_record(memoryview(bytes(broken)), damage, 1 << 20) == offsets[2]
+    assert record.next_valid_record(memoryview(bytes(broken)), damage) == offsets[2]
 
 
 def test_bad_crc_on_the_last_record_is_a_tail():
@@ -83,7 +83,7 @@ def test_bad_crc_on_the_last_record_is_a_tail():
     broken[-1] ^= 1
     kept, damage = scan(bytes(broken))
     assert kept == offsets[:3] and damage.offset == offsets[3]
-    assert record.next_valid_record(memoryview(bytes(broken)), damage, 1 << 20) is None
+    assert record.next_valid_record(memoryview(bytes(broken)), damage) is None
 
 
 @pytest.mark.parametrize("length", [0xFFFFFF00, 5, 0])
@@ -94,7 +94,7 @@ def test_a_corrupt_length_in_the_middle_is_not_a_tail(length):
     kept, damage = scan(bytes(broken))
     assert kept == offsets[:2] and damage.offset == offsets[2]
     # the file's last record, found from the end, proves valid data follows the damage
-    assert record.next_valid_record(memoryview(bytes(broken)), damage, 1 << 20) == offsets[4]
+    assert record.next_valid_record(memoryview(bytes(broken)), damage) == offsets[4]
 
 
 def test_a_corrupt_length_followed_by_a_torn_end_is_a_tail():
@@ -104,15 +104,23 @@ def test_a_corrupt_length_followed_by_a_torn_end_is_a_tail():
     broken = bytearray(buf[:-10])
     broken[offsets[2]:offsets[2] + 4] = struct.pack(">I", 0xFFFFFF00)
     _, damage = scan(bytes(broken))
-    assert record.next_valid_record(memoryview(bytes(broken)), damage, 1 << 20) is None
+    assert record.next_valid_record(memoryview(bytes(broken)), damage) is None
 
 
-def test_a_length_above_the_limit_is_refused_before_reading():
+def test_a_declared_length_is_checked_against_the_bytes_present():
     buf, offsets = framed([payload(0)])
-    huge = buf + struct.pack(">II", 0xFFFFFFF0, 0)
-    _, damage = scan(huge, max_length=1 << 20)
-    assert damage.offset == offsets[0] + 8 + 40
-    assert "max_record_bytes=1048576" in damage.reason
+    huge = buf + struct.pack(">II", 0xFFFFFFF0, 0) + b"x" * 100
+    _, damage = scan(huge)
+    assert damage == record.Damage(offsets[0] + 48, "record length 4294967280 runs past "
+                                                    "the end of the file (100 payload bytes "
+                                                    "present)")
+
+
+def test_a_valid_record_above_the_limit_is_flagged_not_treated_as_damage():
+    buf, offsets = framed([payload(0, 10), payload(1, 500)])
+    _, damage = scan(buf, max_length=499)
+    assert damage.offset == offsets[1] and damage.over_limit
+    assert "open the log with max_record_bytes >= 500" in damage.reason
 
 
 def test_a_frame_inside_a_payload_does_not_pass_for_a_record():
@@ -122,7 +130,7 @@ def test_a_frame_inside_a_payload_does_not_pass_for_a_record():
     torn = buf[:-3]  # the outer record is torn; its payload still holds the inner frame
     kept, damage = scan(torn)
     assert kept == offsets[:1]
-    assert record.next_valid_record(memoryview(torn), damage, 1 << 20) is None
+    assert record.next_valid_record(memoryview(torn), damage) is None
 
 
 @pytest.mark.timeout(20)
@@ -139,7 +147,7 @@ def test_searching_a_torn_multi_megabyte_record_finds_nothing(fill):
     torn = buf[:len(buf) - size // 2]
     kept, damage = scan(torn, max_length=64 << 20)
     assert kept == offsets[:1] and damage.offset == offsets[1]
-    assert record.next_valid_record(memoryview(torn), damage, 64 << 20) is None
+    assert record.next_valid_record(memoryview(torn), damage) is None
 
 
 def test_unframe_checks_the_indexed_length_and_the_crc():
@@ -157,4 +165,4 @@ def test_random_bytes_are_never_mistaken_for_records():
     buf = b"H" * BASE + junk
     kept, damage = scan(buf)
     assert kept == [] and damage.offset == BASE
-    assert record.next_valid_record(memoryview(buf), damage, 1 << 20) is None
+    assert record.next_valid_record(memoryview(buf), damage) is None
