@@ -35,14 +35,14 @@ from typing import Any, Iterator
 
 from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
                                    UnknownMessageType)
+from consensus.wire.jraft_fields import (I32, I64, PROTOCOL, error, field_scope, json_bool,
+                                         json_int, json_list, json_object, pack_ints)
 from consensus.wire.jraft_logpack import LogPack, LogPackFormat
-from consensus.wire.jraft_values import (DEFAULT_LIMITS, I32, I64, PROTOCOL, ClusterConfiguration,
-                                         ClusterServer, JRaftLimits, LogEntry, Payload,
-                                         ServerId, SnapshotSyncRequest, ValueType,
+from consensus.wire.jraft_values import (DEFAULT_LIMITS, ClusterConfiguration, ClusterServer,
+                                         JRaftLimits, LogEntry, Payload, ServerId,
+                                         SnapshotSyncRequest, ValueType, WireNamed,
                                          decode_entries, encode_entries, entry_from_json,
-                                         entry_to_json, error, field_scope, json_bool,
-                                         json_int, json_list, json_object, pack_ints,
-                                         WireNamed)
+                                         entry_to_json)
 
 __all__ = [
     "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",

@@ -39,10 +39,11 @@ from typing import Any, ClassVar
 
 from consensus.wire.errors import (ChecksumMismatch, InvalidField, LimitExceeded, ProtocolError,
                                    Truncated)
-from consensus.wire.jraft_values import (DEFAULT_LIMITS, I64, VALUE_TYPE_OF_BYTE, JRaftLimits,
+from consensus.wire.jraft_fields import (I64, error, field_scope, join, json_hex, json_int,
+                                         json_list, json_object, pack_ints)
+from consensus.wire.jraft_values import (DEFAULT_LIMITS, VALUE_TYPE_OF_BYTE, JRaftLimits,
                                          LogEntry, ValueType, check_payload, entry_from_json,
-                                         entry_to_json, error, field_scope, join, json_hex,
-                                         json_int, json_list, json_object, pack_ints)
+                                         entry_to_json)
 
 #: What OpenJDK's GZIPOutputStream writes before the deflate stream.
 JAVA_GZIP_HEADER = bytes.fromhex("1f8b08000000000000ff")
