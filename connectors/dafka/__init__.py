@@ -1,1 +1,25 @@
-"""Dafka, wire-compatible with zeromq/dafka (see docs/protocol.md)."""
+"""Dafka (ZeroMQ RFC 46 as zeromq/dafka really speaks it): codec, tower, producer,
+consumer, store, and a store client for ranges and heads. See SPECS §4.
+
+The library API the Spark source and sink program against:
+
+* `DafkaConfig` (options, `with_towers`), `load_config` (the C tools' ZPL files);
+* `Producer(config, topic, address=..., start_sequence=...)` with `publish`,
+  `publish_many`, `flush`; `deterministic_address(*parts)` names a partition;
+* `Consumer(config, topics)` with `poll`, iteration or `on_record`;
+* `StoreClient(config)` with `heads(topic)` and `read_range(topic, partition, a, b)`;
+* `Store(config, data_dir)` and `Tower(sub_bind, pub_bind)` to run a deployment.
+"""
+from connectors.dafka.config import ConfigError, DafkaConfig, load_config, tower_endpoints
+from connectors.dafka.consumer import Consumer, ConsumerRecord
+from connectors.dafka.node import TowerUnreachable, deterministic_address, new_address
+from connectors.dafka.producer import BackpressureTimeout, Producer
+from connectors.dafka.reader import NoStoreError, StoreClient
+from connectors.dafka.store import Store
+from connectors.dafka.tower import Tower
+
+__all__ = [
+    "BackpressureTimeout", "ConfigError", "Consumer", "ConsumerRecord", "DafkaConfig",
+    "NoStoreError", "Producer", "Store", "StoreClient", "Tower", "TowerUnreachable",
+    "deterministic_address", "load_config", "new_address", "tower_endpoints",
+]

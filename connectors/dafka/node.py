@@ -1,0 +1,339 @@
+"""What every Dafka node shares: a publishing socket, SUB sockets connected to every
+peer the towers announce, the beacon, timers, drop counters, and one event loop.
+
+A node runs either on its own thread (`start`) or, for short-lived clients, inside the
+caller's calls (`run_until`). Either way one thread owns the sockets; a zmq.Poller
+wakes it, each ready socket is drained until EAGAIN (bounded per wake-up), and timers
+get the time as an argument.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Callable
+
+import zmq
+
+from connectors.dafka import proto
+from connectors.dafka.beacon import BeaconChannel
+from connectors.dafka.config import DafkaConfig
+from consensus.wire.errors import LimitExceeded, ProtocolError, UnknownMessageType
+
+DRAIN_BATCH = 100_000   # messages handled per socket per wake-up, as the C store writer
+_NAMESPACE = uuid.UUID("5f1c2a4e-7d1b-4c2e-9a57-6461666b6121")  # garlicfarm/dafka
+_wake_ids = itertools.count()
+
+
+class TowerUnreachable(RuntimeError):
+    """No tower welcomed the node in time."""
+
+
+def new_address() -> str:
+    """A fresh node address: a UUID as 32 uppercase hex characters (CZMQ zuuid_str)."""
+    return uuid.uuid4().hex.upper()
+
+
+def deterministic_address(*parts: str) -> str:
+    """The same address for the same parts (UUIDv5), e.g. (query id, task partition):
+    a replayed Spark task republishes into the same partition."""
+    return uuid.uuid5(_NAMESPACE, "\x00".join(parts)).hex.upper()
+
+
+class FetchFilter:
+    """FETCH de-duplication: one request per (subject, partition, first sequence) per
+    second. The C code keys on the 100000-block instead of the sequence, which also
+    suppresses the FETCH for a second gap in the same block; keying on the sequence
+    repairs that gap at once and still stops the storm of identical FETCHes that every
+    record after a gap would trigger. Time comes in as an argument."""
+
+    def __init__(self) -> None:
+        self._sent: dict[tuple[str, str, int], int] = {}
+
+    def allow(self, subject: str, address: str, sequence: int, now: float) -> bool:
+        key = (subject, address, sequence)
+        second = int(now)
+        if self._sent.get(key) == second:
+            return False
+        if len(self._sent) > 10_000:
+            self._sent.clear()
+        self._sent[key] = second
+        return True
+
+
+class Node:
+    """Base class; subclasses set `PUB_TYPE`, create their SUBs in `_setup` and
+    register them with `_add_sub`."""
+
+    ROLE = "node"
+    PUB_TYPE = zmq.PUB
+
+    def __init__(self, config: DafkaConfig, *, address: str | None = None,
+                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+        self.config = config.validate()
+        self.address = address or new_address()
+        if not proto.is_address(self.address):
+            raise ValueError(f"address {self.address!r}: a node address is 32 uppercase "
+                             f"hex characters (use new_address or deterministic_address)")
+        self.decoder = proto.Decoder(limits)
+        self.stats: Counter[str] = Counter()
+        self.ctx = zmq.Context.instance()
+        self.pub: zmq.Socket | None = None
+        self.port = 0
+        self.endpoint = ""
+        self.beacon: BeaconChannel | None = None
+        self.peers_connected: set[str] = set()
+        self._subs: list[zmq.Socket] = []          # connected to every peer
+        self._handlers: dict[zmq.Socket, Callable[[float], None]] = {}
+        self._poller = zmq.Poller()
+        self._timers: list[list] = []               # [due, interval, fn]
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._welcomed = threading.Event()
+        self._error: BaseException | None = None
+        self._wake_recv: zmq.Socket | None = None
+        self._wake_send: zmq.Socket | None = None
+        self._wake_lock = threading.Lock()
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    # ----------------------------------------------------------------- lifecycle
+    def open(self) -> "Node":
+        """Bind, connect to the towers, set up subclass sockets (no thread yet)."""
+        if self.pub is not None:
+            return self
+        self.pub = self.ctx.socket(self.PUB_TYPE)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, self.config.high_watermark)
+        if self.PUB_TYPE == zmq.XPUB:
+            self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        try:
+            self.pub.bind(self.config.bind_endpoint)
+        except zmq.ZMQError as exc:
+            self.pub.close(0)
+            self.pub = None
+            raise OSError(f"node/bind {self.config.bind_endpoint!r}: {exc}") from None
+        self.endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.port = int(self.endpoint.rsplit(":", 1)[1])
+        wake = f"inproc://dafka-wake-{id(self)}-{next(_wake_ids)}"
+        self._wake_recv = self.ctx.socket(zmq.PULL)
+        self._wake_recv.bind(wake)
+        self._wake_send = self.ctx.socket(zmq.PUSH)
+        self._wake_send.setsockopt(zmq.LINGER, 0)
+        self._wake_send.connect(wake)
+        self._poller.register(self._wake_recv, zmq.POLLIN)
+        self._handlers[self._wake_recv] = self._drain_wake
+        self._setup()
+        self.beacon = BeaconChannel(self.ctx, self.config, self.address, self.port,
+                                    self.decoder)
+        self._poller.register(self.beacon.sub, zmq.POLLIN)
+        self._handlers[self.beacon.sub] = self._on_beacon
+        self.beacon.send()
+        self.add_timer(self.config.beacon_interval, lambda now: self.beacon.send())
+        self.add_timer(min(1.0, self.config.beacon_timeout / 4), self._expire_peers)
+        return self
+
+    def start(self, wait_for_tower: bool = True) -> "Node":
+        """Run the node on its own thread; by default wait until a tower welcomed it."""
+        self.open()
+        self._thread = threading.Thread(target=self._run, name=f"dafka-{self.ROLE}",
+                                        daemon=True)
+        self._thread.start()
+        if wait_for_tower and not self._welcomed.wait(self.config.tower_wait):
+            self.stop()
+            raise TowerUnreachable(
+                f"{self.ROLE}: no tower answered at {', '.join(self.config.tower_pub)} "
+                f"within {self.config.tower_wait:g} s; start `garlicfarm dafka tower` "
+                f"or fix --tower")
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop and close every socket (idempotent)."""
+        self._stopping = True
+        if self._thread is not None:
+            self.wake()
+            self._thread.join(10)
+            self._thread = None
+        self._close_sockets()
+
+    close = stop
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wake(self) -> None:
+        """Interrupt the poll (callable from any thread)."""
+        with self._wake_lock:
+            if self._wake_send is not None:
+                try:
+                    self._wake_send.send(b"", zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the node's thread (socket changes from other threads)."""
+        self._calls.put(fn)
+        self.wake()
+
+    def _drain_wake(self, now: float) -> None:
+        while True:
+            try:
+                self._wake_recv.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        while True:
+            try:
+                fn = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            fn()
+
+    def _close_sockets(self) -> None:
+        with self._wake_lock:
+            sockets = [self.pub, self._wake_recv, self._wake_send, *self._subs,
+                       *self._extra_sockets()]
+            for sock in sockets:
+                if sock is not None and not sock.closed:
+                    sock.close(0)
+            self._wake_send = None
+        if self.beacon is not None:
+            self.beacon.close()
+        self._closed()
+
+    # ----------------------------------------------------------------- the loop
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                self.step()
+        except BaseException as exc:  # noqa: BLE001 - reported by `error`, not lost
+            if not self._stopping:
+                self._error = exc
+                self.stats["loop_crashed"] += 1
+                raise
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended the node's thread, if any."""
+        return self._error
+
+    def step(self, timeout: float | None = None) -> None:
+        """Wait for traffic or the next timer (at most `timeout` s), handle it."""
+        self._before_poll()
+        now = time.monotonic()
+        wait = min((t[0] for t in self._timers), default=now + 1.0) - now
+        if timeout is not None:
+            wait = min(wait, timeout)
+        ready = self._poller.poll(max(0.0, wait) * 1000)
+        now = time.monotonic()
+        for sock, _ in ready:
+            self._handlers[sock](now)
+        for timer in self._timers:
+            if timer[0] <= now:
+                timer[0] = max(timer[0] + timer[1], now)
+                timer[2](now)
+
+    def run_until(self, condition: Callable[[], object], timeout: float) -> bool:
+        """Drive the loop in the caller's thread until `condition()` or the deadline."""
+        self.open()
+        deadline = time.monotonic() + timeout
+        while not condition():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.step(left)
+        return True
+
+    def add_timer(self, interval: float, fn: Callable[[float], None],
+                  first: float | None = None) -> list:
+        timer = [time.monotonic() + (interval if first is None else first), interval, fn]
+        self._timers.append(timer)
+        return timer
+
+    # ----------------------------------------------------------------- discovery
+    def _on_beacon(self, now: float) -> None:
+        connect, dropped = self.beacon.handle(now)
+        if dropped:
+            self.stats["dropped_beacon"] += dropped
+        if self.beacon.welcomed:
+            self._welcomed.set()
+        for endpoint in connect:
+            for sub in self._subs:
+                sub.connect(endpoint)
+            self.peers_connected.add(endpoint)
+            self._peer_connected(endpoint)
+
+    def _expire_peers(self, now: float) -> None:
+        for endpoint in self.beacon.table.expire(now):
+            for sub in self._subs:
+                try:
+                    sub.disconnect(endpoint)
+                except zmq.ZMQError:
+                    pass
+            self.peers_connected.discard(endpoint)
+            self.stats["peers_expired"] += 1
+
+    @property
+    def welcomed(self) -> bool:
+        return self._welcomed.is_set()
+
+    # ----------------------------------------------------------------- helpers
+    def _add_sub(self, prefixes: list[bytes], handler: Callable[[float], None]) -> zmq.Socket:
+        sub = self.ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.RCVHWM, self.config.high_watermark)
+        for prefix in prefixes:
+            sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._subs.append(sub)
+        self._poller.register(sub, zmq.POLLIN)
+        self._handlers[sub] = handler
+        return sub
+
+    def _watch(self, sock: zmq.Socket, handler: Callable[[float], None]) -> None:
+        self._poller.register(sock, zmq.POLLIN)
+        self._handlers[sock] = handler
+
+    def decode_or_drop(self, frames: list[bytes]) -> proto.Message | None:
+        """Decode, or count the frames as dropped (garbage never stops a node)."""
+        try:
+            return self.decoder.decode(frames)
+        except UnknownMessageType:
+            self.stats["dropped_unknown"] += 1
+        except LimitExceeded:
+            self.stats["dropped_oversize"] += 1
+        except ProtocolError:
+            self.stats["dropped_malformed"] += 1
+        return None
+
+    def drop_unexpected(self) -> None:
+        self.stats["dropped_unexpected"] += 1
+
+    def send(self, msg: proto.Message) -> None:
+        self.pub.send_multipart(proto.encode(msg))
+
+    # ----------------------------------------------------------------- subclass hooks
+    def _setup(self) -> None:
+        """Create and register the node's SUB sockets."""
+
+    def _before_poll(self) -> None:
+        """Called before each poll (flow control)."""
+
+    def _peer_connected(self, endpoint: str) -> None:
+        """A new peer publisher was connected."""
+
+    def _extra_sockets(self) -> list[zmq.Socket]:
+        return []
+
+    def _closed(self) -> None:
+        """Sockets are closed; release other resources."""
+
+
+__all__ = ["DRAIN_BATCH", "FetchFilter", "Node", "TowerUnreachable", "deterministic_address", "new_address"]

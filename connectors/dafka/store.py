@@ -1,0 +1,238 @@
+"""The Dafka store: persists every partition it hears of and serves it back.
+
+As in the C code a store is two nodes with distinct addresses and beacons, sharing one
+`PartitionStore` (the storage engine, one log per partition):
+
+* `StoreWriter` (PUB): subscribes ``D``+own address (a separate SUB drained first, so
+  FETCH answers win), ``M`` and ``H`` (all topics). HEAD or RECORD ahead of what it has
+  -> FETCH (from 0 for an unknown partition); the next record -> stored. Each drain of
+  incoming records is one group commit (one fsync per touched partition), then one
+  cumulative ACK per partition. Beyond the C store, a duplicate also re-ACKs the
+  stored head, so a producer that republishes (the exactly-once sink) is released.
+* `StoreReader` (XPUB, verbose): subscribes ``F``, ``G`` (all) and ``W``+own address.
+  FETCH(seq, count) -> DIRECT-RECORDs seq..seq+count inclusive, only if seq is
+  stored; GET-HEADS(T) and CONSUMER-HELLO(subjects) -> one DIRECT-HEAD per stored
+  partition whose subject starts with T / a subject; a consumer subscribing to
+  ``L``+its address -> STORE-HELLO.
+
+```python
+with Store(config, "/var/lib/dafka") as store:   # config.store_db is the default dir
+    ...
+```
+"""
+from __future__ import annotations
+
+import os
+
+import zmq
+
+from connectors.dafka import proto
+from connectors.dafka.config import DafkaConfig
+from connectors.dafka.node import DRAIN_BATCH, FetchFilter, Node
+from connectors.dafka.partitions import Key, PartitionStore
+
+READ_CHUNK = 1000          # records read from the log per batch when answering a FETCH
+
+
+class StoreWriter(Node):
+    """The writing half of a store (see the module docstring)."""
+
+    ROLE = "store-writer"
+    PUB_TYPE = zmq.PUB
+
+    def __init__(self, config: DafkaConfig, partitions: PartitionStore, *,
+                 address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS
+                 ) -> None:
+        super().__init__(config, address=address, limits=limits)
+        self.partitions = partitions
+        self.fetch_filter = FetchFilter()
+
+    def _setup(self) -> None:
+        self.direct = self._add_sub([proto.subscription_prefix(
+            proto.Command.DIRECT_RECORD, self.address)], self._drain)
+        self.records = self._add_sub([proto.subscription_prefix(proto.Command.RECORD),
+                                      proto.subscription_prefix(proto.Command.HEAD)],
+                                     self._drain)
+
+    def _next(self) -> list[bytes] | None:
+        for sock in (self.direct, self.records):
+            try:
+                return sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        return None
+
+    def _drain(self, now: float) -> None:
+        partitions = self.partitions
+        acks: dict[Key, int] = {}
+        fetches: dict[Key, int] = {}
+        stored = 0
+        for _ in range(DRAIN_BATCH):
+            frames = self._next()
+            if frames is None:
+                break
+            msg = self.decode_or_drop(frames)
+            kind = type(msg)
+            if kind is proto.Record or kind is proto.DirectRecord:
+                key = (msg.subject, msg.address)
+                head = partitions.pending_head(key)
+                seq = msg.sequence
+                if head is None and seq != 0:
+                    fetches[key] = 0
+                elif head is not None and seq <= head:
+                    self.stats["duplicates"] += 1
+                    acks.setdefault(key, head)
+                elif head is not None and seq != head + 1:
+                    fetches[key] = head + 1
+                else:
+                    partitions.stage(key, seq, msg.content)
+                    acks[key] = seq
+                    fetches.pop(key, None)
+                    stored += 1
+            elif kind is proto.Head:
+                key = (msg.subject, msg.address)
+                head = partitions.pending_head(key)
+                if head is None:
+                    fetches[key] = 0
+                elif head < msg.sequence:
+                    fetches[key] = head + 1
+            elif msg is not None:
+                self.drop_unexpected()
+        if stored:
+            partitions.commit()
+            self.stats["stored"] += stored
+            self.stats["commits"] += 1
+        for (subject, address), seq in acks.items():
+            self.pub.send(proto.encode(proto.Ack(address, subject, seq))[0])
+        for (subject, address), seq in fetches.items():
+            if self.fetch_filter.allow(subject, address, seq, now):
+                self.send(proto.Fetch(address, self.address, subject, seq,
+                                      proto.fetch_count(seq)))
+                self.stats["fetches"] += 1
+
+
+class StoreReader(Node):
+    """The serving half of a store (see the module docstring)."""
+
+    ROLE = "store-reader"
+    PUB_TYPE = zmq.XPUB
+
+    def __init__(self, config: DafkaConfig, partitions: PartitionStore, writer_address: str,
+                 *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS
+                 ) -> None:
+        super().__init__(config, address=address, limits=limits)
+        self.partitions = partitions
+        self.writer_address = writer_address
+
+    def _setup(self) -> None:
+        self.requests = self._add_sub([
+            proto.subscription_prefix(proto.Command.FETCH),
+            proto.subscription_prefix(proto.Command.GET_HEADS),
+            proto.subscription_prefix(proto.Command.CONSUMER_HELLO, self.address)],
+            self._drain_requests)
+        self._watch(self.pub, self._drain_subscriptions)
+
+    def _drain_subscriptions(self, now: float) -> None:
+        for _ in range(DRAIN_BATCH):
+            try:
+                frames = self.pub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            msg = self.decode_or_drop(frames)
+            if (type(msg) is proto.Subscription and msg.subscribe
+                    and msg.command == proto.Command.STORE_HELLO
+                    and proto.is_address(msg.topic)):
+                self.send(proto.StoreHello(msg.topic, self.address))
+                self.stats["store_hellos"] += 1
+
+    def _drain_requests(self, now: float) -> None:
+        for _ in range(DRAIN_BATCH):
+            try:
+                frames = self.requests.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            msg = self.decode_or_drop(frames)
+            if msg is None:
+                continue
+            if getattr(msg, "address", None) == self.writer_address:
+                continue   # our own writer's FETCH: it needs a producer, not us
+            kind = type(msg)
+            if kind is proto.Fetch:
+                self._answer_fetch(msg)
+            elif kind is proto.GetHeads:
+                self._send_heads(msg.address, [msg.topic])
+            elif kind is proto.ConsumerHello and msg.topic == self.address:
+                self._send_heads(msg.address, msg.subjects)
+            else:
+                self.drop_unexpected()
+
+    def _answer_fetch(self, fetch: proto.Fetch) -> None:
+        key = (fetch.subject, fetch.topic)
+        head = self.partitions.head(key)
+        if head is None or fetch.sequence > head:
+            return   # only answered when the first requested record is stored
+        self.stats["fetches"] += 1
+        prefix = proto.frame0_prefix(proto.Command.DIRECT_RECORD, fetch.address,
+                                     fetch.topic, fetch.subject)
+        stop = min(fetch.sequence + fetch.count, head) + 1      # inclusive, as the C store
+        send = self.pub.send
+        for start in range(fetch.sequence, stop, READ_CHUNK):
+            chunk = self.partitions.read(key, start, min(start + READ_CHUNK, stop))
+            for seq, content in enumerate(chunk, start):
+                send(prefix + proto.pack_sequence(seq), zmq.SNDMORE)
+                send(content)
+            self.stats["direct_records"] += len(chunk)
+
+    def _send_heads(self, consumer: str, subjects: list[str]) -> None:
+        sent = set()
+        for prefix in subjects:
+            for subject, address, head in self.partitions.heads(prefix):
+                if (subject, address) not in sent:
+                    sent.add((subject, address))
+                    self.send(proto.DirectHead(consumer, address, subject, head))
+        self.stats["direct_heads"] += len(sent)
+
+
+class Store:
+    """A writer and a reader node over one data directory."""
+
+    def __init__(self, config: DafkaConfig, data_dir: str | os.PathLike | None = None, *,
+                 writer_address: str | None = None, reader_address: str | None = None,
+                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+        self.data_dir = os.fspath(data_dir or config.store_db)
+        self.partitions = PartitionStore(self.data_dir, fsync=config.store_fsync)
+        self.writer = StoreWriter(config, self.partitions, address=writer_address,
+                                  limits=limits)
+        self.reader = StoreReader(config, self.partitions, self.writer.address,
+                                  address=reader_address, limits=limits)
+
+    def start(self) -> "Store":
+        try:
+            self.writer.start()
+            self.reader.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.writer.stop()
+        self.reader.stop()
+        self.partitions.close()
+
+    def __enter__(self) -> "Store":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        merged: dict[str, int] = {}
+        for node in (self.writer, self.reader):
+            for name, value in node.stats.items():
+                merged[f"{node.ROLE}.{name}"] = value
+        return merged
+
+
+__all__ = ["Store", "StoreReader", "StoreWriter"]

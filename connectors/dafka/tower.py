@@ -1,0 +1,137 @@
+"""The beacon tower: an XSUB/XPUB relay that turns node beacons into announcements.
+
+Nodes send ``B | uuid | host | port`` to the XSUB; the tower republishes
+``B | uuid | tcp://host:port`` on the XPUB, taking the host from the connection's peer
+address when the node left it empty (the default). Every new XPUB subscriber is greeted
+with ``W`` (a node waits for it before it starts). Subscriptions are forwarded from the
+XPUB to the XSUB except the welcome ones, as the C ``dafka_tower`` does. A deployment may
+run several towers: nodes beacon to, and listen on, all of them.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import zmq
+
+from connectors.dafka import proto
+from consensus.wire.errors import ProtocolError
+
+
+class Tower:
+    """One tower. `start()` runs it on a thread; `sub_endpoint` / `pub_endpoint` are the
+    bound endpoints (ports resolved when bound to ``*``)."""
+
+    def __init__(self, sub_bind: str = "tcp://*:5556", pub_bind: str = "tcp://*:5557", *,
+                 advertise_host: str | None = None,
+                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+        """`advertise_host` replaces a 127.0.0.1 peer address in announcements (the C
+        tower uses its first interface), so remote nodes can reach nodes that share the
+        tower's host; None keeps 127.0.0.1 (a single-host deployment)."""
+        self.sub_bind = sub_bind
+        self.pub_bind = pub_bind
+        self.advertise_host = advertise_host
+        self.decoder = proto.Decoder(limits)
+        self.stats: Counter[str] = Counter()
+        self.ctx = zmq.Context.instance()
+        self.xsub: zmq.Socket | None = None
+        self.xpub: zmq.Socket | None = None
+        self.sub_endpoint = ""
+        self.pub_endpoint = ""
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def open(self) -> "Tower":
+        self.xpub = self.ctx.socket(zmq.XPUB)
+        self.xpub.setsockopt(zmq.LINGER, 0)
+        self.xpub.setsockopt(zmq.XPUB_WELCOME_MSG, b"W")
+        self.xsub = self.ctx.socket(zmq.XSUB)
+        self.xsub.setsockopt(zmq.LINGER, 0)
+        try:
+            self.xpub.bind(self.pub_bind)
+            self.xsub.bind(self.sub_bind)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise OSError(f"tower/pub_address {self.pub_bind!r} or tower/sub_address "
+                          f"{self.sub_bind!r}: {exc}") from None
+        self.pub_endpoint = self.xpub.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.sub_endpoint = self.xsub.getsockopt(zmq.LAST_ENDPOINT).decode()
+        return self
+
+    def start(self) -> "Tower":
+        if self.xsub is None:
+            self.open()
+        self._thread = threading.Thread(target=self.run, name="dafka-tower", daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """The relay loop (returns when `stop` is called)."""
+        poller = zmq.Poller()
+        poller.register(self.xsub, zmq.POLLIN)
+        poller.register(self.xpub, zmq.POLLIN)
+        while not self._stop.is_set():
+            for sock, _ in poller.poll(100):
+                if sock is self.xsub:
+                    self._relay_beacons()
+                else:
+                    self._forward_subscriptions()
+
+    def _relay_beacons(self) -> None:
+        while True:
+            try:
+                frames = self.xsub.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                beacon = self.decoder.decode([f.bytes for f in frames])
+            except ProtocolError:
+                self.stats["dropped_malformed"] += 1
+                continue
+            if not isinstance(beacon, proto.Beacon):
+                self.stats["dropped_unexpected"] += 1
+                continue
+            host = beacon.host or self._peer_host(frames[0])
+            endpoint = f"tcp://{host}:{beacon.port}"
+            self.xpub.send_multipart(proto.encode(proto.TowerBeacon(beacon.sender, endpoint)))
+            self.stats["beacons"] += 1
+
+    def _peer_host(self, frame: zmq.Frame) -> str:
+        try:
+            peer = frame.get("Peer-Address")
+        except zmq.ZMQError:
+            peer = None
+        if not peer or peer == "127.0.0.1":
+            return self.advertise_host or "127.0.0.1"
+        return f"[{peer}]" if ":" in peer else peer
+
+    def _forward_subscriptions(self) -> None:
+        while True:
+            try:
+                frame = self.xpub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frame) >= 2 and frame[1:2] == b"W":
+                continue  # welcome subscriptions stay here, as in the C tower
+            self.xsub.send(frame)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        self.close()
+
+    def close(self) -> None:
+        for sock in (self.xsub, self.xpub):
+            if sock is not None and not sock.closed:
+                sock.close(0)
+
+    def __enter__(self) -> "Tower":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+__all__ = ["Tower"]
