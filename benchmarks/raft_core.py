@@ -7,6 +7,8 @@ Storage: appends/s and MB/s of `SegmentedLog` for each fsync policy with 100-byt
 `batch`). The baseline, measured in the same run on the same file system, is raw
 `os.write` of records of the same size to a plain file with the same fsync pattern;
 `log/raw` is the ratio of the two rates (1.0 = the log costs nothing over the syscalls).
+Log and baseline run in alternating rounds (log, raw, log, raw, ...) so that a change
+in the machine's load during the run hits both alike.
 
 Patterns: always = an fsync per append; batch = one thread, sync() after every 100
 appends; never = no fsync; group = 8 threads, each append followed by sync() (the raw
@@ -32,35 +34,25 @@ from consensus.storage import SegmentedLog  # noqa: E402
 from consensus.storage.record import HEADER_SIZE, frame  # noqa: E402
 
 SIZES = (100, 64 << 10)
-BATCH_SYNC_EVERY = 100
+BATCH = 100  # appends per sync() in "batch", records per append_many in "many"
 GROUP_THREADS = 8
-MAX_BYTES_PER_CASE = 256 << 20  # keeps the disk traffic of one case bounded
+ROUNDS = 3
+MAX_BYTES_PER_ROUND = 96 << 20  # keeps the disk traffic of one case bounded
 
 
 @dataclass
 class Run:
-    records: int
-    seconds: float
-    fsyncs: int
+    records: int = 0
+    seconds: float = 0.0
+    fsyncs: int = 0
+
+    def add(self, other: "Run") -> None:
+        self.records += other.records
+        self.seconds += other.seconds
+        self.fsyncs += other.fsyncs
 
     def rate(self) -> float:
         return self.records / self.seconds
-
-
-@dataclass
-class Row:
-    case: str
-    size: int
-    log: Run
-    raw: Run
-
-    def cells(self) -> list[str]:
-        mb = self.size / 1e6
-        return [self.case, _size_name(self.size), str(self.log.records),
-                f"{self.log.rate():,.0f}", f"{self.log.rate() * mb:,.1f}",
-                f"{self.raw.rate():,.0f}", f"{self.raw.rate() * mb:,.1f}",
-                f"{self.log.rate() / self.raw.rate():.2f}",
-                f"{self.log.fsyncs} ({self.log.records / max(self.log.fsyncs, 1):.1f} rec/fsync)"]
 
 
 HEADINGS = ["case", "record", "records", "log appends/s", "log MB/s", "raw appends/s",
@@ -71,21 +63,22 @@ def _size_name(size: int) -> str:
     return f"{size >> 10} KiB" if size >= 1024 else f"{size} B"
 
 
-def _timed_loop(step: Callable[[int], None], seconds: float, limit: int) -> tuple[int, float]:
-    """Call step(i) until `seconds` pass or `limit` calls were made."""
+def _timed_loop(step: Callable[[], None], seconds: float, limit: int) -> tuple[int, float]:
+    """Call step() until `seconds` pass or `limit` calls were made."""
     start = time.perf_counter()
     deadline = start + seconds
     done = 0
     while done < limit:
-        step(done)
+        step()
         done += 1
-        if done % 16 == 0 and time.perf_counter() >= deadline:
+        if done % 8 == 0 and time.perf_counter() >= deadline:
             break
     return done, time.perf_counter() - start
 
 
-def _threads(count: int, work: Callable[[int], None]) -> float:
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(count)]
+def _in_threads(work: Callable[[int], None]) -> float:
+    """Run work(n) in GROUP_THREADS threads at once; the wall time."""
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(GROUP_THREADS)]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -94,111 +87,124 @@ def _threads(count: int, work: Callable[[int], None]) -> float:
     return time.perf_counter() - start
 
 
-def single_thread_case(workdir: str, policy: str, size: int, seconds: float) -> Row:
-    payload = os.urandom(size)
-    limit = max(100, MAX_BYTES_PER_CASE // size)
-    sync_every = {"always": 0, "batch": BATCH_SYNC_EVERY, "never": 0}[policy]
-    with SegmentedLog.open(os.path.join(workdir, f"log-{policy}-{size}"), fsync=policy) as log:
-        def append(i: int) -> None:
-            log.append(payload)
-            if sync_every and (i + 1) % sync_every == 0:
+class Case:
+    """One row: a log and a plain file, measured in alternating rounds.
+
+    `pattern` is always, batch, never, group or many (see the module docstring)."""
+
+    def __init__(self, workdir: str, pattern: str, size: int) -> None:
+        self.pattern, self.size = pattern, size
+        self.payload = os.urandom(size)
+        self.framed = frame(self.payload, 0)  # the raw baseline writes the same bytes
+        policy = pattern if pattern in ("always", "never") else "batch"
+        name = f"{pattern}-{size}"
+        self.log = SegmentedLog.open(os.path.join(workdir, "log-" + name), fsync=policy)
+        self.fd = os.open(os.path.join(workdir, "raw-" + name),
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.per_thread = [0] * GROUP_THREADS
+        self.appended = 0
+
+    def close(self) -> None:
+        self.log.close()
+        os.close(self.fd)
+
+    def label(self) -> str:
+        return {"batch": f"batch (sync every {BATCH})",
+                "group": f"group ({GROUP_THREADS} threads, append+sync)",
+                "many": f"many (append_many x{BATCH} + sync)"}.get(self.pattern, self.pattern)
+
+    def log_round(self, seconds: float) -> Run:
+        log, payload = self.log, self.payload
+        limit = max(BATCH, MAX_BYTES_PER_ROUND // self.size)
+        fsyncs = log.stats().fsyncs
+        if self.pattern == "group":
+            deadline = time.perf_counter() + seconds
+            counts = [0] * GROUP_THREADS
+
+            def appender(n: int) -> None:
+                while counts[n] < limit // GROUP_THREADS and time.perf_counter() < deadline:
+                    log.append(payload)
+                    log.sync()
+                    counts[n] += 1
+
+            elapsed, records = _in_threads(appender), sum(counts)
+            self.per_thread = counts
+        elif self.pattern == "many":
+            batch = [payload] * BATCH
+
+            def step() -> None:
+                log.append_many(batch)
                 log.sync()
 
-        records, elapsed = _timed_loop(append, seconds, limit)
-        if sync_every:
-            log.sync()
-        log_run = Run(records, elapsed, log.stats().fsyncs)
+            calls, elapsed = _timed_loop(step, seconds, limit // BATCH)
+            records = calls * BATCH
+        else:
+            def step() -> None:
+                log.append(payload)
+                self.appended += 1
+                if self.pattern == "batch" and self.appended % BATCH == 0:
+                    log.sync()
 
-    framed = frame(payload, 0)
-    path = os.path.join(workdir, f"raw-{policy}-{size}")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    fsyncs = 0
-    try:
+            records, elapsed = _timed_loop(step, seconds, limit)
+        return Run(records, elapsed, log.stats().fsyncs - fsyncs)
+
+    def raw_round(self, records: int) -> Run:
+        fd, framed = self.fd, self.framed
+        if self.pattern == "group":
+            def appender(n: int) -> None:
+                for _ in range(self.per_thread[n]):
+                    os.write(fd, framed)
+                    os.fsync(fd)
+
+            return Run(records, _in_threads(appender), records)
         start = time.perf_counter()
-        for i in range(records):
-            os.write(fd, framed)
-            if policy == "always" or (sync_every and (i + 1) % sync_every == 0):
+        fsyncs = 0
+        if self.pattern == "many":
+            block = framed * BATCH
+            for _ in range(records // BATCH):
+                os.write(fd, block)
                 os.fsync(fd)
                 fsyncs += 1
-        if sync_every and records % sync_every:
-            os.fsync(fd)
-            fsyncs += 1
-        raw_run = Run(records, time.perf_counter() - start, fsyncs)
-    finally:
-        os.close(fd)
-    return Row(policy, size, log_run, raw_run)
-
-
-def group_commit_case(workdir: str, size: int, seconds: float) -> Row:
-    payload = os.urandom(size)
-    per_thread = [0] * GROUP_THREADS
-    limit = max(100, MAX_BYTES_PER_CASE // size // GROUP_THREADS)
-    deadline = time.perf_counter() + seconds
-    with SegmentedLog.open(os.path.join(workdir, f"log-group-{size}"), fsync="batch") as log:
-        def appender(n: int) -> None:
-            while per_thread[n] < limit and time.perf_counter() < deadline:
-                log.append(payload)
-                log.sync()
-                per_thread[n] += 1
-
-        elapsed = _threads(GROUP_THREADS, appender)
-        log_run = Run(sum(per_thread), elapsed, log.stats().fsyncs)
-
-    framed = frame(payload, 0)
-    fd = os.open(os.path.join(workdir, f"raw-group-{size}"),
-                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    try:
-        def raw_appender(n: int) -> None:
-            for _ in range(per_thread[n]):
+        else:
+            every = {"always": 1, "batch": BATCH, "never": 0}[self.pattern]
+            for i in range(records):
                 os.write(fd, framed)
-                os.fsync(fd)
+                if every and (i + 1) % every == 0:
+                    os.fsync(fd)
+                    fsyncs += 1
+        return Run(records, time.perf_counter() - start, fsyncs)
 
-        raw_run = Run(sum(per_thread), _threads(GROUP_THREADS, raw_appender), sum(per_thread))
-    finally:
-        os.close(fd)
-    return Row(f"group ({GROUP_THREADS} threads, batch)", size, log_run, raw_run)
-
-
-def append_many_case(workdir: str, size: int, seconds: float) -> Row:
-    payloads = [os.urandom(size)] * BATCH_SYNC_EVERY
-    limit = max(1, MAX_BYTES_PER_CASE // size // BATCH_SYNC_EVERY)
-    with SegmentedLog.open(os.path.join(workdir, f"log-many-{size}"), fsync="batch") as log:
-        def append(_i: int) -> None:
-            log.append_many(payloads)
-            log.sync()
-
-        calls, elapsed = _timed_loop(append, seconds, limit)
-        log_run = Run(calls * BATCH_SYNC_EVERY, elapsed, log.stats().fsyncs)
-
-    framed = frame(payloads[0], 0) * BATCH_SYNC_EVERY
-    fd = os.open(os.path.join(workdir, f"raw-many-{size}"), os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        start = time.perf_counter()
-        for _ in range(calls):
-            os.write(fd, framed)
-            os.fsync(fd)
-        raw_run = Run(calls * BATCH_SYNC_EVERY, time.perf_counter() - start, calls)
-    finally:
-        os.close(fd)
-    return Row(f"many (append_many x{BATCH_SYNC_EVERY}, batch)", size, log_run, raw_run)
+    def measure(self, seconds: float) -> list[str]:
+        log_total, raw_total = Run(), Run()
+        for _ in range(ROUNDS):
+            log_run = self.log_round(seconds / ROUNDS)
+            log_total.add(log_run)
+            raw_total.add(self.raw_round(log_run.records))
+        mb = self.size / 1e6
+        return [self.label(), _size_name(self.size), str(log_total.records),
+                f"{log_total.rate():,.0f}", f"{log_total.rate() * mb:,.1f}",
+                f"{raw_total.rate():,.0f}", f"{raw_total.rate() * mb:,.1f}",
+                f"{log_total.rate() / raw_total.rate():.2f}",
+                f"{log_total.fsyncs} ({log_total.records / max(log_total.fsyncs, 1):.1f} "
+                f"records/fsync)"]
 
 
-def storage_benchmarks(workdir: str, seconds: float) -> list[Row]:
+def storage_benchmarks(workdir: str, seconds: float) -> list[list[str]]:
     rows = []
     for size in SIZES:
-        for case in (lambda: single_thread_case(workdir, "always", size, seconds),
-                     lambda: single_thread_case(workdir, "batch", size, seconds),
-                     lambda: single_thread_case(workdir, "never", size, seconds),
-                     lambda: group_commit_case(workdir, size, seconds),
-                     lambda: append_many_case(workdir, size, seconds)):
-            rows.append(case())
-            print(" | ".join(rows[-1].cells()), file=sys.stderr)
+        for pattern in ("always", "batch", "never", "group", "many"):
+            case = Case(workdir, pattern, size)
+            try:
+                rows.append(case.measure(seconds))
+            finally:
+                case.close()
+            print(" | ".join(rows[-1]), file=sys.stderr)
     return rows
 
 
-def markdown(rows: list[Row]) -> str:
+def markdown(rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
-    lines += ["| " + " | ".join(row.cells()) + " |" for row in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -207,15 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=["storage"], default="storage",
                         help="which benchmarks to run")
     parser.add_argument("--seconds", type=float, default=1.0,
-                        help="time budget of each measured log case (default 1.0)")
+                        help="time given to the log in each case, split over "
+                             f"{ROUNDS} rounds (default 1.0)")
     parser.add_argument("--dir", default=None,
                         help="where to write the files (default: a temp dir; put it on "
                              "the disk you want to measure)")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="garlicfarm-bench-", dir=args.dir)
     try:
-        print(f"storage: files in {workdir}; header overhead {HEADER_SIZE} bytes/record; "
-              f"batch syncs every {BATCH_SYNC_EVERY} appends", file=sys.stderr)
+        print(f"storage: files in {workdir}; {HEADER_SIZE}-byte header per record",
+              file=sys.stderr)
         print(markdown(storage_benchmarks(workdir, args.seconds)))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
