@@ -27,9 +27,9 @@ _U64 = (1 << 64) - 1
 @dataclass(frozen=True, slots=True)
 class HardState:
     """What a Raft node must remember across restarts before it answers anyone."""
-    term: int
-    vote: int | None
-    commit: int
+    term: int = 0
+    vote: int | None = None
+    commit: int = 0
 
     def __post_init__(self) -> None:
         for name in ("term", "vote", "commit"):
@@ -49,7 +49,7 @@ class HardStateFile:
         self._lock = threading.Lock()  # one temp file per path: saves take turns
 
     def load(self) -> HardState:
-        """The saved state; HardState(0, None, 0) when nothing was ever saved."""
+        """The saved state; HardState() = (0, None, 0) when nothing was ever saved."""
         try:
             with open(self.path, "rb") as file:
                 data = file.read(FILE_SIZE + 1)

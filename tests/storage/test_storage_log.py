@@ -178,14 +178,18 @@ def test_a_record_larger_than_a_segment_gets_its_own(log_dir):
         assert log.get(4) == big
 
 
-def test_big_records(log_dir):
-    blobs = [os.urandom(64 << 10), os.urandom(16 << 20), os.urandom(1)]
-    with SegmentedLog.open(log_dir, segment_bytes=1 << 20) as log:
+def test_big_records_up_to_the_default_limit(log_dir):
+    blobs = [os.urandom(64 << 10), os.urandom(1 << 20) * 64, os.urandom(1)]
+    assert len(blobs[1]) == 64 << 20  # exactly max_record_bytes' default
+    # fsync="never": the point is sizes, and 64 MiB of fsync would dominate the suite
+    with SegmentedLog.open(log_dir, fsync="never", segment_bytes=1 << 20) as log:
         assert log.append_many(blobs) == 3
-        log.sync()
-    with SegmentedLog.open(log_dir, segment_bytes=1 << 20) as log:
+        with pytest.raises(RecordTooLargeError):
+            log.append(blobs[1] + b"!")
+    with SegmentedLog.open(log_dir, fsync="never", segment_bytes=1 << 20) as log:
         assert log.read(1, 4) == blobs
         assert log.read(1, 4, max_bytes=1 << 20) == blobs[:1]
+        assert len(segment_paths(log_dir)) == 3  # the big one got a segment of its own
 
 
 def test_one_log_per_directory(log_dir):
