@@ -8,7 +8,9 @@ As in the C code a store is two nodes with distinct addresses and beacons, shari
   -> FETCH (from 0 for an unknown partition); the next record -> stored. Each drain of
   incoming records is one group commit (one fsync per touched partition), then one
   cumulative ACK per partition. Beyond the C store, a duplicate also re-ACKs the
-  stored head, so a producer that republishes (the exactly-once sink) is released.
+  stored head, and a HEAD the store is not behind re-ACKs it: a producer that
+  republishes (the exactly-once sink) or lost an ACK (PUB/SUB drops) is released
+  within one HEAD interval. Extra cumulative ACKs are harmless to C producers.
 * `StoreReader` (XPUB, verbose): subscribes ``F``, ``G`` (all) and ``W``+own address.
   FETCH(seq, count) -> DIRECT-RECORDs seq..seq+count inclusive, only if seq is
   stored; GET-HEADS(T) and CONSUMER-HELLO(subjects) -> one DIRECT-HEAD per stored
@@ -96,6 +98,8 @@ class StoreWriter(Node):
                     fetches[key] = 0
                 elif head < msg.sequence:
                     fetches[key] = head + 1
+                else:
+                    acks.setdefault(key, msg.sequence)   # re-ACK: see the docstring
             elif msg is not None:
                 self.drop_unexpected()
         if stored:

@@ -1,0 +1,228 @@
+"""`garlicfarm dafka tower | store | produce | consume`: the C tools' command lines.
+
+Every command takes the towers as ``--tower tcp://HOST:PORT`` (the tower's beacon port;
+its publisher is PORT+1; repeat or comma-separate for several towers), or the C tools'
+``--sub`` / ``--pub`` pair, and ``-c FILE`` (a ZPL config file as the C tools read,
+e.g. ``beacon/interval = 1000``). Command-line options win over the file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+
+from connectors.dafka.config import (ConfigError, DafkaConfig, load_config, parse_zpl,
+                                     tower_endpoints)
+from connectors.dafka.consumer import Consumer, ConsumerRecord
+from connectors.dafka.node import TowerUnreachable
+from connectors.dafka.producer import BackpressureTimeout, Producer
+from connectors.dafka.store import Store
+from connectors.dafka.tower import Tower
+
+COMMANDS = ("tower", "store", "produce", "consume")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", metavar="FILE", help="ZPL config file")
+    parser.add_argument("--tower", action="append", default=[], metavar="ENDPOINT",
+                        help="tower beacon endpoint tcp://HOST:PORT (publisher = PORT+1); "
+                             "repeatable, or comma-separated")
+    parser.add_argument("--sub", metavar="ENDPOINTS",
+                        help="tower XSUB endpoint(s), as the C tools (beacon/sub_address)")
+    parser.add_argument("--pub", metavar="ENDPOINTS",
+                        help="tower XPUB endpoint(s), as the C tools (beacon/pub_address)")
+    parser.add_argument("--bind", metavar="ENDPOINT",
+                        help="this node's publisher (default: loopback when every tower "
+                             "is local, else tcp://*:*)")
+    parser.add_argument("--beacon-interval", type=float, metavar="SECONDS")
+    parser.add_argument("--beacon-timeout", type=float, metavar="SECONDS")
+    parser.add_argument("--verbose", action="store_true")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="garlicfarm dafka",
+                                     description="Dafka nodes, wire-compatible with zeromq/dafka")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    tower = commands.add_parser("tower", help="run a beacon tower (dafka_towerd)")
+    tower.add_argument("-c", "--config", metavar="FILE", help="ZPL config file")
+    tower.add_argument("--tower", metavar="ENDPOINT",
+                       help="bind the beacon XSUB here and the XPUB at PORT+1")
+    tower.add_argument("--sub", metavar="ENDPOINT", help="XSUB bind (default tcp://*:5556)")
+    tower.add_argument("--pub", metavar="ENDPOINT", help="XPUB bind (default tcp://*:5557)")
+    tower.add_argument("--advertise-host", metavar="HOST",
+                       help="announce nodes that beacon from 127.0.0.1 with this host")
+    tower.add_argument("--verbose", action="store_true")
+
+    store = commands.add_parser("store", help="run a store (dafka_stored)")
+    _common(store)
+    store.add_argument("--data-dir", metavar="DIR", help="data directory (store/db)")
+    store.add_argument("--fsync", choices=("always", "batch", "never"),
+                       help="store/fsync (default batch: one fsync per drain, then ACK)")
+
+    produce = commands.add_parser("produce", help="publish one record per stdin line")
+    _common(produce)
+    produce.add_argument("topic")
+    produce.add_argument("--address", metavar="UUID",
+                         help="partition address (32 uppercase hex), default random")
+    produce.add_argument("--start-sequence", type=int, default=0, metavar="N")
+    produce.add_argument("--ack-timeout", type=float, default=30.0, metavar="SECONDS",
+                         help="at end of input wait this long for store ACKs (0: don't)")
+    produce.add_argument("--head-interval", type=float, metavar="SECONDS")
+    produce.add_argument("--max-unacked", type=int, metavar="N")
+
+    consume = commands.add_parser("consume", help="print one record per line")
+    _common(consume)
+    consume.add_argument("topic")
+    consume.add_argument("--from-beginning", action="store_true",
+                         help="start at offset 0 of every partition (offset reset earliest)")
+    consume.add_argument("--json", action="store_true",
+                         help="one JSON object per line: topic, partition, offset, value")
+    consume.add_argument("--count", type=int, metavar="N", help="exit after N records")
+    consume.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                         help="exit when no record arrived for this long")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> DafkaConfig:
+    config = load_config(args.config) if args.config else DafkaConfig()
+    towers = [t for spec in args.tower for t in spec.split(",") if t.strip()]
+    if towers:
+        config = config.with_towers(towers)
+    if args.sub:
+        config = replace(config, tower_sub=tuple(e.strip() for e in args.sub.split(",")))
+    if args.pub:
+        config = replace(config, tower_pub=tuple(e.strip() for e in args.pub.split(",")))
+    overrides = {"bind": args.bind, "beacon_interval": args.beacon_interval,
+                 "beacon_timeout": args.beacon_timeout,
+                 "head_interval": getattr(args, "head_interval", None),
+                 "max_unacked": getattr(args, "max_unacked", None),
+                 "store_db": getattr(args, "data_dir", None),
+                 "store_fsync": getattr(args, "fsync", None)}
+    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    if args.verbose:
+        config = replace(config, verbose=True)
+    if getattr(args, "from_beginning", False):
+        config = replace(config, offset_reset="earliest")
+    return config.validate()
+
+
+def _until_signal() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run_tower(args: argparse.Namespace) -> int:
+    values = parse_zpl(open(args.config).read(), args.config) if args.config else {}
+    sub = values.get("tower/sub_address", "tcp://*:5556")
+    pub = values.get("tower/pub_address", "tcp://*:5557")
+    if args.tower:
+        sub, pub = tower_endpoints(args.tower)
+    sub, pub = args.sub or sub, args.pub or pub
+    stop = _until_signal()
+    tower = Tower(sub, pub, advertise_host=args.advertise_host).start()
+    _say(f"dafka tower: beacons on {tower.sub_endpoint}, announcements on "
+         f"{tower.pub_endpoint}")
+    stop.wait()
+    tower.stop()
+    return 0
+
+
+def run_store(args: argparse.Namespace) -> int:
+    config = _config(args)
+    stop = _until_signal()
+    store = Store(config).start()
+    _say(f"dafka store: writer {store.writer.address} at {store.writer.endpoint}, reader "
+         f"{store.reader.address} at {store.reader.endpoint}, data in {store.data_dir}")
+    stop.wait()
+    store.stop()
+    if config.verbose:
+        print(json.dumps(store.stats), file=sys.stderr)
+    return 0
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    config = _config(args)
+    producer = Producer(config, args.topic, address=args.address,
+                        start_sequence=args.start_sequence).start()
+    if config.verbose:
+        print(f"dafka produce: partition {producer.address}", file=sys.stderr)
+    try:
+        for line in sys.stdin.buffer:
+            producer.publish(line.rstrip(b"\r\n"))
+        if args.ack_timeout > 0 and not producer.flush(args.ack_timeout):
+            print(f"dafka produce: {len(producer.unacked)} record(s) of {args.topic} "
+                  f"(partition {producer.address}) not acknowledged by a store within "
+                  f"{args.ack_timeout:g} s (--ack-timeout)", file=sys.stderr)
+            return 1
+    except BackpressureTimeout as exc:
+        print(f"dafka produce: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        producer.stop()
+    return 0
+
+
+def _line(record: ConsumerRecord, as_json: bool) -> bytes:
+    if not as_json:
+        return record.value + b"\n"
+    out = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+    try:
+        out["value"] = record.value.decode()
+    except UnicodeDecodeError:
+        out["value_hex"] = record.value.hex()
+    return json.dumps(out).encode() + b"\n"
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    config = _config(args)
+    stop = _until_signal()
+    consumer = Consumer(config, [args.topic]).start()
+    out = sys.stdout.buffer
+    printed = 0
+    last = time.monotonic()
+    try:
+        while not stop.is_set():
+            batch = consumer.poll(timeout=0.2, max_records=(args.count - printed)
+                                  if args.count else 100_000)
+            if not batch:
+                if (args.idle_timeout is not None
+                        and time.monotonic() - last >= args.idle_timeout):
+                    break
+                continue
+            last = time.monotonic()
+            out.write(b"".join(_line(r, args.json) for r in batch))
+            out.flush()
+            printed += len(batch)
+            if args.count and printed >= args.count:
+                break
+    except BrokenPipeError:
+        pass
+    finally:
+        consumer.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    runner = {"tower": run_tower, "store": run_store, "produce": run_produce,
+              "consume": run_consume}[args.command]
+    try:
+        return runner(args)
+    except (ConfigError, TowerUnreachable, OSError, ValueError) as exc:
+        print(f"garlicfarm dafka {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
