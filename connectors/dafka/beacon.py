@@ -8,13 +8,14 @@ The node's own loop polls the SUB, so no extra thread is needed.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import zmq
 
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
-from consensus.wire.errors import ProtocolError
+from connectors.dafka.sockets import iter_messages
 
 
 @dataclass
@@ -50,14 +51,14 @@ class BeaconChannel:
     """The beacon sockets of one node; `handle` drains the tower traffic."""
 
     def __init__(self, ctx: zmq.Context, config: DafkaConfig, address: str, port: int,
-                 decoder: proto.Decoder) -> None:
+                 decoder: proto.Decoder, stats: Counter) -> None:
         self.config = config
         self.address = address
         self.port = port
         self.decoder = decoder
         self.table = PeerTable(address, config.beacon_timeout)
         self.welcomed = False
-        self.dropped = 0
+        self.stats = stats
         self.pub = ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.sub = ctx.socket(zmq.SUB)
@@ -73,31 +74,20 @@ class BeaconChannel:
     def send(self) -> None:
         self.pub.send_multipart(self._beacon)
 
-    def handle(self, now: float) -> tuple[list[str], int]:
-        """Drain the tower SUB; return (endpoints to connect, frames dropped)."""
+    def handle(self, now: float) -> list[str]:
+        """Drain the tower SUB; return the endpoints of new peers to connect to."""
         connect: list[str] = []
-        dropped = 0
-        while True:
-            try:
-                frames = self.sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                msg = self.decoder.decode(frames)
-            except ProtocolError:
-                dropped += 1
-                continue
+        for msg in iter_messages(self.sub, self.decoder, self.stats):
             if isinstance(msg, proto.Welcome):
                 self.welcomed = True
             elif isinstance(msg, proto.TowerBeacon):
                 if self.table.seen(msg.sender, msg.endpoint, now):
                     connect.append(msg.endpoint)
             else:
-                dropped += 1
+                self.stats["dropped_unexpected"] += 1
         if connect:
             self.send()   # a new peer: beacon at once, as the C code does
-        self.dropped += dropped
-        return connect, dropped
+        return connect
 
     def close(self) -> None:
         self.pub.close(0)

@@ -29,19 +29,19 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import zmq
 
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
-from connectors.dafka.node import DRAIN_BATCH, FetchFilter, Node
+from connectors.dafka.node import FetchFilter, Node
 
 
-@dataclass(slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
     """One delivered record: `partition` is the producer's address, `offset` its
-    sequence in that partition."""
+    sequence in that partition. (A NamedTuple: built once per record on the hot path,
+    it costs a third of a dataclass.)"""
     topic: str
     partition: str
     offset: int
@@ -57,8 +57,8 @@ class _Cursor:
 class OffsetTracker:
     """Ordering, gap detection and de-duplication for every partition (sans-I/O).
 
-    `on_record` returns the records now deliverable in order and the sequence to FETCH
-    from (or None); `on_head` returns the sequence to FETCH from (or None).
+    `on_record` appends the records now deliverable in order to a list and returns the
+    sequence to FETCH from (or None); `on_head` returns the sequence to FETCH from.
     """
 
     def __init__(self, earliest: bool, max_ahead: int = 100_000) -> None:
@@ -75,28 +75,34 @@ class OffsetTracker:
             self.cursors[key] = cursor
         return cursor
 
-    def on_record(self, subject: str, address: str, sequence: int, content: bytes
-                  ) -> tuple[list[tuple[int, bytes]], int | None]:
-        cursor = self._cursor((subject, address), sequence)
+    def on_record(self, subject: str, address: str, sequence: int, content: bytes,
+                  deliver: list[ConsumerRecord]) -> int | None:
+        """Append the records now deliverable in order to `deliver`; return the
+        sequence to FETCH from, or None."""
+        cursor = self.cursors.get((subject, address))
+        if cursor is None:
+            cursor = self._cursor((subject, address), sequence)
         expected = cursor.last + 1
         if sequence == expected:
-            out = [(sequence, content)]
+            deliver.append(ConsumerRecord(subject, address, sequence, content))
             ahead = cursor.ahead
             if ahead:
-                nxt = sequence + 1
-                while nxt in ahead:
-                    out.append((nxt, ahead.pop(nxt)))
-                    nxt += 1
-            cursor.last = out[-1][0]
-            return out, None
+                sequence += 1
+                while sequence in ahead:
+                    deliver.append(ConsumerRecord(subject, address, sequence,
+                                                  ahead.pop(sequence)))
+                    sequence += 1
+                sequence -= 1
+            cursor.last = sequence
+            return None
         if sequence < expected:
             self.duplicates += 1
-            return [], None
+            return None
         if len(cursor.ahead) < self.max_ahead:
             cursor.ahead[sequence] = content
         else:
             self.overflow += 1
-        return [], expected
+        return expected
 
     def on_head(self, subject: str, address: str, sequence: int) -> int | None:
         key = (subject, address)
@@ -201,12 +207,7 @@ class Consumer(Node):
                                       list(self.topics) if self.earliest else []))
 
     def _drain_subscriptions(self, now: float) -> None:
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = self.pub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            msg = self.decode_or_drop(frames)
+        for msg in self.messages(self.pub):
             if type(msg) is not proto.Subscription:
                 continue
             if msg.command == proto.Command.CONSUMER_HELLO and proto.is_address(msg.topic):
@@ -230,32 +231,19 @@ class Consumer(Node):
     def _drain_data(self, now: float) -> None:
         if self._paused:
             return
-        recv = self.data.recv_multipart
-        decode = self.decoder.decode
         topics = self.topics
         tracker = self.tracker
         delivered: list[ConsumerRecord] = []
         fetches: dict[tuple[str, str], int] = {}
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                msg = decode(frames)
-            except proto.ProtocolError:
-                self.decode_or_drop(frames)   # counts it by kind
-                continue
+        for msg in self.messages(self.data):
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 if msg.subject not in topics or (kind is proto.Record
                                                  and msg.topic != msg.subject):
                     self.stats["filtered"] += 1
                     continue
-                out, fetch = tracker.on_record(msg.subject, msg.address, msg.sequence,
-                                               msg.content)
-                for seq, content in out:
-                    delivered.append(ConsumerRecord(msg.subject, msg.address, seq, content))
+                fetch = tracker.on_record(msg.subject, msg.address, msg.sequence,
+                                          msg.content, delivered)
                 if fetch is not None:
                     fetches[(msg.subject, msg.address)] = fetch
             elif kind is proto.Head or kind is proto.DirectHead:

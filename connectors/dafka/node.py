@@ -14,16 +14,15 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Callable
+from typing import Callable, Iterator
 
 import zmq
 
 from connectors.dafka import proto
 from connectors.dafka.beacon import BeaconChannel
 from connectors.dafka.config import DafkaConfig
-from consensus.wire.errors import LimitExceeded, ProtocolError, UnknownMessageType
+from connectors.dafka.sockets import iter_messages
 
-DRAIN_BATCH = 100_000   # messages handled per socket per wake-up, as the C store writer
 _NAMESPACE = uuid.UUID("5f1c2a4e-7d1b-4c2e-9a57-6461666b6121")  # garlicfarm/dafka
 _wake_ids = itertools.count()
 
@@ -127,7 +126,7 @@ class Node:
         self._handlers[self._wake_recv] = self._drain_wake
         self._setup()
         self.beacon = BeaconChannel(self.ctx, self.config, self.address, self.port,
-                                    self.decoder)
+                                    self.decoder, self.stats)
         self._poller.register(self.beacon.sub, zmq.POLLIN)
         self._handlers[self.beacon.sub] = self._on_beacon
         self.beacon.send()
@@ -260,9 +259,7 @@ class Node:
 
     # ----------------------------------------------------------------- discovery
     def _on_beacon(self, now: float) -> None:
-        connect, dropped = self.beacon.handle(now)
-        if dropped:
-            self.stats["dropped_beacon"] += dropped
+        connect = self.beacon.handle(now)
         if self.beacon.welcomed:
             self._welcomed.set()
         for endpoint in connect:
@@ -301,17 +298,9 @@ class Node:
         self._poller.register(sock, zmq.POLLIN)
         self._handlers[sock] = handler
 
-    def decode_or_drop(self, frames: list[bytes]) -> proto.Message | None:
-        """Decode, or count the frames as dropped (garbage never stops a node)."""
-        try:
-            return self.decoder.decode(frames)
-        except UnknownMessageType:
-            self.stats["dropped_unknown"] += 1
-        except LimitExceeded:
-            self.stats["dropped_oversize"] += 1
-        except ProtocolError:
-            self.stats["dropped_malformed"] += 1
-        return None
+    def messages(self, sock: zmq.Socket) -> Iterator[proto.Message]:
+        """The decoded messages waiting on `sock` (garbage dropped and counted)."""
+        return iter_messages(sock, self.decoder, self.stats)
 
     def drop_unexpected(self) -> None:
         self.stats["dropped_unexpected"] += 1
@@ -336,4 +325,4 @@ class Node:
         """Sockets are closed; release other resources."""
 
 
-__all__ = ["DRAIN_BATCH", "FetchFilter", "Node", "TowerUnreachable", "deterministic_address", "new_address"]
+__all__ = ["FetchFilter", "Node", "TowerUnreachable", "deterministic_address", "new_address"]

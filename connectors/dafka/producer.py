@@ -33,7 +33,7 @@ import zmq
 
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
-from connectors.dafka.node import DRAIN_BATCH, Node
+from connectors.dafka.node import Node
 
 _SNDMORE = zmq.SNDMORE
 FETCH_CHUNK = 1000   # DIRECT-RECORDs sent per lock hold when answering a FETCH
@@ -57,12 +57,6 @@ class UnackedWindow:
 
     def __len__(self) -> int:
         return self.next - self.first
-
-    def push(self, content: bytes) -> int:
-        seq = self.next
-        self.records[seq] = content
-        self.next = seq + 1
-        return seq
 
     def ack(self, sequence: int) -> int:
         """Drop every record <= `sequence`; return how many were dropped."""
@@ -124,16 +118,7 @@ class Producer(Node):
     def publish(self, content: bytes, timeout: float | None = 30.0) -> int:
         """Publish one record; return its sequence. Blocks while `max_unacked` records
         wait for a store's ACK, and raises `BackpressureTimeout` after `timeout` s."""
-        with self._lock:
-            if len(self.unacked) >= self.config.max_unacked:
-                self._wait_for_room(1, timeout)
-            seq = self.unacked.push(content)
-            self.pub.send(self._record_prefix + proto.pack_sequence(seq), _SNDMORE)
-            self.pub.send(content)
-        if self._first_published is None:
-            self._first_published = time.monotonic()
-            self.wake()   # the node thread starts the HEAD timer
-        return seq
+        return self.publish_many((content,), timeout)
 
     def publish_many(self, contents: Iterable[bytes], timeout: float | None = 30.0) -> int:
         """Publish records in order under one lock; return the last sequence (or
@@ -142,19 +127,25 @@ class Producer(Node):
         pack = proto.pack_sequence
         limit = self.config.max_unacked
         unacked = self.unacked
+        records = unacked.records
         send = self.pub.send
-        seq = unacked.next - 1
         with self._lock:
-            for content in contents:
-                if len(unacked) >= limit:
-                    self._wait_for_room(1, timeout)
-                seq = unacked.push(content)
-                send(prefix + pack(seq), _SNDMORE)
-                send(content)
-        if self._first_published is None and seq >= unacked.first:
+            seq = unacked.next
+            try:
+                for content in contents:
+                    if seq - unacked.first >= limit:
+                        unacked.next = seq
+                        self._wait_for_room(1, timeout)
+                    records[seq] = content
+                    send(prefix + pack(seq), _SNDMORE)
+                    send(content)
+                    seq += 1
+            finally:
+                unacked.next = seq
+        if self._first_published is None and seq > unacked.first:
             self._first_published = time.monotonic()
             self.wake()
-        return seq
+        return seq - 1
 
     def _wait_for_room(self, needed: int, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -193,15 +184,7 @@ class Producer(Node):
             self.pub.send(self._head_prefix + proto.pack_sequence(last))
 
     def _on_sub(self, now: float) -> None:
-        sub = self._subs[0]
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            msg = self.decode_or_drop(frames)
-            if msg is None:
-                continue
+        for msg in self.messages(self._subs[0]):
             if type(msg) is proto.Ack and msg.topic == self.address:
                 self._on_ack(msg)
             elif type(msg) is proto.Fetch and msg.topic == self.address:

@@ -33,7 +33,7 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.consumer import ConsumerRecord
-from connectors.dafka.node import DRAIN_BATCH, Node
+from connectors.dafka.node import Node
 
 MAX_WINDOW = proto.FETCH_BLOCK    # offsets asked per FETCH (and buffered at most)
 
@@ -67,12 +67,7 @@ class StoreClient(Node):
         self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = self.pub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            msg = self.decode_or_drop(frames)
+        for msg in self.messages(self.pub):
             if (type(msg) is proto.Subscription
                     and msg.command == proto.Command.CONSUMER_HELLO
                     and proto.is_address(msg.topic)):
@@ -83,12 +78,7 @@ class StoreClient(Node):
                     self.hello_readers.discard(msg.topic)
 
     def _drain_data(self, now: float) -> None:
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = self.data.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            msg = self.decode_or_drop(frames)
+        for msg in self.messages(self.data):
             kind = type(msg)
             if kind is proto.DirectRecord:
                 self._records.append(msg)

@@ -24,13 +24,14 @@ with Store(config, "/var/lib/dafka") as store:   # config.store_db is the defaul
 """
 from __future__ import annotations
 
+import itertools
 import os
 
 import zmq
 
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
-from connectors.dafka.node import DRAIN_BATCH, FetchFilter, Node
+from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
 
 READ_CHUNK = 1000          # records read from the log per batch when answering a FETCH
@@ -56,24 +57,13 @@ class StoreWriter(Node):
                                       proto.subscription_prefix(proto.Command.HEAD)],
                                      self._drain)
 
-    def _next(self) -> list[bytes] | None:
-        for sock in (self.direct, self.records):
-            try:
-                return sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                pass
-        return None
-
     def _drain(self, now: float) -> None:
         partitions = self.partitions
         acks: dict[Key, int] = {}
         fetches: dict[Key, int] = {}
         stored = 0
-        for _ in range(DRAIN_BATCH):
-            frames = self._next()
-            if frames is None:
-                break
-            msg = self.decode_or_drop(frames)
+        # DIRECT-RECORDs (FETCH answers) first, as the C writer gives them priority.
+        for msg in itertools.chain(self.messages(self.direct), self.messages(self.records)):
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 key = (msg.subject, msg.address)
@@ -100,7 +90,7 @@ class StoreWriter(Node):
                     fetches[key] = head + 1
                 else:
                     acks.setdefault(key, msg.sequence)   # re-ACK: see the docstring
-            elif msg is not None:
+            else:
                 self.drop_unexpected()
         if stored:
             partitions.commit()
@@ -137,12 +127,7 @@ class StoreReader(Node):
         self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = self.pub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            msg = self.decode_or_drop(frames)
+        for msg in self.messages(self.pub):
             if (type(msg) is proto.Subscription and msg.subscribe
                     and msg.command == proto.Command.STORE_HELLO
                     and proto.is_address(msg.topic)):
@@ -150,14 +135,7 @@ class StoreReader(Node):
                 self.stats["store_hellos"] += 1
 
     def _drain_requests(self, now: float) -> None:
-        for _ in range(DRAIN_BATCH):
-            try:
-                frames = self.requests.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            msg = self.decode_or_drop(frames)
-            if msg is None:
-                continue
+        for msg in self.messages(self.requests):
             if getattr(msg, "address", None) == self.writer_address:
                 continue   # our own writer's FETCH: it needs a producer, not us
             kind = type(msg)
