@@ -48,6 +48,7 @@ _TOKEN = re.compile(r'''
   | (?P<open>\#\{|[\[{(])
   | (?P<close>[\]})])
   | (?P<atom>[^\s,\[\]{}()";]+)
+  | (?P<bad>.)                                          # anything else: an error
 ''', re.VERBOSE | re.DOTALL)
 _INTEGER = re.compile(r"[+-]?\d+N?")
 _FLOAT = re.compile(r"[+-]?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?M?")
@@ -93,17 +94,15 @@ def dumps(value: Any, *, field: str = "value") -> str:
 
 
 def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            snippet = text[pos:pos + 20]
-            raise HistoryError(field, f"cannot read {snippet!r} at column {pos + 1} "
+    tokens = []
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "bad":
+            at = m.start()
+            raise HistoryError(field, f"cannot read {text[at:at + 20]!r} at column {at + 1} "
                                       "(unterminated string?)")
-        if m.lastgroup is not None:
-            tokens.append((m.lastgroup, m.group(m.lastgroup)))
-        pos = m.end()
+        if kind is not None:
+            tokens.append((kind, m.group(kind)))
     return tokens
 
 
@@ -113,6 +112,8 @@ def _parse(tokens: list[tuple[str, str]], i: int, depth: int, limits: EdnLimits,
     if kind == "atom":
         return _atom(text, field), i + 1
     if kind == "string":
+        if "\\" not in text:
+            return text[1:-1], i + 1
         try:
             return json.loads(text, strict=False), i + 1
         except json.JSONDecodeError as e:
