@@ -63,6 +63,7 @@ class RaftNode:
         self.role = Role.OBSERVER if self.options.observer else Role.FOLLOWER
         self.progress: dict[int, Progress] = {}
         self._ticks = 0
+        self._heard_leader_tick = 0
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._timeout = self._random_timeout()
@@ -153,10 +154,14 @@ class RaftNode:
             self._removed = True
         if self.role is Role.LEADER:
             self._tick_leader()
-        elif self.role is Role.OBSERVER:
-            self._tick_observer()
+            return
+        if self.role is Role.OBSERVER:
+            self._election_elapsed += 1     # lets a leader's lease lapse here too (we vote)
         else:
             self._tick_election()
+        if self.role is Role.OBSERVER or \
+                self._ticks - self._heard_leader_tick > 2 * self.options.election_timeout_max:
+            self._tick_pull()
 
     def _random_timeout(self) -> int:
         return self._rng.randrange(self.options.election_timeout_min,
@@ -292,8 +297,16 @@ class RaftNode:
 
     # -- elections --------------------------------------------------------------------------
     def _promotable(self) -> bool:
-        return (self.log.configuration.is_voter(self.id) and self._leave_at is None
-                and not self._removed and self.log.pending_snapshot is None)
+        """May we campaign? As a voter of our latest configuration; and also (Raft
+        dissertation §4.2.2) as a voter of the one before while the latest is not
+        committed: a leader that removed itself may still be needed to commit C_new.
+        Our own vote then counts only where we are a voter."""
+        log = self.log
+        voter = log.configuration.is_voter(self.id) or (
+            log.configuration_index > log.committed
+            and log.configuration_at(log.configuration_index - 1).is_voter(self.id))
+        return voter and self._leave_at is None and not self._removed \
+            and log.pending_snapshot is None
 
     def _campaign(self, *, pre_vote: bool, transfer: bool = False) -> None:
         if pre_vote:
@@ -385,10 +398,10 @@ class RaftNode:
         self._sync_progress()
         self._append(EntryType.NOOP, (b"",))
 
-    def _refresh_role(self, from_leader: bool = False) -> None:
-        """Observers and voters switch when their configuration says so. An observer
-        becomes a voter only through a leader's replication: a configuration it pulled
-        (say, an old snapshot's, from when it was a voter) never promotes it."""
+    def _refresh_role(self) -> None:
+        """Observers and voters switch when their configuration says so. (A node that
+        believes itself a voter on the strength of a stale or truncated configuration
+        is not stuck: without a leader it pulls committed entries and finds out.)"""
         config = self.log.configuration
         if self.id in config.members:
             self._was_member = True
@@ -396,7 +409,7 @@ class RaftNode:
             return
         voter = config.is_voter(self.id)
         if self.role is Role.OBSERVER:
-            if voter and from_leader:
+            if voter:
                 self.role = Role.FOLLOWER
                 self._reset_election_timer()
         elif not voter and (self.id in config.observers or self.options.observer):
@@ -405,21 +418,25 @@ class RaftNode:
             self._catching_up = False
 
     # -- replication: follower side ---------------------------------------------------------------
-    def _hear_from_leader(self, leader: int) -> None:
+    def _hear_from_leader(self, leader: int) -> bool:
+        """A leader of our term spoke. False if that cannot be (we lead this term): the
+        message is dropped, and a checker will see two leaders in one term."""
         if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
             self._become_follower(self.term, leader)
         elif self.role is Role.LEADER:
-            raise RaftError(f"node {self.id} leads term {self.term} and got a leader's "
-                            f"message from node {leader} in the same term")
+            return False
         self.leader_id = leader
         self._election_elapsed = 0
+        self._heard_leader_tick = self._ticks
         if self._leave_at is not None:     # JRaft: a leader still talks to us: wait on
             self._start_leaving()
+        return True
 
     def _on_append_entries(self, msg: AppendEntries) -> None:
-        self._hear_from_leader(msg.source)
+        if not self._hear_from_leader(msg.source):
+            return
         self._send_later.append(self._append_response(msg))
-        self._after_log_change(from_leader=True)
+        self._after_log_change()
 
     def _append_response(self, msg: AppendEntries) -> AppendEntriesResponse:
         prev, prev_term, entries = msg.prev_log_index, msg.prev_log_term, msg.entries
@@ -442,7 +459,8 @@ class RaftNode:
                                      msg.prev_log_index + 1, len(msg.entries), msg.ctx)
 
     def _on_install_snapshot(self, msg: InstallSnapshot) -> None:
-        self._hear_from_leader(msg.source)
+        if not self._hear_from_leader(msg.source):
+            return
         if msg.snapshot_index <= self.log.committed:
             self._incoming = None
             self._send_later.append(InstallSnapshotResponse(
@@ -465,19 +483,19 @@ class RaftNode:
             return
         self._incoming = None
         self._restore(Snapshot(msg.snapshot_index, msg.snapshot_term, msg.configuration,
-                               bytes(inc.data)), from_leader=True)
+                               bytes(inc.data)))
         self.log.commit_to(min(msg.commit, self.log.last_index()))
         self._send_later.append(InstallSnapshotResponse(
             self.term, self.id, msg.source, True, len(inc.data), msg.snapshot_index, done=True))
 
-    def _restore(self, snapshot: Snapshot, from_leader: bool) -> None:
+    def _restore(self, snapshot: Snapshot) -> None:
         if snapshot.index <= self.log.committed:
             return
         if self.log.match_term(snapshot.index, snapshot.term):
             self.log.commit_to(snapshot.index)      # we hold those entries: fast-forward
             return
         self.log.restore(snapshot)
-        self._after_log_change(from_leader)
+        self._after_log_change()
 
     # -- replication: leader side ----------------------------------------------------------------
     def _stamp(self) -> int:
@@ -702,17 +720,17 @@ class RaftNode:
         return self.log.term(self.log.committed) == self.term
 
     # -- after the log changed -------------------------------------------------------------------
-    def _after_log_change(self, from_leader: bool = False) -> None:
+    def _after_log_change(self) -> None:
         """Configuration follows the log: re-read it after appends and truncations."""
         config = self.log.configuration
-        if config is self._config and not (from_leader and self.role is Role.OBSERVER):
+        if config is self._config:
             return
         self._config = config
         if self.role is Role.LEADER:
             self._sync_progress()
-        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) and not config.is_voter(self.id):
+        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) and not self._promotable():
             self._become_follower(self.term, None)
-        self._refresh_role(from_leader)
+        self._refresh_role()
         self._update_removed()
 
     def _update_removed(self) -> None:
@@ -1031,14 +1049,15 @@ class RaftNode:
             self._leaver = None
 
     def _on_join_cluster(self, msg: JoinClusterRequest) -> None:
-        ok = not self.log.configuration.is_voter(self.id) and \
+        committed = self.log.configuration_at(self.log.committed)    # re-invites welcome
+        ok = not committed.is_voter(self.id) and \
             (not self._catching_up or self.leader_id in (None, msg.source))
         if ok:
             self._hear_from_leader(msg.source)
             self._catching_up = True
             if self.log.configuration_index == 0:
                 self.log.base_configuration = msg.configuration
-                self._after_log_change(from_leader=True)
+                self._after_log_change()
         self._send_later.append(JoinClusterResponse(self.term, self.id, msg.source, ok,
                                                     self.log.last_index() + 1))
 
@@ -1056,13 +1075,12 @@ class RaftNode:
             log.append(entries[conflict - entries[0].index:])
         end = msg.start_index + len(msg.entries) - 1
         log.commit_to(min(msg.commit, end))
-        self._after_log_change(from_leader=True)
+        self._after_log_change()
         self._send_later.append(SyncLogResponse(self.term, self.id, msg.source, True, end + 1))
 
     def _on_leave_cluster(self, msg: LeaveClusterRequest) -> None:
         changing = self.log.configuration_index > self.log.committed
-        if not changing:
-            self._hear_from_leader(msg.source)
+        if not changing and self._hear_from_leader(msg.source):
             self._start_leaving()
         self._send_later.append(LeaveClusterResponse(self.term, self.id, msg.source, not changing))
 
@@ -1073,7 +1091,10 @@ class RaftNode:
         parents = self.options.observer_parents or tuple(self.log.configuration.members)
         return sorted(set(parents) - {self.id})
 
-    def _tick_observer(self) -> None:
+    def _tick_pull(self) -> None:
+        """Observers pull committed entries (JournalKeeper); so does any node that has
+        not heard from a leader for two election timeouts, so that one stranded on a
+        stale configuration (no leader replicates to it) still catches up."""
         pull = self._pull
         if pull.sent_tick is not None:
             if self._ticks - pull.sent_tick < self.options.retry:
@@ -1118,7 +1139,7 @@ class RaftNode:
 
     def _on_pull_entries_response(self, msg: PullEntriesResponse) -> None:
         pull = self._pull
-        if self.role is not Role.OBSERVER or msg.source != pull.parent or \
+        if self.role is Role.LEADER or msg.source != pull.parent or \
                 msg.index != self.log.committed + 1:
             return
         pull.sent_tick = None
@@ -1132,7 +1153,7 @@ class RaftNode:
             self._after_log_change()
             full = len(entries) >= self.options.observer_pull_max_entries
             pull.next_pull_tick = self._ticks if full else self._ticks + interval
-            if full and self.role is Role.OBSERVER:
+            if full and self.role is not Role.LEADER:
                 self._send_pull()
         elif msg.status is PullStatus.INDEX_UNDERFLOW:
             pull.fetching_snapshot = True
@@ -1157,8 +1178,7 @@ class RaftNode:
 
     def _on_pull_snapshot_response(self, msg: PullSnapshotResponse) -> None:
         pull = self._pull
-        if self.role is not Role.OBSERVER or not pull.fetching_snapshot or \
-                msg.source != pull.parent:
+        if self.role is Role.LEADER or not pull.fetching_snapshot or msg.source != pull.parent:
             return
         pull.sent_tick = None
         if msg.snapshot_index == 0:         # the parent has no snapshot after all
@@ -1177,7 +1197,7 @@ class RaftNode:
             return
         pull.fetching_snapshot = False
         self._restore(Snapshot(msg.snapshot_index, msg.snapshot_term, msg.configuration,
-                               bytes(pull.snapshot_data)), from_leader=False)
+                               bytes(pull.snapshot_data)))
         pull.snapshot_data = bytearray()
         self._send_pull()
 

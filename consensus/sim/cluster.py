@@ -7,7 +7,8 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from consensus.raft import Configuration, Entry, Message, RaftOptions, ReadState, Ready, Role
+from consensus.raft import (Configuration, Entry, Message, RaftOptions, ReadState, Ready,
+                            RequestVoteResponse, Role)
 
 from .checker import SafetyChecker, Violation
 from .host import SimHost
@@ -15,11 +16,12 @@ from .nemesis import Nemesis, draw_link_faults
 from .network import SimNetwork
 from .workload import Workload
 
-# Short timeouts so that a few hundred steps see many elections; the ratios keep the
-# defaults' shape (lease < shortest election timeout). Small batches and chunks so that
-# pipelining, chunked snapshots and log sync really happen.
-SIM_OPTIONS = RaftOptions(election_timeout_min=10, election_timeout_max=20, heartbeat_interval=2,
-                          lease_ticks=4, retry_ticks=5, max_inflight=4, max_entries_per_message=6,
+# Short timeouts so that a few hundred steps see many elections. The lease is as long as
+# safety allows (just under the shortest election timeout), so that a lease bug has room
+# to show. Small batches and chunks so that pipelining, backfills of several messages,
+# chunked snapshots and log sync really happen.
+SIM_OPTIONS = RaftOptions(election_timeout_min=10, election_timeout_max=16, heartbeat_interval=2,
+                          lease_ticks=8, retry_ticks=5, max_inflight=4, max_entries_per_message=3,
                           max_bytes_per_message=4096, snapshot_chunk_bytes=48,
                           observer_pull_interval=2, observer_pull_max_entries=8,
                           log_sync_batch=8, log_sync_stop_gap=4, membership_retries=3)
@@ -74,8 +76,8 @@ class SimCluster:
         self.nemesis = Nemesis(self.rng, self)
         self._to_stop: set[int] = set()
         self.elections = 0
-        self.note(f"seed {seed}: {settings.nodes} voters + {settings.spares} spares, "
-                  f"links {self.network.faults}")
+        self.note(f"seed {seed}: {settings.nodes} voters + {settings.spares} spares, faults "
+                  f"{self.nemesis.profile.name}, links {self.network.faults}")
 
     def _options(self, node_id: int, observer: bool) -> RaftOptions:
         return replace(SIM_OPTIONS, seed=self.seed * 1000 + node_id, observer=observer)
@@ -89,15 +91,25 @@ class SimCluster:
 
     # -- HostEvents ----------------------------------------------------------------------------
     def send(self, msg: Message) -> None:
+        if msg.source in self.nemesis.silenced:
+            return          # it crashes this very moment: nothing more leaves it
         if msg.destination in self.hosts:
             self.network.send(msg, self.step_no)
+        if isinstance(msg, RequestVoteResponse) and msg.granted and not msg.pre_vote:
+            self.nemesis.vote_granted(msg.source, self.step_no)
 
     def written(self, host: SimHost, rd: Ready) -> None:
         self.checker.on_write(host, rd)
+        if rd.hard_state is not None and host.node.role is Role.LEADER and \
+                rd.hard_state.commit > host.disk.initial_state().commit:
+            # The Figure 8 moment: a leader commits entries of an earlier term.
+            older = host.node.log.term(rd.hard_state.commit) != host.node.term
+            self.nemesis.leader_committed(host.id, older)
         soft = rd.soft_state
         if soft is not None:
             if soft.role is Role.LEADER:
                 self.elections += 1
+                self.nemesis.leader_elected(host.id, self.step_no)
             self.note(f"node {host.id}: {soft.role.value} term {soft.term} leader "
                       f"{soft.leader_id} config {soft.configuration}"
                       + (" REMOVED" if soft.removed else ""))
@@ -171,6 +183,7 @@ class SimCluster:
             for host in hosts.values():
                 if host.up and host.process(rng, self, sync_p):
                     moved = True
+            self.nemesis.crash_now(step)
             if not msgs and not moved:
                 break
         for node_id in self._to_stop:
@@ -184,15 +197,17 @@ class SimCluster:
         self.step_no += 1
 
     def _supervise(self) -> None:
-        """Like an operator would: restart a member that stopped because it believed it
-        was removed while it was being added back (an inherent race of JournalKeeper's
-        "a removed node stops")."""
-        leader = self.leader()
-        if leader is not None:
-            for member in leader.node.configuration.members:
-                if not self.hosts[member].up:
-                    self.note(f"supervisor: member {member} is down")
-                    self.restart(member)
+        """Like an operator would: restart a server that some live node's configuration
+        still lists. It stopped believing it was removed while it was being added back
+        (an inherent race of JournalKeeper's "a removed node stops")."""
+        wanted: set[int] = set()
+        for host in self.hosts.values():
+            if host.up:
+                wanted |= host.node.configuration.members
+        for member in sorted(wanted):
+            if not self.hosts[member].up:
+                self.note(f"supervisor: member {member} is down")
+                self.restart(member)
 
     def converged(self) -> bool:
         leader = self.leader()

@@ -1,9 +1,12 @@
-"""The fault schedule: partitions (symmetric and one-way), crashes with restarts,
-membership changes of every kind, leader transfers - drawn step by step from the run's
-random generator. Message loss, duplication and delay rates are drawn once per run."""
+"""The fault schedule: partitions (symmetric, one-way, the leader in a minority), crashes
+with restarts, membership changes of every kind, leader transfers, and faults aimed at
+the moments where Raft bugs hide (a leader crashing the instant it is elected or commits
+entries of an earlier term - Figure 8 -, a voter crashing right after granting its vote).
+Each seed draws its own rates for all of these, and its link fault rates."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from consensus.raft import MembershipChangeError, NotLeader, RaftError
@@ -14,6 +17,38 @@ if TYPE_CHECKING:
     from .cluster import SimCluster
 
 
+@dataclass(frozen=True)
+class FaultProfile:
+    """Probabilities per step (the first four) or per event (the targeted ones)."""
+
+    name: str
+    partition: float = 0.012
+    crash: float = 0.010
+    membership: float = 0.012
+    transfer: float = 0.006
+    crash_new_leader: float = 0.15      #: within a few steps of its election
+    silence_new_leader: float = 0.05    #: at once, before anything it sent leaves
+    isolate_new_leader: float = 0.1     #: cut off while clients still write to it
+    crash_after_vote: float = 0.1       #: right after granting a vote (is it durable?)
+    silence_on_commit: float = 0.01     #: a leader, the instant its commit index moves
+
+
+def draw_profile(rng: random.Random) -> FaultProfile:
+    """Each rate low, medium or high, independently: some seeds churn leaders while
+    partitioning, some reconfigure under crashes, some stay nearly calm."""
+    def pick(*levels: float) -> float:
+        return rng.choice(levels)
+    profile = FaultProfile(
+        name="",
+        partition=pick(0.004, 0.012, 0.03), crash=pick(0.004, 0.01, 0.02),
+        membership=pick(0.004, 0.012, 0.04), transfer=pick(0.002, 0.006, 0.012),
+        crash_new_leader=pick(0.05, 0.15, 0.3), silence_new_leader=pick(0.02, 0.08, 0.25),
+        isolate_new_leader=pick(0.0, 0.1, 0.25), crash_after_vote=pick(0.02, 0.1, 0.2),
+        silence_on_commit=pick(0.0, 0.01, 0.05))
+    rates = [getattr(profile, f.name) for f in fields(profile) if f.name != "name"]
+    return replace(profile, name="rates " + "/".join(f"{r:g}" for r in rates))
+
+
 def draw_link_faults(rng: random.Random) -> LinkFaults:
     return LinkFaults(drop=rng.choice((0.0, 0.01, 0.05, 0.15)),
                       duplicate=rng.choice((0.0, 0.02, 0.08)),
@@ -21,20 +56,20 @@ def draw_link_faults(rng: random.Random) -> LinkFaults:
 
 
 class Nemesis:
-    P_PARTITION = 0.012
-    P_CRASH = 0.010
-    P_MEMBERSHIP = 0.012
-    P_TRANSFER = 0.006
-
     def __init__(self, rng: random.Random, cluster: "SimCluster") -> None:
         self.rng = rng
         self.cluster = cluster
+        self.profile = draw_profile(rng)
+        self.reorder = rng.random() < 0.5
         self.heal_at: int | None = None
         self.restarts: dict[int, int] = {}          # node -> step to restart at
-        self.reorder = rng.random() < 0.5
+        self.crashes: dict[int, int] = {}           # node -> step to crash at
+        self.crash_soon: set[int] = set()           # crash at the end of this round
+        self.silenced: set[int] = set()             # ... and nothing more leaves them
+        self.calmed = False
 
     def act(self, step: int) -> None:
-        rng, cluster = self.rng, self.cluster
+        rng, cluster, p = self.rng, self.cluster, self.profile
         if self.heal_at is not None and step >= self.heal_at:
             cluster.network.heal()
             self.heal_at = None
@@ -43,15 +78,19 @@ class Nemesis:
             if step >= at:
                 del self.restarts[node]
                 cluster.restart(node)
+        for node, at in list(self.crashes.items()):
+            if step >= at:
+                del self.crashes[node]
+                self._crash_node(node, step, rng.randint(1, 30))
         roll = rng.random()
-        if roll < self.P_PARTITION:
+        if roll < p.partition:
             if self.heal_at is None:
                 self._partition(step)
-        elif roll < self.P_PARTITION + self.P_CRASH:
+        elif (roll := roll - p.partition) < p.crash:
             self._crash(step)
-        elif roll < self.P_PARTITION + self.P_CRASH + self.P_MEMBERSHIP:
+        elif (roll := roll - p.crash) < p.membership:
             self._membership()
-        elif roll < self.P_PARTITION + self.P_CRASH + self.P_MEMBERSHIP + self.P_TRANSFER:
+        elif roll - p.membership < p.transfer:
             self._transfer()
 
     # -- partitions ----------------------------------------------------------------------------
@@ -59,10 +98,17 @@ class Nemesis:
         rng, cluster = self.rng, self.cluster
         ids = sorted(cluster.hosts)
         leader = cluster.leader()
-        kind = rng.choice(("isolate", "isolate_leader", "split", "one_way", "one_way_leader"))
+        kind = rng.choice(("isolate", "isolate_leader", "split", "split_leader", "one_way",
+                           "one_way_leader"))
         if kind == "isolate_leader" and leader is not None:
             cluster.network.isolate(leader.id, ids)
             what = f"isolate leader {leader.id}"
+        elif kind == "split_leader" and leader is not None:
+            # The leader keeps a minority: it goes on accepting writes it cannot commit.
+            others = [i for i in ids if i != leader.id]
+            group = [leader.id] + rng.sample(others, rng.randint(0, len(ids) // 2 - 1))
+            cluster.network.split(group, [i for i in ids if i not in group])
+            what = f"split leader's minority {sorted(group)} | rest"
         elif kind == "split":
             group = rng.sample(ids, rng.randint(1, len(ids) // 2))
             cluster.network.split(group, [i for i in ids if i not in group])
@@ -92,8 +138,47 @@ class Nemesis:
             return
         leader = cluster.leader()
         host = leader if leader is not None and rng.random() < 0.3 else rng.choice(live)
-        cluster.crash(host.id)
-        self.restarts[host.id] = step + rng.randint(1, 60)
+        down_for = rng.randint(1, 60) if rng.random() < 0.5 else rng.randint(1, 6)
+        self._crash_node(host.id, step, down_for)
+
+    def _crash_node(self, node: int, step: int, down_for: int) -> None:
+        if self.cluster.hosts[node].up:
+            self.cluster.crash(node)
+            self.restarts[node] = step + down_for
+
+    def leader_elected(self, node: int, step: int) -> None:
+        """Called when a node reports it leads (before its first messages leave)."""
+        if self.calmed:
+            return
+        p, roll = self.profile, self.rng.random()
+        if roll < p.silence_new_leader:
+            self.silenced.add(node)
+            self.crash_soon.add(node)
+        elif (roll := roll - p.silence_new_leader) < p.crash_new_leader:
+            self.crashes.setdefault(node, step + self.rng.randint(1, 6))
+        elif roll - p.crash_new_leader < p.isolate_new_leader and self.heal_at is None:
+            self.cluster.network.isolate(node, sorted(self.cluster.hosts))
+            self.heal_at = step + self.rng.randint(5, 60)
+            self.cluster.note(f"partition: isolate new leader {node} until step {self.heal_at}")
+
+    def leader_committed(self, node: int, earlier_term: bool) -> None:
+        """Called when a leader's commit index moved (before its next messages leave);
+        `earlier_term` when the new commit point is an entry of an earlier term."""
+        chance = 0.5 if earlier_term else self.profile.silence_on_commit
+        if not self.calmed and self.rng.random() < chance:
+            self.silenced.add(node)
+            self.crash_soon.add(node)
+
+    def vote_granted(self, node: int, step: int) -> None:
+        if not self.calmed and self.rng.random() < self.profile.crash_after_vote:
+            self.crash_soon.add(node)       # the vote is on its way; is it on disk?
+
+    def crash_now(self, step: int) -> None:
+        """Crash the nodes marked during the round that just ended (not mid-Ready)."""
+        for node in sorted(self.crash_soon):
+            self._crash_node(node, step, self.rng.randint(1, 6))
+        self.crash_soon.clear()
+        self.silenced.clear()
 
     # -- membership ----------------------------------------------------------------------------
     def _membership(self) -> None:
@@ -159,7 +244,10 @@ class Nemesis:
         self.cluster.network.heal()
         self.cluster.network.faults = LinkFaults()
         self.heal_at = None
+        self.calmed = True
         self.restarts.clear()
+        self.crashes.clear()
+        self.crash_soon.clear()
+        self.silenced.clear()
         for node in self.cluster.hosts:
             self.cluster.restart(node)
-

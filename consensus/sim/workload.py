@@ -152,6 +152,7 @@ class Workload:
             if op is None:
                 continue
             if entry.term == op.term:
+                self.leader_hint[op.client] = op.host
                 self.checker.on_ack(entry.index, entry.term, f"put {op.key}={op.value} (op {op.id})")
                 self.acked_index = max(self.acked_index, entry.index)
                 self._event(op, "ok", op.value)
