@@ -134,8 +134,13 @@ class Node:
         self.add_timer(min(1.0, self.config.beacon_timeout / 4), self._expire_peers)
         return self
 
+    # Whether start() also waits one beacon interval after the welcome, so that every
+    # live peer has beaconed and our SUBs are connected (see Producer).
+    SETTLE_ON_START = False
+
     def start(self, wait_for_tower: bool = True) -> "Node":
-        """Run the node on its own thread; by default wait until a tower welcomed it."""
+        """Run the node on its own thread; by default wait until a tower welcomed it
+        (and, for nodes with SETTLE_ON_START, one beacon interval more)."""
         self.open()
         self._thread = threading.Thread(target=self._run, name=f"dafka-{self.ROLE}",
                                         daemon=True)
@@ -146,6 +151,8 @@ class Node:
                 f"{self.ROLE}: no tower answered at {', '.join(self.config.tower_pub)} "
                 f"within {self.config.tower_wait:g} s; start `garlicfarm dafka tower` "
                 f"or fix --tower")
+        if wait_for_tower and self.SETTLE_ON_START:
+            time.sleep(self.config.beacon_interval * 1.5)   # discovery is the behaviour
         return self
 
     def stop(self) -> None:

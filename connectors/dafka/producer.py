@@ -81,6 +81,11 @@ class Producer(Node):
 
     ROLE = "producer"
     PUB_TYPE = zmq.PUB
+    # Connect to every live store before the first record: a C store ACKs a record only
+    # once, when it stores it, so an ACK sent before our SUB reached that store would be
+    # lost for good (our stores also re-ACK on HEAD). The C console consumer sleeps 1 s
+    # after start for the same reason.
+    SETTLE_ON_START = True
 
     def __init__(self, config: DafkaConfig, topic: str, *, address: str | None = None,
                  start_sequence: int = 0, limits: proto.Limits = proto.DEFAULT_LIMITS
