@@ -724,6 +724,7 @@ class RaftNode:
         """Configuration follows the log: re-read it after appends and truncations."""
         config = self.log.configuration
         if config is self._config:
+            self._update_removed()          # the commit index may have reached it
             return
         self._config = config
         if self.role is Role.LEADER:

@@ -12,11 +12,14 @@ snapshot must cover everything compacted: its index is at least first_index() - 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from .configuration import EMPTY, Configuration
 from .entry import Entry, limit_size
 from .errors import CompactedError, RaftError, UnavailableError
+
+if TYPE_CHECKING:
+    from .ready import Ready
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,14 @@ class MemoryStorage:
         return self._snapshot
 
     # -- the write side -----------------------------------------------------------------
+    def persist(self, rd: "Ready") -> None:
+        """Store what a Ready hands out, in the order ready.py prescribes."""
+        if rd.snapshot is not None:
+            self.apply_snapshot(rd.snapshot)
+        self.append(rd.entries)
+        if rd.hard_state is not None:
+            self._hard_state = rd.hard_state
+
     def set_hard_state(self, state: HardState) -> None:
         self._hard_state = state
 

@@ -24,16 +24,16 @@ class SimDisk(MemoryStorage):
     # -- what the host does with a Ready ------------------------------------------------------
     def write(self, rd: Ready) -> None:
         """Phase one: snapshot (durable), entries (page cache), hard state (staged)."""
+        hard = self.initial_state()
+        self.persist(rd)
         if rd.snapshot is not None:
-            self.apply_snapshot(rd.snapshot)
             self.sparse = {rd.snapshot.index: rd.snapshot}
             self.synced_last = rd.snapshot.index
-        if rd.entries:
-            first = rd.entries[0].index
-            self.synced_last = min(self.synced_last, first - 1)    # truncation is durable
-            self.append(rd.entries)
+        if rd.entries:      # the truncation before the append is durable at once
+            self.synced_last = min(self.synced_last, rd.entries[0].index - 1)
         if rd.hard_state is not None:
             self._pending_hard = rd.hard_state
+            self.set_hard_state(hard)       # not on disk before sync()
 
     def sync(self) -> None:
         """Phase two: fsync the entries, then save the hard state."""
