@@ -7,6 +7,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from consensus.linearizability import KVModel, Verdict, check
 from consensus.raft import (Configuration, Entry, Message, RaftOptions, ReadState, Ready,
                             RequestVoteResponse, Role)
 
@@ -39,6 +40,7 @@ class SimSettings:
     snapshot_every: int = 20
     keep_snapshots: int = 3
     compact_margin: int = 5
+    check_timeout: float = 20.0     #: seconds for the linearizability check of one seed
     verbose: bool = False
 
 
@@ -76,6 +78,7 @@ class SimCluster:
         self.nemesis = Nemesis(self.rng, self)
         self._to_stop: set[int] = set()
         self.elections = 0
+        self.linearizability: Verdict | None = None
         self.note(f"seed {seed}: {settings.nodes} voters + {settings.spares} spares, faults "
                   f"{self.nemesis.profile.name}, links {self.network.faults}")
 
@@ -240,6 +243,7 @@ class SimCluster:
                 raise Violation("Liveness", "no convergence in the calm phase: " + self._status())
             self.workload.finish()
             self._check_acknowledged_writes()
+            self._check_linearizable()
         except Violation as exc:
             violation = exc
         except Exception as exc:        # a crash of the core is a finding too
@@ -247,6 +251,7 @@ class SimCluster:
                 traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]))
         return SeedResult(self.seed, self.step_no, violation, list(self.trace), {
             "elections": self.elections, "messages": self.network.sent,
+            "unchecked": int(self.linearizability is not Verdict.LINEARIZABLE),
             "dropped": self.network.dropped, "acked": len(self.checker.acked),
             **{f"ops_{k}": v for k, v in self.workload.counts.items()}})
 
@@ -262,6 +267,14 @@ class SimCluster:
                 if index > log.committed:
                     raise Violation("Acknowledged write lost", f"{op} (index {index}) is not "
                                     f"committed at node {member}")
+
+    def _check_linearizable(self) -> None:
+        """The clients' history against a key-value model (consensus.linearizability)."""
+        model = KVModel()
+        result = check(self.workload.history, model, timeout=self.settings.check_timeout)
+        self.linearizability = result.verdict
+        if result.verdict is Verdict.NOT_LINEARIZABLE:
+            raise Violation("Linearizability", result.explain(model, limit=3))
 
     def _status(self) -> str:
         parts = []

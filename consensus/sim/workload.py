@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from consensus.linearizability import History
 from consensus.raft import Entry, NotLeader, ProposalDropped, PullStatus, ReadState, ReadStatus, Role
 
 from .checker import SafetyChecker
@@ -24,16 +25,6 @@ QUERY_ATTEMPTS = 30      # querySnapshot retries after INDEX_OVERFLOW
 
 
 @dataclass
-class HistoryEvent:
-    process: int
-    type: str                   # invoke | ok | fail | info
-    f: str                      # put | get
-    key: str
-    value: str | None
-    time: int
-
-
-@dataclass
 class ClientOp:
     id: int
     client: int
@@ -41,6 +32,7 @@ class ClientOp:
     key: str
     value: str | None
     invoked: int                # step
+    history_id: int = 0
     host: int = 0
     incarnation: int = 0
     term: int = 0
@@ -57,7 +49,7 @@ class Workload:
     rng: random.Random
     checker: SafetyChecker
     clients: int = 4
-    history: list[HistoryEvent] = field(default_factory=list)
+    history: History = field(init=False)
     writes: dict[tuple[int, int, int], ClientOp] = field(default_factory=dict)  # (host, inc, index)
     reads: dict[tuple[int, bytes], ClientOp] = field(default_factory=dict)      # (host, ctx)
     waiting: list[ClientOp] = field(default_factory=list)  # reads confirmed, awaiting apply
@@ -68,12 +60,21 @@ class Workload:
     _next_id: int = 0
     _clock: int = 0
 
-    def _event(self, op: ClientOp, kind: str, value: str | None) -> None:
+    def __post_init__(self) -> None:
+        self.history = History(clock=self._now)
+
+    def _now(self) -> int:
+        """Event order is real-time order: every event gets the next instant."""
         self._clock += 1
-        self.history.append(HistoryEvent(op.client, kind, op.f, op.key, value, self._clock))
-        if kind != "invoke":
-            self.busy.discard(op.client)
-            self.counts[kind] += 1
+        return self._clock
+
+    def _event(self, op: ClientOp, kind: str, value: str | None) -> None:
+        """Complete `op`: ok (with the value read or written), fail or info."""
+        if op.f == "get" and kind == "ok" and value is None:
+            value = ""                  # the kv model reads a missing key as ""
+        self.history.complete(op.history_id, kind, value)
+        self.busy.discard(op.client)
+        self.counts[kind] += 1
 
     def _new_op(self, f: str, step: int) -> ClientOp | None:
         free = [c for c in range(1, self.clients + 1) if c not in self.busy]
@@ -84,8 +85,8 @@ class Workload:
         key = self.rng.choice(KEYS)
         value = f"v{self._next_id}" if f == "put" else None
         op = ClientOp(self._next_id, client, f, key, value, step)
+        op.history_id = self.history.invoke(client, f, key, value)
         self.busy.add(client)
-        self._event(op, "invoke", value)
         return op
 
     def _pick_host(self, client: int, hosts: dict[int, "SimHost"]) -> "SimHost | None":

@@ -106,3 +106,25 @@ def test_disk_truncation_is_durable_at_once():
     disk.write(Ready(entries=[Entry(2, 2, EntryType.APPLICATION, b"new")]))
     disk.crash(random.Random(0))
     assert disk.last_index() <= 2 and (disk.last_index() < 2 or disk.term(2) == 2)
+
+
+@pytest.mark.timeout(120)
+def test_stale_reads_fail_the_linearizability_check(monkeypatch):
+    """The clients' history goes through consensus.linearizability: a state machine that
+    answers reads from an older state must be flagged."""
+    from consensus.sim.kv import KvMachine
+
+    def stale(self, key):
+        return self.previous.get(key) if hasattr(self, "previous") else None
+
+    original_apply = KvMachine.apply
+
+    def remember(self, entry):
+        self.previous = dict(getattr(self, "data", {}))
+        return original_apply(self, entry)
+
+    monkeypatch.setattr(KvMachine, "query", stale)
+    monkeypatch.setattr(KvMachine, "apply", remember)
+    results = [run_seed(seed, SimSettings(steps=200)) for seed in range(10)]
+    props = {r.violation.prop for r in results if r.violation is not None}
+    assert "Linearizability" in props
