@@ -89,39 +89,43 @@ DEFAULT_LIMITS = Limits()
 
 # --------------------------------------------------------------------------- messages
 @dataclass(slots=True)
-class Record:
+class _Addressed:
+    """The fields every command below shares: the topic of frame 0 and an address."""
+    topic: str
+    address: str
+
+
+@dataclass(slots=True)
+class _Positioned(_Addressed):
+    subject: str
+    sequence: int
+
+
+@dataclass(slots=True)
+class _Carrying(_Positioned):
+    content: bytes = b""
+
+
+class Record(_Carrying):
     """RECORD (``M``): producer -> consumers and store writers. topic = the dafka topic,
     address = the producer (the partition), content = frame 1."""
+    __slots__ = ()
     COMMAND: ClassVar[Command] = Command.RECORD
-    topic: str
-    address: str
-    subject: str
-    sequence: int
-    content: bytes = b""
 
 
-@dataclass(slots=True)
-class DirectRecord:
+class DirectRecord(_Carrying):
     """DIRECT-RECORD (``D``): a producer or store reader answering a FETCH. topic = the
     requester's address, address = the partition (producer) address."""
+    __slots__ = ()
     COMMAND: ClassVar[Command] = Command.DIRECT_RECORD
-    topic: str
-    address: str
-    subject: str
-    sequence: int
-    content: bytes = b""
 
 
 @dataclass(slots=True)
-class Fetch:
+class Fetch(_Positioned):
     """FETCH (``F``): ask for records from `sequence` on. topic = the partition
     (producer) address, address = the requester's address. A store answers records
     sequence..sequence+count inclusive, a producer `count` records."""
     COMMAND: ClassVar[Command] = Command.FETCH
-    topic: str
-    address: str
-    subject: str
-    sequence: int
     count: int
 
 
@@ -135,54 +139,40 @@ class Ack:
     sequence: int
 
 
-@dataclass(slots=True)
-class Head:
+class Head(_Positioned):
     """HEAD (``H``): the last sequence a producer published. topic = the dafka topic."""
+    __slots__ = ()
     COMMAND: ClassVar[Command] = Command.HEAD
-    topic: str
-    address: str
-    subject: str
-    sequence: int
 
 
-@dataclass(slots=True)
-class DirectHead:
+class DirectHead(_Positioned):
     """DIRECT-HEAD (``E``): store reader -> consumer, the last stored sequence of one
     partition. topic = the consumer's address, address = the partition address."""
+    __slots__ = ()
     COMMAND: ClassVar[Command] = Command.DIRECT_HEAD
-    topic: str
-    address: str
-    subject: str
-    sequence: int
 
 
-@dataclass(slots=True)
-class GetHeads:
+class GetHeads(_Addressed):
     """GET-HEADS (``G``): consumer -> store readers. topic = the dafka topic (stores
     answer every partition whose subject starts with it), address = the consumer."""
+    __slots__ = ()
     COMMAND: ClassVar[Command] = Command.GET_HEADS
-    topic: str
-    address: str
 
 
 @dataclass(slots=True)
-class ConsumerHello:
+class ConsumerHello(_Addressed):
     """CONSUMER-HELLO (``W``): consumer -> one store reader. topic = the store reader's
     address, address = the consumer; `subjects` may be empty (the C consumer sends none
     in `latest` mode)."""
     COMMAND: ClassVar[Command] = Command.CONSUMER_HELLO
-    topic: str
-    address: str
     subjects: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class StoreHello:
+class StoreHello(_Addressed):
     """STORE-HELLO (``L``): store reader -> consumer. topic = the consumer's address,
     address = the store reader's address."""
+    __slots__ = ()
     COMMAND: ClassVar[Command] = Command.STORE_HELLO
-    topic: str
-    address: str
 
 
 @dataclass(slots=True)
