@@ -23,7 +23,6 @@ steps to honour the time budget; when it runs out the verdict is UNKNOWN, never 
 """
 from __future__ import annotations
 
-import bisect
 import enum
 import time
 from dataclasses import dataclass
@@ -33,7 +32,9 @@ from .history import Operation, Outcome
 from .models import Model
 
 _CLOCK_EVERY = 1 << 12      # search steps between two reads of the clock
-LOOKAHEAD = 256               # operations that must come next, checked for reachability
+LOOKAHEAD = 256             # operations that must come next, checked for reachability
+PATIENCE = 64               # choices undone before the lookahead starts (at least n / 4;
+                            # -1: from the start)
 
 
 class Verdict(enum.Enum):
@@ -168,9 +169,9 @@ class _Search:
         self.rprev = [0] * (2 * n + 2)
         for a, b in zip(returns, returns[1:]):
             self.rnext[a], self.rprev[b] = b, a
-        self.enablers: list[list[int] | None] = [None] * n
-        self.by_call = sorted(range(n), key=self.rank.__getitem__)
-        self.call_ranks = [self.rank[i] for i in self.by_call]
+        self.enabler_index = model.enabler_index(ops)
+        self.enablers: list[list[int] | None] = [None] * n   # per guarded operation
+        self.free = [-1] * n                     # an enabler last seen unplaced
         self.known = [op.ret is not None for op in ops]
         # Unknown operations with the same (f, input) are placed in call order: each
         # waits for its predecessor in that class (-1: none).
@@ -195,6 +196,10 @@ class _Search:
         seen: set[tuple[int, Hashable]] = set()
         best: tuple[list[int], Hashable] = ([], state)
         steps = 0
+        # The lookahead costs more than it saves while the search goes straight through:
+        # it starts once the search has undone as many choices as PATIENCE allows.
+        backtracks, patience = 0, max(PATIENCE, n // 4) if PATIENCE >= 0 else -1
+        looking = backtracks > patience
         entry = nxt[head]
         while remaining:
             steps += 1
@@ -210,7 +215,7 @@ class _Search:
                         if (bits, after) not in seen:
                             seen.add((bits, after))
                             placed[entry] = 1
-                            if self._hopeless(entry, after, placed):
+                            if looking and self._hopeless(entry, after, placed):
                                 placed[entry] = 0
                             else:
                                 stack.append((entry, state, after == state))
@@ -230,6 +235,8 @@ class _Search:
                 entry = nxt[entry]
                 continue
             # A return (or the tail): an operation that had to be placed by now was not.
+            backtracks += 1
+            looking = backtracks > patience
             if len(stack) > len(best[0]):
                 best = ([e for e, _, _ in stack], state)
             # Undo the last choice. A choice that left the state as it was is forced (the
@@ -257,38 +264,39 @@ class _Search:
         `LOOKAHEAD` guarded operations that must be placed with no way to become legal:
         its guard fails on `after`, and every operation that could enable it (and be
         placed before it) is placed already?"""
-        n, rnxt, guards = len(self.ops), self.rnext, self.guards
+        n, rnxt, guards, free = len(self.ops), self.rnext, self.guards, self.free
         targets = LOOKAHEAD
         r = rnxt[2 * n]
         while r != 2 * n + 1 and targets:
             t = r - n
             if t != placing:
                 targets -= 1
-                if not guards[t](after) and self._stuck(t, placed):
-                    return True
+                if not guards[t](after):
+                    i = free[t]             # the enabler found free last time, if still so
+                    if (i < 0 or placed[i]) and self._stuck(t, placed):
+                        return True
             r = rnxt[r]
         return False
 
     def _stuck(self, t: int, placed: bytearray) -> bool:
-        """Is every operation that could enable operation t placed already?"""
+        """Is every enabler of operation t that could come before it placed already?"""
         enablers = self.enablers[t]
-        if enablers is None:
-            enablers = self.enablers[t] = self._enablers_of(t)
-        return all(placed[i] for i in reversed(enablers))   # the latest are likeliest free
+        if enablers is None:         # those called before t returned, the latest first
+            deadline, rank = self.rank[len(self.ops) + t], self.rank
+            enablers = self.enablers[t] = sorted(
+                (i for i in self.enabler_index(t) if rank[i] < deadline and i != t),
+                key=rank.__getitem__, reverse=True)
+        for i in enablers:
+            if not placed[i]:
+                self.free[t] = i
+                return False
+        return True
 
     def _doomed(self, state: Hashable, placed: bytearray) -> list[int]:
         """All unplaced operations that can never become legal after `state`."""
         return [t for t, guard in enumerate(self.guards)
                 if guard is not None and not placed[t] and not guard(state)
                 and self._stuck(t, placed)]
-
-    def _enablers_of(self, t: int) -> list[int]:
-        """The operations that could be placed before operation t (called before it
-        returned) and that the model says may enable it, in call order."""
-        ops, target = self.ops, self.ops[t]
-        may_enable = self.model.may_enable
-        called = bisect.bisect_left(self.call_ranks, self.rank[len(ops) + t])
-        return [i for i in self.by_call[:called] if i != t and may_enable(ops[i], target)]
 
     def _violation(self, best: tuple[list[int], Hashable], steps: int) -> PartitionResult:
         order, state = best

@@ -2,7 +2,8 @@
 
 A `Model` says what one key's object does when operations hit it one at a time:
 `init()` is its starting state, `step(state, op)` says whether `op`, applied to `state`,
-could have produced the result the history recorded, and the state after it. States
+could have produced the result the history recorded, and the state after it (it must
+depend only on the state and the operation's function, key, input, outcome and output). States
 must be hashable and compare equal when they behave the same: the checker memoizes on
 (set of operations done, state). `partition_key(op)` splits a history into independent
 objects (P-compositionality: a history is linearizable iff each key's part is), and
@@ -23,7 +24,7 @@ import dataclasses
 import enum
 import functools
 import operator
-from typing import Any, Callable, ClassVar, Hashable, Mapping
+from typing import Any, Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
 
 from .edn import dumps
 from .errors import HistoryError
@@ -49,20 +50,22 @@ class Model(abc.ABC):
 
     def guard(self, target: Operation) -> Callable[[Hashable], bool] | None:
         """A test of states, False only for a state after which `target` can never become
-        legal through operations none of which `may_enable` it; None when `target` is
-        legal on every state (a write). Returning None always is safe (the default).
+        legal unless one of its enablers (see `enabler_index`) comes between; None when
+        `target` is legal on every state (a write). None always is safe (the default).
 
-        Together with `may_enable` this is an optional, exact pruning: when the test fails
-        and every operation that could enable `target` before it must return is placed
-        already, the checker abandons the branch at once instead of trying all its
-        orderings. It is called once per operation; the test it returns, very often.
+        Together with `enabler_index` this is an optional, exact pruning: when the test
+        fails and every enabler that could still come before `target` is placed already,
+        the checker abandons the branch at once instead of trying all its orderings.
+        It is called once per operation; the test it returns, very often.
         """
         return None
 
-    def may_enable(self, op: Operation, target: Operation) -> bool:
-        """Could `op`, placed before `target`, help it become legal when `may_follow` says
-        it cannot otherwise? True is always safe."""
-        return True
+    def enabler_index(self, ops: Sequence[Operation]) -> Callable[[int], Iterable[int]]:
+        """For one key's operations, a function from the index of a guarded operation
+        to the indices of the operations that may make its guard hold again (its
+        enablers; a superset is safe). Called once per key. The default: all of them."""
+        everything = range(len(ops))
+        return lambda t: everything
 
     def partition_key(self, op: Operation) -> Hashable:
         """Operations with different keys act on independent objects."""
@@ -124,17 +127,33 @@ class ValueModel(Model):
             return functools.partial(operator.ne, value)
         return None
 
-    def may_enable(self, op: Operation, target: Operation) -> bool:
-        kind = self.functions[op.f]
-        if kind is Kind.READ or op.outcome is Outcome.FAIL or op is target:
-            return False                     # leaves the state as it is
-        need, value = self._requirement(target)
-        if need is Need.VALUE:
-            return kind in _RESETS and self.leads_to(value)(self._written(op))
-        if need is Need.CHANGE:
-            return kind in _RESETS and self._written(op) != value or \
-                kind is Kind.APPEND and op.input != ""
-        return True
+    def enabler_index(self, ops: Sequence[Operation]) -> Callable[[int], Iterable[int]]:
+        writers: dict[Hashable, list[int]] = {}   # value written -> who may write it
+        changers = []                              # who may change the state at all
+        for i, op in enumerate(ops):
+            kind = self.functions[op.f]
+            if kind is Kind.READ or op.outcome is Outcome.FAIL:
+                continue                           # leaves the state as it is
+            if kind in _RESETS:
+                writers.setdefault(self._written(op), []).append(i)
+            if kind in _RESETS or op.input != "":
+                changers.append(i)
+        sources = self.sources(writers)
+
+        def enablers(t: int) -> Iterable[int]:
+            need, value = self._requirement(ops[t])
+            if need is Need.VALUE:                 # a write from which `value` follows
+                return [i for w in sources(value) for i in writers[w]]
+            if need is Need.CHANGE:                # anything that changes the state
+                return changers
+            return ()
+
+        return enablers
+
+    def sources(self, writers: Mapping[Hashable, Any]) -> Callable[[Hashable], list]:
+        """For the values in `writers`, a function giving those from which a wanted value
+        follows (see `leads_to`): here, the value itself."""
+        return lambda want: [want] if want in writers else []
 
     def _requirement(self, target: Operation) -> tuple[Need, Any]:
         """What `target` needs of the state it is placed on."""
@@ -200,6 +219,11 @@ class KVModel(ValueModel):
 
     def leads_to(self, want: Hashable) -> Callable[[Hashable], bool]:
         return want.startswith  # type: ignore[union-attr]   # appends only extend
+
+    def sources(self, writers: Mapping[Hashable, Any]) -> Callable[[Hashable], list]:
+        lengths = sorted({len(w) for w in writers})          # the prefixes worth trying
+        return lambda want: [want[:n] for n in lengths
+                             if n <= len(want) and want[:n] in writers]
 
     def _check_values(self, op: Operation, kind: Kind) -> Operation:
         if kind is Kind.READ and op.output is None:

@@ -69,7 +69,8 @@ def brute_force(ops: Sequence[Operation], model: str) -> bool:
     return search(frozenset(), {}, 0)
 
 
-VALUES = {"register": st.sampled_from([0, 1, 2]), "kv": st.sampled_from(["a", "b", "c"])}
+# kv values of several lengths, prefixes of each other: "a" + "bc" == "abc".
+VALUES = {"register": st.sampled_from([0, 1, 2]), "kv": st.sampled_from(["a", "bc", "abc", ""])}
 
 
 @st.composite
