@@ -38,6 +38,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", metavar="ENDPOINT",
                         help="this node's publisher (default: loopback when every tower "
                              "is local, else tcp://*:*)")
+    parser.add_argument("--beacon-address", metavar="HOST",
+                        help="host this node announces (beacon/address; default: the "
+                             "tower uses the address it sees the node connect from)")
     parser.add_argument("--beacon-interval", type=float, metavar="SECONDS")
     parser.add_argument("--beacon-timeout", type=float, metavar="SECONDS")
     parser.add_argument("--verbose", action="store_true")
@@ -98,6 +101,7 @@ def _config(args: argparse.Namespace) -> DafkaConfig:
     if args.pub:
         config = replace(config, tower_pub=tuple(e.strip() for e in args.pub.split(",")))
     overrides = {"bind": args.bind, "beacon_interval": args.beacon_interval,
+                 "beacon_host": args.beacon_address,
                  "beacon_timeout": args.beacon_timeout,
                  "head_interval": getattr(args, "head_interval", None),
                  "max_unacked": getattr(args, "max_unacked", None),

@@ -9,13 +9,24 @@ run several towers: nodes beacon to, and listen on, all of them.
 """
 from __future__ import annotations
 
+import socket
 import threading
 from collections import Counter
+from urllib.parse import urlsplit
 
 import zmq
 
 from connectors.dafka import proto
 from consensus.wire.errors import ProtocolError
+
+
+def _first_interface() -> str | None:
+    """The host's first non-loopback IPv4 address, from local name resolution."""
+    try:
+        addresses = socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        return None
+    return next((a for a in addresses if not a.startswith("127.")), None)
 
 
 class Tower:
@@ -25,9 +36,10 @@ class Tower:
     def __init__(self, sub_bind: str = "tcp://*:5556", pub_bind: str = "tcp://*:5557", *,
                  advertise_host: str | None = None,
                  limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
-        """`advertise_host` replaces a 127.0.0.1 peer address in announcements (the C
-        tower uses its first interface), so remote nodes can reach nodes that share the
-        tower's host; None keeps 127.0.0.1 (a single-host deployment)."""
+        """`advertise_host` replaces a 127.0.0.1 peer address in announcements, so that
+        remote nodes can reach the nodes that share the tower's host. None: the host the
+        XSUB is bound to, or for a wildcard bind the host's first non-loopback address
+        (the C tower's first interface)."""
         self.sub_bind = sub_bind
         self.pub_bind = pub_bind
         self.advertise_host = advertise_host
@@ -56,6 +68,10 @@ class Tower:
                           f"{self.sub_bind!r}: {exc}") from None
         self.pub_endpoint = self.xpub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.sub_endpoint = self.xsub.getsockopt(zmq.LAST_ENDPOINT).decode()
+        if self.advertise_host is None:
+            bound = urlsplit(self.sub_bind.replace("*", "0.0.0.0")).hostname or ""
+            self.advertise_host = (_first_interface() if bound in ("0.0.0.0", "::")
+                                   else bound) or "127.0.0.1"
         return self
 
     def start(self) -> "Tower":
@@ -102,7 +118,7 @@ class Tower:
         except zmq.ZMQError:
             peer = None
         if not peer or peer == "127.0.0.1":
-            return self.advertise_host or "127.0.0.1"
+            return self.advertise_host
         return f"[{peer}]" if ":" in peer else peer
 
     def _forward_subscriptions(self) -> None:

@@ -261,3 +261,31 @@ def test_real_default_timers(tower, nodes, tmp_path):
     consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), ["slow"]))
     assert offsets(collect(consumer, 3, timeout=10)) == [0, 1, 2]   # via HEAD -> FETCH
     assert consumer.stats["fetches"] >= 1
+
+
+@pytest.mark.parametrize("advertise, host, announced", [
+    (None, "", "127.0.0.1"),              # peer address of the connection
+    ("localhost", "", "localhost"),        # a loopback peer gets the tower's host name
+    (None, "127.0.0.1", "127.0.0.1"),      # the node's beacon/address wins
+])
+def test_tower_fills_in_the_announced_host(advertise, host, announced):
+    ctx = zmq.Context.instance()
+    with Tower("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", advertise_host=advertise) as tower:
+        listener = ctx.socket(zmq.SUB)
+        listener.setsockopt(zmq.LINGER, 0)
+        listener.setsockopt(zmq.SUBSCRIBE, b"B")
+        listener.connect(tower.pub_endpoint)
+        node = ctx.socket(zmq.PUB)
+        node.setsockopt(zmq.LINGER, 0)
+        node.connect(tower.sub_endpoint)
+        try:
+            beacon = proto.encode(proto.Beacon("A" * 32, host, 4242))
+            got = wait_until(lambda: node.send_multipart(beacon) or (
+                listener.poll(50) and listener.recv_multipart()), message="an announcement")
+            assert proto.decode(got) == proto.TowerBeacon("A" * 32, f"tcp://{announced}:4242")
+            node.send_multipart([b"B", b"junk"])
+            wait_until(lambda: node.send_multipart([b"B", b"junk"]) or
+                       tower.stats["dropped_malformed"], message="garbage counted")
+        finally:
+            listener.close(0)
+            node.close(0)
