@@ -217,3 +217,42 @@ class TestTimeBudget:
                        timeout=1.0, clock=lambda: next(times, 5.0))
         assert result.verdict is Verdict.UNKNOWN
         assert result.partitions[0].steps == 0
+
+
+class TestPruningHooks:
+    """The models' `guard` and `enabler_index`, which the lookahead trusts to be exact."""
+
+    def enablers(self, model, ops: list[Operation], target: int) -> set[int]:
+        return set(model.enabler_index(ops)(target))
+
+    def test_kv_read_is_enabled_by_puts_of_any_prefix_of_its_value(self) -> None:
+        ops = history((0, INVOKE, "put", "k", "a"), (0, OK, "put", "k", "a"),
+                      (0, INVOKE, "put", "k", "abc"), (0, OK, "put", "k", "abc"),
+                      (0, INVOKE, "put", "k", "zz"), (0, OK, "put", "k", "zz"),
+                      (0, INVOKE, "cas", "k", ("zz", "ab")), (0, OK, "cas", "k", ("zz", "ab")),
+                      (0, INVOKE, "put", "k", "abcd"), (0, OK, "put", "k", "abcd"),
+                      (0, INVOKE, "append", "k", "bc"), (0, OK, "append", "k", "bc"),
+                      (0, INVOKE, "get", "k", None), (0, OK, "get", "k", "abc"))
+        assert self.enablers(KV, ops, 6) == {0, 1, 3}
+        guard = KV.guard(ops[6])
+        assert guard("ab") and guard("") and not guard("zz") and not guard("abcd")
+        assert KV.guard(ops[5]) is None and KV.guard(ops[0]) is None
+
+    def test_register_read_is_enabled_by_writes_of_its_value(self) -> None:
+        ops = history((0, INVOKE, "write", 1), (0, OK, "write", 1),
+                      (0, INVOKE, "write", 2), (0, OK, "write", 2),
+                      (0, INVOKE, "cas", (2, 1)), (0, INFO, "cas", None),
+                      (0, INVOKE, "cas", (1, 1)), (0, FAIL, "cas", (1, 1)),
+                      (0, INVOKE, "read", None), (0, OK, "read", 1))
+        assert self.enablers(REGISTER, ops, 4) == {0, 2}
+        assert REGISTER.guard(ops[4])(1) and not REGISTER.guard(ops[4])(2)
+
+    def test_failed_cas_is_enabled_by_whatever_changes_the_state(self) -> None:
+        ops = history((0, INVOKE, "append", "k", ""), (0, OK, "append", "k", ""),
+                      (0, INVOKE, "append", "k", "x"), (0, OK, "append", "k", "x"),
+                      (0, INVOKE, "get", "k", None), (0, OK, "get", "k", "x"),
+                      (0, INVOKE, "put", "k", "q"), (0, OK, "put", "k", "q"),
+                      (0, INVOKE, "cas", "k", ("q", "r")), (0, FAIL, "cas", "k", ("q", "r")))
+        assert self.enablers(KV, ops, 4) >= {1, 3}
+        assert not self.enablers(KV, ops, 4) & {0, 2}
+        assert KV.guard(ops[4])("x") and not KV.guard(ops[4])("q")
