@@ -1,6 +1,6 @@
-"""Benchmarks of the raft core: the durable log (this part) and the pure cluster (to come).
+"""Benchmarks of the raft core: the durable log and the pure cluster.
 
-    .venv/bin/python benchmarks/raft_core.py [--part storage] [--seconds 1.0] [--dir DIR]
+    .venv/bin/python benchmarks/raft_core.py [--part storage|cluster|all] [--seconds 1.0] [--dir DIR]
 
 Storage: appends/s and MB/s of `SegmentedLog` for each fsync policy with 100-byte and
 64 KiB records, and the group-commit case (8 threads each appending then syncing, under
@@ -15,6 +15,16 @@ appends; never = no fsync; group = 8 threads, each append followed by sync() (th
 baseline: each thread os.write + os.fsync, so the kernel sees one fsync per record);
 many = append_many of 100 records then sync() under batch (raw: one os.write of the 100
 records, one fsync), which shows the per-call cost of Python amortised.
+
+Cluster: entries/s through a 3-node cluster of pure RaftNodes (consensus.sim.local:
+MemoryStorage, messages handed over in memory, no network, no disk), from propose to
+applied on all three nodes. Rows: one proposal per round (each one a full round of
+Readys: leader append, AppendEntries, follower append, response, commit, apply),
+then batches of 10, 100 and 1000 proposals per round. The in-run baseline ("floor") is
+the work any implementation must do for the same entries in Python: build the entries,
+append them to three MemoryStorages and hand them to three appliers; core/floor is
+how many times that the whole Raft machinery costs. The single-proposal row also gives
+the p50/p99 CPU time of one commit round, the core's share of a commit's latency.
 """
 from __future__ import annotations
 
@@ -30,6 +40,8 @@ from typing import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from consensus.raft import Entry, EntryType, MemoryStorage, RaftOptions  # noqa: E402
+from consensus.sim.local import LocalCluster  # noqa: E402
 from consensus.storage import SegmentedLog  # noqa: E402
 from consensus.storage.record import HEADER_SIZE, frame  # noqa: E402
 
@@ -202,16 +214,103 @@ def storage_benchmarks(workdir: str, seconds: float) -> list[list[str]]:
     return rows
 
 
-def markdown(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
+# -- the pure cluster ----------------------------------------------------------------------
+CLUSTER_BATCHES = (1, 10, 100, 1000)
+CLUSTER_PAYLOAD = 100
+CLUSTER_HEADINGS = ["proposals per round", "entries", "core entries/s", "floor entries/s",
+                    "core/floor", "vs 1 per round", "round p50 us", "round p99 us"]
+
+
+class ClusterCase:
+    """A 3-node cluster with an elected leader; `round` proposes `batch` entries and
+    delivers until all three nodes applied them."""
+
+    def __init__(self) -> None:
+        self.cluster = LocalCluster([1, 2, 3], RaftOptions(pre_vote=False, check_quorum=False))
+        self.leader = self.cluster.elect(1)
+        self.cluster.deliver()
+        self.payload = os.urandom(CLUSTER_PAYLOAD)
+        for applied in self.cluster.applied.values():
+            applied.clear()
+
+    def round(self, batch: int) -> None:
+        cluster, leader = self.cluster, self.leader
+        target = leader.propose_many([self.payload] * batch)
+        cluster.deliver()
+        if not all(node.applied_index >= target for node in cluster.nodes.values()):
+            raise RuntimeError("a round ended before every node applied its entries")
+        for applied in cluster.applied.values():
+            applied.clear()
+
+
+class Floor:
+    """The baseline: the same entries built, stored three times and applied three times."""
+
+    def __init__(self) -> None:
+        self.storages = [MemoryStorage() for _ in range(3)]
+        self.applied: list[list[Entry]] = [[], [], []]
+        self.index = 0
+        self.payload = os.urandom(CLUSTER_PAYLOAD)
+
+    def round(self, batch: int) -> None:
+        first = self.index + 1
+        entries = [Entry(1, first + i, EntryType.APPLICATION, self.payload) for i in range(batch)]
+        self.index += batch
+        for storage, applied in zip(self.storages, self.applied):
+            storage.append(entries)
+            applied.extend(entries)
+            applied.clear()
+
+
+def _timed_rounds(round_: Callable[[int], None], batch: int, seconds: float,
+                  times: list[float] | None = None) -> tuple[int, float]:
+    """Rounds of `batch` until `seconds` pass; entries done and time spent."""
+    clock = time.perf_counter
+    start = clock()
+    deadline = start + seconds
+    done = 0
+    while True:
+        t0 = clock()
+        round_(batch)
+        t1 = clock()
+        done += batch
+        if times is not None:
+            times.append(t1 - t0)
+        if t1 >= deadline:
+            return done, t1 - start
+
+
+def cluster_benchmarks(seconds: float) -> list[list[str]]:
+    rows, single_rate = [], 0.0
+    for batch in CLUSTER_BATCHES:
+        case, floor = ClusterCase(), Floor()
+        core_run, floor_run, times = Run(), Run(), []
+        for _ in range(ROUNDS):
+            done, spent = _timed_rounds(case.round, batch, seconds / ROUNDS, times)
+            core_run.add(Run(done, spent))
+            done, spent = _timed_rounds(floor.round, batch, seconds / ROUNDS / 10)
+            floor_run.add(Run(done, spent))
+        rate = core_run.rate()
+        single_rate = single_rate or rate
+        times.sort()
+        rows.append([str(batch), str(core_run.records), f"{rate:,.0f}",
+                     f"{floor_run.rate():,.0f}", f"{rate / floor_run.rate():.3f}",
+                     f"{rate / single_rate:.1f}x", f"{times[len(times) // 2] * 1e6:,.0f}",
+                     f"{times[min(len(times) - 1, len(times) * 99 // 100)] * 1e6:,.0f}"])
+        print(" | ".join(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def markdown(rows: list[list[str]], headings: list[str] = HEADINGS) -> str:
+    lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["storage"], default="storage",
-                        help="which benchmarks to run")
+    parser.add_argument("--part", choices=["storage", "cluster", "all"], default="all",
+                        help="which benchmarks to run (default: all)")
     parser.add_argument("--seconds", type=float, default=1.0,
                         help="time given to the log in each case, split over "
                              f"{ROUNDS} rounds (default 1.0)")
@@ -219,13 +318,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the files (default: a temp dir; put it on "
                              "the disk you want to measure)")
     args = parser.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="garlicfarm-bench-", dir=args.dir)
-    try:
-        print(f"storage: files in {workdir}; {HEADER_SIZE}-byte header per record",
-              file=sys.stderr)
-        print(markdown(storage_benchmarks(workdir, args.seconds)))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    if args.part in ("storage", "all"):
+        workdir = tempfile.mkdtemp(prefix="garlicfarm-bench-", dir=args.dir)
+        try:
+            print(f"storage: files in {workdir}; {HEADER_SIZE}-byte header per record",
+                  file=sys.stderr)
+            print(markdown(storage_benchmarks(workdir, args.seconds)))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.part in ("cluster", "all"):
+        print(f"cluster: 3 pure nodes in memory, {CLUSTER_PAYLOAD}-byte entries", file=sys.stderr)
+        print(markdown(cluster_benchmarks(args.seconds), CLUSTER_HEADINGS))
     return 0
 
 

@@ -77,6 +77,7 @@ class RaftNode:
         self._stamp_seq = 0
         self._stamp_used = False
         self._heartbeat_due = False
+        self._dirty = False         # the leader has something to (re)consider sending
         self._transfer_target: int | None = None
         self._transfer_elapsed = 0
         self._timeout_now_sent = False
@@ -153,6 +154,7 @@ class RaftNode:
         if self._leave_at is not None and self._ticks >= self._leave_at:
             self._removed = True
         if self.role is Role.LEADER:
+            self._dirty = True
             self._tick_leader()
             return
         if self.role is Role.OBSERVER:
@@ -219,6 +221,7 @@ class RaftNode:
         """Process one message addressed to this node."""
         if msg.destination != self.id:
             raise RaftError(f"node {self.id} got a message for node {msg.destination}")
+        self._dirty = True
         if msg.TERM_RULES and not self._apply_term_rules(msg):
             return
         handler = self._HANDLERS.get(type(msg))
@@ -542,6 +545,7 @@ class RaftNode:
             index += 1
             entries.append(Entry(term, index, kind, data))
         self.log.append(entries)
+        self._dirty = True
         if kind is EntryType.CONFIGURATION:
             self._after_log_change()
         self._maybe_commit()
@@ -550,8 +554,9 @@ class RaftNode:
     def _flush(self) -> None:
         """Turn the leader's replication state into messages (lazily, so that many
         proposals between two Readys share AppendEntries)."""
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER or not (self._dirty or self._heartbeat_due):
             return
+        self._dirty = False
         heartbeat = self._heartbeat_due
         self._heartbeat_due = False
         commit = self.log.committed
@@ -878,6 +883,7 @@ class RaftNode:
             return
         if target not in self.progress or not self.log.configuration.is_voter(target):
             raise MembershipChangeError(f"node {target} is not a voter: cannot lead")
+        self._dirty = True
         self._transfer_target = target
         self._transfer_elapsed = 0
         self._timeout_now_sent = False
@@ -1211,7 +1217,18 @@ class RaftNode:
         log = self.log
         return bool(self._send_now or self._send_later or self._read_states or log.unstable
                     or log.pending_snapshot is not None or log.has_next_committed()
-                    or self.hard_state() != self._prev_hard or self.soft_state() != self._prev_soft)
+                    or self._hard_changed() or self._soft_changed())
+
+    def _hard_changed(self) -> bool:
+        prev = self._prev_hard
+        return prev.commit != self.log.committed or prev.term != self.term or \
+            prev.vote != self.vote
+
+    def _soft_changed(self) -> bool:
+        prev = self._prev_soft
+        return prev is None or prev.leader_id != self.leader_id or prev.role is not self.role \
+            or prev.term != self.term or prev.removed != self._removed \
+            or prev.configuration is not self.log.configuration
 
     def ready(self) -> Ready:
         """Everything to do now (see ready.py); call advance(ready) when done."""
@@ -1220,12 +1237,10 @@ class RaftNode:
         self._flush()
         log = self.log
         rd = Ready()
-        soft = self.soft_state()
-        if soft != self._prev_soft:
-            rd.soft_state = soft
-        hard = self.hard_state()
-        if hard != self._prev_hard:
-            rd.hard_state = hard
+        if self._soft_changed():
+            rd.soft_state = self.soft_state()
+        if self._hard_changed():
+            rd.hard_state = hard = self.hard_state()
             rd.term_or_vote_changed = (hard.term, hard.vote) != (self._prev_hard.term,
                                                                  self._prev_hard.vote)
         rd.snapshot = log.pending_snapshot

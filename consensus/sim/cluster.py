@@ -251,7 +251,7 @@ class SimCluster:
                 traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]))
         return SeedResult(self.seed, self.step_no, violation, list(self.trace), {
             "elections": self.elections, "messages": self.network.sent,
-            "unchecked": int(self.linearizability is not Verdict.LINEARIZABLE),
+            "unchecked": int(self.linearizability is Verdict.UNKNOWN),
             "dropped": self.network.dropped, "acked": len(self.checker.acked),
             **{f"ops_{k}": v for k, v in self.workload.counts.items()}})
 

@@ -42,7 +42,7 @@ def draw_profile(rng: random.Random) -> FaultProfile:
         name="",
         partition=pick(0.004, 0.012, 0.03), crash=pick(0.004, 0.01, 0.02),
         membership=pick(0.004, 0.012, 0.04), transfer=pick(0.002, 0.006, 0.012),
-        crash_new_leader=pick(0.05, 0.15, 0.3), silence_new_leader=pick(0.02, 0.08, 0.25),
+        crash_new_leader=pick(0.05, 0.15, 0.4), silence_new_leader=pick(0.02, 0.08, 0.35),
         isolate_new_leader=pick(0.0, 0.1, 0.25), crash_after_vote=pick(0.02, 0.1, 0.2),
         silence_on_commit=pick(0.0, 0.01, 0.05))
     rates = [getattr(profile, f.name) for f in fields(profile) if f.name != "name"]
@@ -164,7 +164,7 @@ class Nemesis:
     def leader_committed(self, node: int, earlier_term: bool) -> None:
         """Called when a leader's commit index moved (before its next messages leave);
         `earlier_term` when the new commit point is an entry of an earlier term."""
-        chance = 0.5 if earlier_term else self.profile.silence_on_commit
+        chance = 0.8 if earlier_term else self.profile.silence_on_commit
         if not self.calmed and self.rng.random() < chance:
             self.silenced.add(node)
             self.crash_soon.add(node)

@@ -1,0 +1,125 @@
+"""A hand-driven in-memory cluster of pure RaftNodes, for the tests and the benchmark:
+perfect storage (MemoryStorage) and a message queue that the caller delivers, so that a
+test can drop, cut, reorder or inspect any message. The fault simulator (cluster.py)
+is the randomised, crash-prone counterpart."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Iterable
+
+from consensus.raft import (Configuration, Entry, EntryType, Message, MemoryStorage, RaftNode,
+                            RaftOptions, ReadState, Role)
+
+# Deterministic defaults: plain Raft (no pre-vote, no CheckQuorum) unless asked for.
+OPTIONS = RaftOptions(election_timeout_min=10, election_timeout_max=20, heartbeat_interval=2,
+                      pre_vote=False, check_quorum=False)
+
+
+class LocalCluster:
+    def __init__(self, ids: Iterable[int], options: RaftOptions = OPTIONS, *,
+                 voters: Iterable[int] | None = None,
+                 storages: dict[int, MemoryStorage] | None = None) -> None:
+        ids = list(ids)
+        self.options = options
+        self.config = Configuration.of(voters if voters is not None else ids)
+        self.storages = storages or {i: MemoryStorage() for i in ids}
+        self.nodes: dict[int, RaftNode] = {}
+        self.applied: dict[int, list[Entry]] = {i: [] for i in ids}
+        self.read_states: dict[int, list[ReadState]] = {i: [] for i in ids}
+        self.queue: list[Message] = []
+        self.cut: set[tuple[int, int]] = set()
+        self.drop: Callable[[Message], bool] = lambda m: False
+        for i in ids:
+            self.start(i)
+
+    def start(self, node_id: int, **options) -> RaftNode:
+        opts = replace(self.options, seed=node_id, **options)
+        storage = self.storages[node_id]
+        snapshot = storage.snapshot()
+        node = RaftNode(node_id, storage, opts, configuration=self.config,
+                        applied=snapshot.index if snapshot else 0)
+        self.nodes[node_id] = node
+        return node
+
+    # -- driving --------------------------------------------------------------------------
+    def process(self, node_id: int) -> list[Message]:
+        """Persist, apply and advance one node; its outgoing messages join the queue."""
+        node = self.nodes[node_id]
+        out: list[Message] = []
+        while node.has_ready():
+            rd = node.ready()
+            self.storages[node_id].persist(rd)
+            self.applied[node_id].extend(e for e in rd.committed_entries
+                                         if e.type == EntryType.APPLICATION)
+            self.read_states[node_id].extend(rd.read_states)
+            out.extend(rd.messages)
+            node.advance(rd)
+        for msg in out:
+            if (msg.source, msg.destination) not in self.cut and not self.drop(msg) \
+                    and msg.destination in self.nodes:
+                self.queue.append(msg)
+        return out
+
+    def process_all(self) -> None:
+        for node_id in self.nodes:
+            self.process(node_id)
+
+    def deliver(self, rounds: int = 200) -> None:
+        """Deliver until quiet (bounded)."""
+        for _ in range(rounds):
+            self.process_all()
+            if not self.queue:
+                return
+            batch, self.queue = self.queue, []
+            for msg in batch:
+                if msg.destination in self.nodes:
+                    self.nodes[msg.destination].step(msg)
+        raise AssertionError("the cluster did not go quiet")
+
+    def tick(self, times: int = 1, ids: Iterable[int] | None = None) -> None:
+        ids = list(self.nodes if ids is None else ids)
+        for _ in range(times):
+            for node_id in ids:
+                self.nodes[node_id].tick()
+            self.deliver()
+
+    def elect(self, node_id: int) -> RaftNode:
+        """Make `node_id` time out first and win (needs a connected majority). The other
+        nodes skip their post-boot vote refusal (a test of its own covers it)."""
+        node = self.nodes[node_id]
+        for other in self.nodes.values():
+            other._boot_lease = False
+        for _ in range(self.options.election_timeout_max * 2):
+            node.tick()
+            self.deliver()
+            if node.role is Role.LEADER:
+                return node
+        raise AssertionError(f"node {node_id} did not become leader: {node.status()}")
+
+    def isolate(self, node_id: int) -> None:
+        for other in self.nodes:
+            if other != node_id:
+                self.cut |= {(node_id, other), (other, node_id)}
+
+    def heal(self) -> None:
+        self.cut.clear()
+
+    def leader(self) -> RaftNode:
+        leaders = [n for n in self.nodes.values() if n.role is Role.LEADER]
+        assert len(leaders) == 1, [n.status() for n in self.nodes.values()]
+        return leaders[0]
+
+    def log_terms(self, node_id: int) -> list[int]:
+        node = self.nodes[node_id]
+        return [node.log.term(i) for i in range(node.log.first_index(), node.last_index + 1)]
+
+
+def take(node: RaftNode) -> list[Message]:
+    """A lone node's outgoing messages (persisting into its own storage)."""
+    out: list[Message] = []
+    while node.has_ready():
+        rd = node.ready()
+        node.log.storage.persist(rd)
+        out.extend(rd.messages)
+        node.advance(rd)
+    return out
