@@ -1,13 +1,58 @@
-"""The pure Raft core (placeholder docstring, replaced below)."""
+"""The pure Raft core: Raft with the JournalKeeper extensions as a deterministic state
+machine (no sockets, threads, clocks or disks). Full contract: docs/raft-core.md.
+
+Drive one node like this (the runtime's loop)::
+
+    node = RaftNode(node_id, storage, RaftOptions(), configuration=bootstrap, applied=n)
+    node.tick()                          # every tick (e.g. 10 ms); deliver missed ticks
+    node.step(message)                   # or step_many(batch): a message for this node
+    node.propose(data) / propose_many()  # leader: -> index; NotLeader(leader_id) elsewhere
+    node.read_index(ctx, lease=False)    # -> ReadState(ctx, index, status) in a Ready
+    node.query_snapshot(index, q, ...)   # two-step read, step two, at any node
+    node.transfer_leader(target); node.change_voters(voters); node.update_observers(...)
+    node.add_server(id, address); node.remove_server(id)     # JRaft's flows
+    while node.has_ready():
+        rd = node.ready()
+        send(rd.send_now)                # may leave while persisting (leader replication)
+        persist rd.snapshot, then rd.entries (truncating from entries[0].index), sync
+        when rd.must_sync, then save rd.hard_state
+        send(rd.send_after_persist)      # votes, acknowledgements: they promise durability
+        apply rd.committed_entries; answer rd.read_states once applied up to their index
+        node.advance(rd)
+
+`Storage` is what the core reads of the persisted log (first_index, last_index, term,
+entries, snapshot, initial_state); `MemoryStorage` implements it in memory. Messages
+(`messages.py`) are wire-agnostic dataclasses the runtime maps onto JRaft's binary
+types plus extensions. Time is ticks only; `RaftOptions` holds the tunables.
+"""
 from .configuration import Configuration
 from .entry import Entry, EntryType
 from .errors import (CompactedError, ConfigurationError, MembershipChangeError, NotLeader,
                      OptionsError, ProposalDropped, RaftError, StorageStateError,
                      UnavailableError)
-from .messages import *  # noqa: F401,F403
-from .messages import Message, PullStatus
+from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
+                       InstallSnapshotResponse, JoinClusterRequest, JoinClusterResponse,
+                       LeaveClusterRequest, LeaveClusterResponse, Message, PullEntries,
+                       PullEntriesResponse, PullSnapshot, PullSnapshotResponse, PullStatus,
+                       ReadIndexRequest, ReadIndexResponse, RequestVote, RequestVoteResponse,
+                       SyncLogRequest, SyncLogResponse, TimeoutNow)
 from .node import RaftNode
 from .options import RaftOptions
 from .ready import Ready, Role, SoftState
-from .reads import ReadState, ReadStatus, SnapshotQueryResult, StateMachine, query_snapshot
+from .reads import (ReadState, ReadStatus, SnapshotQueryResult, SparseSnapshots, StateMachine,
+                    query_snapshot)
 from .storage import HardState, MemoryStorage, Snapshot, Storage
+
+__all__ = [
+    "AppendEntries", "AppendEntriesResponse", "CompactedError", "Configuration",
+    "ConfigurationError", "Entry", "EntryType", "HardState", "InstallSnapshot",
+    "InstallSnapshotResponse", "JoinClusterRequest", "JoinClusterResponse",
+    "LeaveClusterRequest", "LeaveClusterResponse", "MembershipChangeError", "MemoryStorage",
+    "Message", "NotLeader", "OptionsError", "ProposalDropped", "PullEntries",
+    "PullEntriesResponse", "PullSnapshot", "PullSnapshotResponse", "PullStatus", "RaftError",
+    "RaftNode", "RaftOptions", "ReadIndexRequest", "ReadIndexResponse", "ReadState",
+    "ReadStatus", "Ready", "RequestVote", "RequestVoteResponse", "Role", "Snapshot",
+    "SnapshotQueryResult", "SoftState", "SparseSnapshots", "StateMachine", "Storage",
+    "StorageStateError", "SyncLogRequest", "SyncLogResponse", "TimeoutNow",
+    "UnavailableError", "query_snapshot",
+]
