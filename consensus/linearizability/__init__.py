@@ -2,7 +2,7 @@
 
 Record a history, then check it::
 
-    from consensus.linearizability import History, KVModel, check
+    from consensus.linearizability import History, KVModel, Verdict, check
     history = History(clock=sim.now_ns)            # time.monotonic_ns by default
     op = history.invoke(process=3, f="put", key="k", value="v")
     history.complete(op, "ok")                     # or "fail", or "info" (unknown)
@@ -15,6 +15,7 @@ Or from files (jepsen logs, EDN lines): ``python -m consensus.linearizability FI
 Modules: `history` (events, operations, pairing), `recorder` (`History`), `formats`
 (file reading and writing), `edn` (the EDN subset), `models` (`RegisterModel`,
 `KVModel`, the `Model` interface), `checker` (`check`), `errors` (`HistoryError`).
+README.md beside this file says what a history means and how the search is pruned.
 """
 from .checker import CheckResult, PartitionResult, Verdict, Violation, check
 from .edn import Keyword
