@@ -134,6 +134,16 @@ class ReadIndexResponse(Message):
 
 # -- JRaft's single-server membership flows ----------------------------------------------
 @dataclass(frozen=True, slots=True)
+class MembershipReply(Message):
+    """A joining or leaving server's answer: it takes no part in elections, so its term
+    never deposes the leader."""
+
+    accepted: bool
+
+    TERM_RULES: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
 class JoinClusterRequest(Message):
     """The leader invites a new server and hands it the current configuration."""
 
@@ -143,11 +153,8 @@ class JoinClusterRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class JoinClusterResponse(Message):
-    accepted: bool
-    next_index: int
-
-    TERM_RULES: ClassVar[bool] = False
+class JoinClusterResponse(MembershipReply):
+    next_index: int             #: the joiner's first free index
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +167,8 @@ class SyncLogRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class SyncLogResponse(Message):
-    accepted: bool
-    next_index: int
-
-    TERM_RULES: ClassVar[bool] = False
+class SyncLogResponse(MembershipReply):
+    next_index: int             #: where the next SyncLogRequest starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,48 +180,47 @@ class LeaveClusterRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class LeaveClusterResponse(Message):
-    accepted: bool
-
-    TERM_RULES: ClassVar[bool] = False
+class LeaveClusterResponse(MembershipReply):
+    """Accepted unless a configuration change is still uncommitted at the server."""
 
 
 # -- observers (JournalKeeper getServerEntries / getServerState) ------------------------
 @dataclass(frozen=True, slots=True)
-class PullEntries(Message):
+class ObserverMessage(Message):
+    """Observer pulls and their answers: outside elections, no term rules."""
+
+    TERM_RULES: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class PullEntries(ObserverMessage):
     """An observer asks any member for committed entries from `index` on."""
 
     index: int
     max_entries: int
     max_bytes: int
 
-    TERM_RULES: ClassVar[bool] = False
-
 
 @dataclass(frozen=True, slots=True)
-class PullEntriesResponse(Message):
+class PullEntriesResponse(ObserverMessage):
     status: PullStatus
     index: int
     entries: Sequence[Entry]
     min_index: int          #: the first index the member still has
     commit: int
 
-    TERM_RULES: ClassVar[bool] = False
-
 
 @dataclass(frozen=True, slots=True)
-class PullSnapshot(Message):
+class PullSnapshot(ObserverMessage):
     """An observer that fell below a member's log fetches its snapshot in chunks;
     `snapshot_index` is 0 on the first request."""
 
     snapshot_index: int
     offset: int
 
-    TERM_RULES: ClassVar[bool] = False
-
 
 @dataclass(frozen=True, slots=True)
-class PullSnapshotResponse(Message):
+class PullSnapshotResponse(ObserverMessage):
     """A chunk of the member's latest snapshot; a different `snapshot_index` than asked
     for means the member took a newer one, and the chunk starts again at offset 0."""
 
@@ -227,5 +230,3 @@ class PullSnapshotResponse(Message):
     offset: int
     data: bytes
     done: bool
-
-    TERM_RULES: ClassVar[bool] = False

@@ -76,29 +76,19 @@ class SimHost:
             return True
         if not self.node.has_ready():
             return False
+        self._write(events)
+        if rng.random() < sync_probability:
+            self._finish(events)
+        return True
+
+    def _write(self, events: HostEvents) -> None:
+        """Phase one: take a Ready, write it (not yet synced), send what may go now."""
         rd = self.node.ready()
         events.written(self, rd)
         self.disk.write(rd)
         for msg in rd.send_now:
             events.send(msg)
         self._pending = rd
-        if rng.random() < sync_probability:
-            self._finish(events)
-        return True
-
-    def flush(self, events: HostEvents) -> None:
-        """Finish whatever is pending and drain the node (no crash window)."""
-        while True:
-            if self._pending is not None:
-                self._finish(events)
-            if not self.node.has_ready():
-                return
-            rd = self.node.ready()
-            events.written(self, rd)
-            self.disk.write(rd)
-            for msg in rd.send_now:
-                events.send(msg)
-            self._pending = rd
 
     def _finish(self, events: HostEvents) -> None:
         rd, self._pending = self._pending, None
