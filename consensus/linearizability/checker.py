@@ -17,6 +17,14 @@ outcome is placed. Two such pruning rules keep it small, both exact:
   placing it, so it is not tried;
 - unknown operations with the same function and input are interchangeable, so they are
   placed in the order of their calls (the earliest-called one first).
+Two more exact rules for all operations:
+- a known operation that left the state unchanged (a matching read) could be moved to
+  the point where it was placed in any solution, so when its subtree fails, its node
+  fails too: the search does not try its siblings;
+- lookahead: once the search has undone PATIENCE choices, each placement looks at the
+  next LOOKAHEAD operations that must come later and that the model guards; if one's
+  guard fails on the new state and every operation that could enable it is placed, the
+  branch is cut at once (a read of a value nothing left can produce, say).
 
 Pure: no I/O, no threads. The only clock is the one passed in, read every few thousand
 steps to honour the time budget; when it runs out the verdict is UNKNOWN, never a guess.
@@ -28,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable, Sequence
 
-from .history import Operation, Outcome
+from .history import Operation
 from .models import Model
 
 _CLOCK_EVERY = 1 << 12      # search steps between two reads of the clock

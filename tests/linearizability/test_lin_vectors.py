@@ -3,7 +3,6 @@ tests/vectors/linearizability (jepsen etcd register runs, Porcupine's kv histori
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
