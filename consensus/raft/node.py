@@ -299,17 +299,20 @@ class RaftNode:
         return known and self._election_elapsed < self.options.election_timeout_min
 
     # -- elections --------------------------------------------------------------------------
-    def _promotable(self) -> bool:
-        """May we campaign? As a voter of our latest configuration; and also (Raft
-        dissertation §4.2.2) as a voter of the one before while the latest is not
-        committed: a leader that removed itself may still be needed to commit C_new.
-        Our own vote then counts only where we are a voter."""
+    def _still_voter(self) -> bool:
+        """A voter of our latest configuration; or (Raft dissertation §4.2.2) of the one
+        before while the latest is not committed: a leader that removed itself may still
+        be needed to elect the leader that commits C_new. (Our own vote counts only
+        where we are a voter.)"""
         log = self.log
-        voter = log.configuration.is_voter(self.id) or (
+        return log.configuration.is_voter(self.id) or (
             log.configuration_index > log.committed
             and log.configuration_at(log.configuration_index - 1).is_voter(self.id))
-        return voter and self._leave_at is None and not self._removed \
-            and log.pending_snapshot is None
+
+    def _promotable(self) -> bool:
+        """May we campaign?"""
+        return self._still_voter() and self._leave_at is None and not self._removed \
+            and self.log.pending_snapshot is None
 
     def _campaign(self, *, pre_vote: bool, transfer: bool = False) -> None:
         if pre_vote:
@@ -410,7 +413,7 @@ class RaftNode:
             self._was_member = True
         if self.role is Role.LEADER:
             return
-        voter = config.is_voter(self.id)
+        voter = self._still_voter()
         if self.role is Role.OBSERVER:
             if voter:
                 self.role = Role.FOLLOWER
@@ -728,8 +731,9 @@ class RaftNode:
     def _after_log_change(self) -> None:
         """Configuration follows the log: re-read it after appends and truncations."""
         config = self.log.configuration
-        if config is self._config:
-            self._update_removed()          # the commit index may have reached it
+        if config is self._config:          # the commit index may have reached it
+            self._refresh_role()
+            self._update_removed()
             return
         self._config = config
         if self.role is Role.LEADER:

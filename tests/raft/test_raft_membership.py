@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from consensus.raft import (Configuration, ConfigurationError, InstallSnapshot,
+from consensus.raft import (AppendEntries, Configuration, ConfigurationError, EntryType,
+                            InstallSnapshot,
                             JoinClusterRequest, LeaveClusterRequest, MembershipChangeError,
                             NotLeader, ProposalDropped, PullEntries, Role, SyncLogRequest,
                             TimeoutNow)
@@ -217,3 +218,30 @@ def test_configuration_encoding_round_trips_and_rejects_garbage():
         with pytest.raises(ConfigurationError) as info:
             Configuration.decode(bad)
         assert info.value.field == field
+
+
+def test_a_leader_that_removed_itself_still_campaigns_until_c_new_commits():
+    """Raft dissertation §4.2.2: while C_new (without it) is uncommitted, a server that
+    was a voter before may be needed to elect anyone - even if it started as an
+    observer. Found by the simulator: without this, no leader could ever be elected."""
+    cluster = Cluster([6, 7])
+    leader = cluster.elect(7)
+    cluster.deliver()
+
+    def c_new_to_6(msg) -> bool:
+        return isinstance(msg, AppendEntries) and msg.destination == 6 and any(
+            e.type == EntryType.CONFIGURATION and not Configuration.decode(e.data).is_joint
+            for e in msg.entries)
+
+    cluster.drop = c_new_to_6
+    joint = leader.change_voters([6])
+    cluster.tick(OPTIONS.heartbeat_interval * 3, ids=[7])
+    assert leader.commit_index >= joint and leader.configuration.voters == {6}
+    assert cluster.nodes[6].configuration.is_joint
+    cluster.drop = lambda m: False
+    reborn = cluster.start(7, observer=True)  # restarts, as the observer it once was
+    assert reborn.role is Role.FOLLOWER
+    cluster.tick(OPTIONS.election_timeout_max * 6)
+    six = cluster.nodes[6]
+    assert six.role is Role.LEADER and six.configuration == Configuration.of([6])
+    assert six.commit_index >= six.log.configuration_index
