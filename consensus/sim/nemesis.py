@@ -99,7 +99,7 @@ class Nemesis:
         ids = sorted(cluster.hosts)
         leader = cluster.leader()
         kind = rng.choice(("isolate", "isolate_leader", "split", "split_leader", "one_way",
-                           "one_way_leader"))
+                           "one_way_leader", "ring"))
         if kind == "isolate_leader" and leader is not None:
             cluster.network.isolate(leader.id, ids)
             what = f"isolate leader {leader.id}"
@@ -109,6 +109,17 @@ class Nemesis:
             group = [leader.id] + rng.sample(others, rng.randint(0, len(ids) // 2 - 1))
             cluster.network.split(group, [i for i in ids if i not in group])
             what = f"split leader's minority {sorted(group)} | rest"
+        elif kind == "ring" and leader is not None:
+            # Jepsen's majorities ring: each voter reaches only its ring neighbours, so
+            # every voter sees a majority of three - but not the same majority.
+            ring = sorted(leader.node.configuration.voters)
+            rng.shuffle(ring)
+            near = {(ring[i], ring[(i + d) % len(ring)]) for i in range(len(ring)) for d in (-1, 0, 1)}
+            for a in ring:
+                for b in ring:
+                    if (a, b) not in near:
+                        cluster.network.cut_one_way(a, b)
+            what = f"majorities ring {ring}"
         elif kind == "split":
             group = rng.sample(ids, rng.randint(1, len(ids) // 2))
             cluster.network.split(group, [i for i in ids if i not in group])
