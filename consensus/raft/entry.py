@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from operator import attrgetter
 
 
 class EntryType(enum.IntEnum):
@@ -37,9 +38,7 @@ class Entry:
         return len(self.data) + 24
 
 
-def entries_size(entries: list[Entry]) -> int:
-    """Total `size` of a run of entries."""
-    return sum(len(e.data) for e in entries) + 24 * len(entries)
+_data = attrgetter("data")
 
 
 def limit_size(entries: list[Entry], max_bytes: int | None) -> list[Entry]:
@@ -47,6 +46,8 @@ def limit_size(entries: list[Entry], max_bytes: int | None) -> list[Entry]:
     (so that an entry larger than the limit still makes progress)."""
     if max_bytes is None or not entries:
         return entries
+    if sum(map(len, map(_data, entries))) + 24 * len(entries) <= max_bytes:
+        return entries      # the common case, without a Python-level loop
     total = 0
     for n, entry in enumerate(entries):
         total += len(entry.data) + 24

@@ -9,12 +9,16 @@ Lookups that can miss return None rather than raise: they sit on the hot path.
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import attrgetter
 from typing import Sequence
 
 from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType, limit_size
 from .errors import RaftError, StorageStateError
 from .storage import Snapshot, Storage
+
+_CONFIGURATION = EntryType.CONFIGURATION
+_type = attrgetter("type")
 
 
 class RaftLog:
@@ -126,8 +130,10 @@ class RaftLog:
             lo = batch[-1].index + 1
 
     def _note_configurations(self, entries: Sequence[Entry]) -> None:
+        if _CONFIGURATION not in map(_type, entries):       # one C-level scan
+            return
         for entry in entries:
-            if entry.type == EntryType.CONFIGURATION:
+            if entry.type is _CONFIGURATION:
                 self._config_indexes.append(entry.index)
                 self._configs.append(Configuration.decode(entry.data))
 

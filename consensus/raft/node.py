@@ -8,6 +8,7 @@ seeded by `RaftOptions.seed`, so a run is reproducible.
 from __future__ import annotations
 
 import random
+from itertools import count
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from .configuration import EMPTY, Configuration
@@ -541,12 +542,11 @@ class RaftNode:
 
     def _append(self, kind: EntryType, datas: Iterable[bytes]) -> int:
         """The leader appends new entries of its term; returns the last index."""
-        index = self.log.last_index()
-        term = self.term
-        entries = []
-        for data in datas:
-            index += 1
-            entries.append(Entry(term, index, kind, data))
+        first, term = self.log.last_index() + 1, self.term
+        entries = [Entry(term, index, kind, data) for index, data in zip(count(first), datas)]
+        if not entries:
+            return first - 1
+        index = entries[-1].index
         self.log.append(entries)
         self._dirty = True
         if kind is EntryType.CONFIGURATION:
