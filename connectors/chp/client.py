@@ -399,6 +399,9 @@ class _Agent:
         self.sub: zmq.Socket | None = None
         self.dealer: zmq.Socket | None = None
         self.expiry = 0.0
+        self.poller = zmq.Poller()
+        for sock in (self.pipe, *(o.sock for o in self.outlets)):
+            self.poller.register(sock, zmq.POLLIN)
 
     def _socket(self, kind: int) -> zmq.Socket:
         sock = self.ctx.socket(kind)
@@ -418,44 +421,43 @@ class _Agent:
                 if sock is not None:
                     sock.close(0)
 
+    def _replace(self, old: zmq.Socket | None, new: zmq.Socket | None) -> zmq.Socket | None:
+        """Swap a polled socket for another (or none)."""
+        if old is not None:
+            self.poller.unregister(old)
+            old.close(0)
+        if new is not None:
+            self.poller.register(new, zmq.POLLIN)
+        return new
+
     def _connect(self, index: int) -> None:
         """(Re)start with server `index`: subscribe, then wait for the subscription."""
         client = self.client
-        for sock in (self.sub, self.dealer):
-            if sock is not None:
-                sock.close(0)
         self.current = index
         server = client.servers[index]
-        self.sub = self._socket(zmq.SUB)
-        self.sub.rcvhwm = 0   # never drop an update we subscribed to
-        self.sub.subscribe(client.subtree)
+        sub = self._socket(zmq.SUB)
+        sub.rcvhwm = 0   # never drop an update we subscribed to
+        sub.subscribe(client.subtree)
         if client.subtree:
-            self.sub.subscribe(b"HUGZ")
-        self.sub.connect(server.publisher)
-        self.dealer = None
+            sub.subscribe(b"HUGZ")
+        sub.connect(server.publisher)
+        self.sub = self._replace(self.sub, sub)
+        self.dealer = self._replace(self.dealer, None)
         client._synced.clear()
         client._replica.restart()
         self.expiry = time.monotonic() + client.server_timeout
 
     def _request_snapshot(self) -> None:
         """A fresh DEALER per request, so no late reply to an older one mixes in."""
-        if self.dealer is not None:
-            self.dealer.close(0)
-        self.dealer = self._socket(zmq.DEALER)
-        self.dealer.connect(self.client.servers[self.current].snapshot)
+        dealer = self._socket(zmq.DEALER)
+        dealer.connect(self.client.servers[self.current].snapshot)
+        self.dealer = self._replace(self.dealer, dealer)
         send_frames(self.dealer, encode(self.client._replica.snapshot_request()))
         self.expiry = time.monotonic() + self.client.server_timeout
 
     def _turn(self) -> bool:
-        poller = zmq.Poller()
-        poller.register(self.pipe, zmq.POLLIN)
-        poller.register(self.sub, zmq.POLLIN)
-        if self.dealer is not None:
-            poller.register(self.dealer, zmq.POLLIN)
-        for outlet in self.outlets:
-            poller.register(outlet.sock, zmq.POLLIN)
         wait = max(0.0, self.expiry - time.monotonic())
-        ready = dict(poller.poll(wait * 1000))
+        ready = dict(self.poller.poll(wait * 1000))
         if self.pipe in ready and not self._on_pipe():
             return False
         for outlet in self.outlets:

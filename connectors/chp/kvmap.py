@@ -36,10 +36,14 @@ from .proto import (PROTOCOL, RESERVED_KEYS, TTL, Kthxbai, Kvpub, Kvset, Kvsync,
 _DUMP_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """One stored key (or, as a change record, its deletion when `body` is empty).
-    `properties` is the stored form: the ttl, if any, absolute in epoch ms."""
+    `properties` is the stored form: the ttl, if any, absolute in epoch ms.
+
+    Shared between the map, change logs, snapshots and watchers, and never modified
+    once made: treat it as immutable. (Not a frozen dataclass because every update
+    makes one and a frozen one costs ~4x more to construct: 2.6 vs 0.6 us here.)"""
     key: bytes
     sequence: int
     uuid: bytes

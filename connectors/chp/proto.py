@@ -299,8 +299,6 @@ def encode(msg: Message) -> list[bytes]:
 
 
 # --------------------------------------------------------------------------- decode
-_KVMSG_CLASS = {Channel.COLLECTOR: Kvset, Channel.PUBLISHER: Kvpub,
-                Channel.SNAPSHOT_REPLY: Kvsync}
 # Which command keys each channel may carry; None = any channel (no hint).
 _COMMANDS_ALLOWED = {Channel.COLLECTOR: (), Channel.PUBLISHER: (Hugz,),
                      Channel.SNAPSHOT_REPLY: (Kthxbai,), None: (Hugz, Kthxbai)}
@@ -359,7 +357,18 @@ def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
             raise UnknownMessageType("key", f"{bytes(key)!r} is not sent on the "
                                      f"{channel.value if channel else 'this'} channel",
                                      protocol=PROTOCOL)
-    cls = _KVMSG_CLASS.get(channel) or (Kvset if sequence == 0 else Kvpub)
+    # Identity tests, not a dict keyed by Channel: Enum.__hash__ is Python code.
+    if channel is Channel.PUBLISHER:
+        cls = Kvpub
+    elif channel is Channel.COLLECTOR:
+        cls = Kvset
+    elif channel is Channel.SNAPSHOT_REPLY:
+        cls = Kvsync
+    else:
+        cls = Kvset if sequence == 0 else Kvpub
+    if type(key) is bytes and type(uuid) is bytes and type(properties) is bytes \
+            and type(body) is bytes:
+        return cls(key, sequence, uuid, properties, body)
     return cls(bytes(key), sequence, bytes(uuid), bytes(properties), bytes(body))
 
 

@@ -48,7 +48,7 @@ from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Kvset, Limits,
                     decode, encode, pack_sequence)
 from .replica import Replica
-from .zmqio import NOBLOCK, recv_frames, send_frames
+from .zmqio import NOBLOCK, recv_frames, send_frames, send_kvmsg
 
 log = logging.getLogger("garlicfarm.chp.server")
 
@@ -98,8 +98,9 @@ class ServerConfig:
             raise ConfigError("--peer-timeout must be longer than --bstar-heartbeat "
                               f"({self.peer_timeout} <= {self.bstar_heartbeat})")
         if self.role is None:
-            if self.peer is not None:
-                raise ConfigError("--peer needs --primary or --backup")
+            if self.peer is not None or self.bstar_port or self.peer_bstar_port:
+                raise ConfigError("a Binary Star peer or state port needs --primary PEER "
+                                  "or --backup PEER")
             return self
         if self.peer is None:
             raise ConfigError(f"--{self.role.value}: name the peer server as HOST:PORT")
@@ -447,13 +448,9 @@ class CloneServer:
         """Make the changes durable (with a data dir), then publish them."""
         self._persist()
         publisher = self.publisher
-        send = publisher.send
         for u in updates:
-            send(u.key, zmq.SNDMORE)
-            send(pack_sequence(u.sequence), zmq.SNDMORE)
-            send(u.uuid, zmq.SNDMORE)
-            send(u.properties, zmq.SNDMORE)
-            send(u.body)
+            send_kvmsg(publisher, u.key, pack_sequence(u.sequence), u.uuid, u.properties,
+                       u.body)
         self.stats.published += len(updates)
 
     def _persist(self) -> None:
