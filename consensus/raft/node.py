@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from itertools import count
-from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType

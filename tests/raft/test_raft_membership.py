@@ -13,7 +13,6 @@ from consensus.raft import (AppendEntries, Configuration, ConfigurationError, En
                             TimeoutNow)
 
 from .harness import OPTIONS, Cluster
-from .test_raft_paper import of_type
 
 pytestmark = pytest.mark.timeout(30)
 
