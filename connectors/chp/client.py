@@ -55,12 +55,12 @@ import zmq
 from consensus.wire.errors import ProtocolError
 
 from .address import ServerAddress, parse_address
-from .errors import ChpError, ChpTimeout, ConfigError
+from .errors import ChpTimeout, ConfigError
 from .kvmap import Entry
 from .proto import (DEFAULT_LIMITS, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz, Limits,
-                    decode, encode, format_properties, pack_sequence)
+                    Message, encode, format_properties, pack_sequence)
 from .replica import Replica, Synced
-from .zmqio import NOBLOCK, recv_frames, send_frames
+from .zmqio import drain, drain_decoded, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
 
@@ -168,11 +168,7 @@ class _Outlet:
 
     def on_subscription(self) -> None:
         """Read (un)subscriptions; send what is held, if still fresh, once subscribed."""
-        while True:
-            try:
-                frames = recv_frames(self.sock, NOBLOCK)
-            except zmq.Again:
-                break
+        for frames in drain(self.sock):
             self.subscribed = frames[0][:1] == b"\x01"
         oldest = time.monotonic() - self.hold_for
         while self.held and (self.subscribed or self.held[0][0] < oldest):
@@ -482,36 +478,21 @@ class _Agent:
         self._connect(nxt)
 
     def _on_pipe(self) -> bool:
-        while True:
-            try:
-                frames = recv_frames(self.pipe, NOBLOCK)
-            except zmq.Again:
-                return True
+        for frames in drain(self.pipe):
             if frames[0] == _STOP:
                 return False
             kvset = frames[1:]
             for outlet in self.outlets:
                 outlet.send(kvset)
+        return True
 
     def _on_updates(self) -> None:
         client = self.client
         replica = client._replica
-        limits = client.limits
-        sub = self.sub
         now = time.time()
         applied = []
         with client._lock:
-            for _ in range(4096):
-                try:
-                    frames = recv_frames(sub, NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    msg = decode(frames, Channel.PUBLISHER, limits)
-                except ProtocolError as exc:
-                    log.warning("chp client: dropped a malformed update from %s: %s",
-                                client.servers[self.current], exc)
-                    continue
+            for msg in self._drain(self.sub, Channel.PUBLISHER):
                 if type(msg) is Hugz:
                     replica.on_hugz(msg)
                 else:
@@ -526,17 +507,7 @@ class _Agent:
     def _on_snapshot(self) -> None:
         client = self.client
         replica = client._replica
-        while True:
-            try:
-                frames = recv_frames(self.dealer, NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                msg = decode(frames, Channel.SNAPSHOT_REPLY, client.limits)
-            except ProtocolError as exc:
-                log.warning("chp client: dropped a malformed snapshot message from %s: %s",
-                            client.servers[self.current], exc)
-                continue
+        for msg in self._drain(self.dealer, Channel.SNAPSHOT_REPLY):
             with client._lock:
                 synced = replica.on_snapshot(msg, time.time())
                 if synced is not None:
@@ -544,6 +515,15 @@ class _Agent:
             if synced is not None:
                 self._on_synced(synced)
         self.expiry = time.monotonic() + client.server_timeout
+
+    def _drain(self, sock: zmq.Socket, channel: Channel) -> Iterator[Message]:
+        """The messages waiting on `sock`, decoded; malformed ones logged and dropped."""
+        return drain_decoded(sock, channel, self._malformed, limits=self.client.limits,
+                             limit=4096)
+
+    def _malformed(self, exc: ProtocolError) -> None:
+        log.warning("chp client: dropped a malformed message from %s: %s",
+                    self.client.servers[self.current], exc)
 
     def _on_synced(self, synced: Synced) -> None:
         client = self.client

@@ -145,11 +145,10 @@ class Kvsync(_KvMsg):
 
 
 @dataclass(slots=True)
-class Hugz:
-    """HUGZ: the server's heartbeat on the publisher, with its current sequence (never
-    an update). The Python peer fills the UUID with random bytes."""
-    NAME: ClassVar[str] = "HUGZ"
-    KEY: ClassVar[bytes] = HUGZ
+class _Command:
+    """A kvmsg whose key is the command itself (`KEY`)."""
+    NAME: ClassVar[str] = ""
+    KEY: ClassVar[bytes] = b""
     sequence: int = 0
     uuid: bytes = b""
     properties: bytes = b""
@@ -157,15 +156,19 @@ class Hugz:
 
 
 @dataclass(slots=True)
-class Kthxbai:
+class Hugz(_Command):
+    """HUGZ: the server's heartbeat on the publisher, with its current sequence (never
+    an update). The Python peer fills the UUID with random bytes."""
+    NAME: ClassVar[str] = "HUGZ"
+    KEY: ClassVar[bytes] = HUGZ
+
+
+@dataclass(slots=True)
+class Kthxbai(_Command):
     """KTHXBAI: the end of a snapshot, with the server's current sequence; the body is
     the subtree asked for (RFC, Python peer) or empty (C peer)."""
     NAME: ClassVar[str] = "KTHXBAI"
     KEY: ClassVar[bytes] = KTHXBAI
-    sequence: int = 0
-    uuid: bytes = b""
-    properties: bytes = b""
-    body: bytes = b""
 
     @property
     def subtree(self) -> bytes:
@@ -286,7 +289,7 @@ def encode(msg: Message) -> list[bytes]:
         return [ICANHAZ, msg.subtree]
     if isinstance(msg, BstarStatus):
         return [b"%d" % BstarState(msg.state)]
-    key = msg.KEY if isinstance(msg, (Hugz, Kthxbai)) else msg.key
+    key = msg.KEY if isinstance(msg, _Command) else msg.key
     if not MIN_SEQUENCE <= msg.sequence <= MAX_SEQUENCE:
         raise InvalidField("sequence", f"{msg.sequence} does not fit a signed 64-bit "
                            "integer", protocol=PROTOCOL)

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import zmq
 
@@ -46,9 +46,9 @@ from .kvmap import CloneMap
 from .pending import HORIZON, PendingUpdates
 from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Kvset, Limits,
-                    decode, encode, pack_sequence)
+                    Message, decode, encode, pack_sequence)
 from .replica import Replica
-from .zmqio import NOBLOCK, recv_frames, send_frames, send_kvmsg
+from .zmqio import drain, drain_decoded, send_frames, send_kvmsg
 
 log = logging.getLogger("garlicfarm.chp.server")
 
@@ -271,13 +271,8 @@ class CloneServer:
         now = time.time()
         serving = self.serving
         published = []
-        for _ in range(self.config.max_batch):
+        for update in self._drain(self.collector, Channel.COLLECTOR, "collector"):
             try:
-                frames = recv_frames(self.collector, NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                update = decode(frames, Channel.COLLECTOR, self.config.limits)
                 if serving:
                     published.append(self.map.apply(update, now))
                 elif not self._applied(update):
@@ -293,11 +288,7 @@ class CloneServer:
         return entry is not None and entry.uuid == update.uuid
 
     def _on_snapshot_request(self) -> None:
-        for _ in range(self.config.max_batch):
-            try:
-                frames = recv_frames(self.router, NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in drain(self.router, self.config.max_batch):
             identity = frames[0]
             try:
                 request = decode(frames[1:], Channel.SNAPSHOT_REQUEST, self.config.limits)
@@ -325,27 +316,12 @@ class CloneServer:
         return accepted
 
     def _on_subscription(self) -> None:
-        welcome = False
-        while True:
-            try:
-                frames = recv_frames(self.publisher, NOBLOCK)
-            except zmq.Again:
-                break
-            welcome = welcome or frames[0][:1] == b"\x01"
-        if welcome:
+        subscribed = [frames[0][:1] == b"\x01" for frames in drain(self.publisher)]
+        if any(subscribed):
             self._send_hugz()
 
     def _on_peer_state(self) -> None:
-        while True:
-            try:
-                frames = recv_frames(self.statesub, NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                status = decode(frames, Channel.BSTAR)
-            except ProtocolError as exc:
-                self._reject("bstar", exc)
-                continue
+        for status in self._drain(self.statesub, Channel.BSTAR, "bstar"):
             change = self.bstar.on_peer_state(status.state, time.monotonic())
             if change is BstarState.ACTIVE:
                 self._become_active(f"the peer is {status.state.name}")
@@ -355,16 +331,7 @@ class CloneServer:
     def _on_peer_update(self) -> None:
         replica = self.replica
         now, mono = time.time(), time.monotonic()
-        for _ in range(self.config.max_batch):
-            try:
-                frames = recv_frames(self._peer_sub, NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                msg = decode(frames, Channel.PUBLISHER, self.config.limits)
-            except ProtocolError as exc:
-                self._reject("peer publisher", exc)
-                continue
+        for msg in self._drain(self._peer_sub, Channel.PUBLISHER, "peer publisher"):
             if isinstance(msg, Hugz):
                 replica.on_hugz(msg)
             else:
@@ -377,16 +344,7 @@ class CloneServer:
 
     def _on_peer_snapshot(self) -> None:
         replica = self.replica
-        while True:
-            try:
-                frames = recv_frames(self._peer_snapshot, NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                msg = decode(frames, Channel.SNAPSHOT_REPLY, self.config.limits)
-            except ProtocolError as exc:
-                self._reject("peer snapshot", exc)
-                continue
+        for msg in self._drain(self._peer_snapshot, Channel.SNAPSHOT_REPLY, "peer snapshot"):
             synced = replica.on_snapshot(msg, time.time())
             if synced is not None:
                 self.map = replica.map
@@ -464,6 +422,11 @@ class CloneServer:
 
     def _send_hugz(self) -> None:
         send_frames(self.publisher, encode(Hugz(self.map.sequence)))
+
+    def _drain(self, sock: zmq.Socket, channel: Channel, where: str) -> Iterator[Message]:
+        """The messages waiting on `sock`, decoded; malformed ones counted and dropped."""
+        return drain_decoded(sock, channel, lambda exc: self._reject(where, exc),
+                             limits=self.config.limits, limit=self.config.max_batch)
 
     def _reject(self, where: str, exc: ProtocolError) -> None:
         self.stats.rejected += 1

@@ -9,9 +9,13 @@ swallows its neighbour.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import zmq
+
+from consensus.wire.errors import ProtocolError
+
+from .proto import DEFAULT_LIMITS, Channel, Limits, Message, decode
 
 SNDMORE = zmq.SNDMORE
 NOBLOCK = zmq.NOBLOCK
@@ -35,6 +39,26 @@ def recv_frames(socket: zmq.Socket, flags: int = 0) -> list[bytes]:
     return frames
 
 
+def drain(socket: zmq.Socket, limit: int = 1 << 30) -> Iterator[list[bytes]]:
+    """The messages already waiting on `socket` (at most `limit`), without blocking."""
+    for _ in range(limit):
+        try:
+            yield recv_frames(socket, NOBLOCK)
+        except zmq.Again:
+            return
+
+
+def drain_decoded(socket: zmq.Socket, channel: Channel,
+                  on_error: Callable[[ProtocolError], None], *,
+                  limits: Limits = DEFAULT_LIMITS, limit: int = 1 << 30) -> Iterator[Message]:
+    """`drain`, decoded; a malformed message goes to `on_error` and is skipped."""
+    for frames in drain(socket, limit):
+        try:
+            yield decode(frames, channel, limits)
+        except ProtocolError as exc:
+            on_error(exc)
+
+
 def send_frames(socket: zmq.Socket, frames: Sequence[bytes], flags: int = 0) -> None:
     """One whole message (at least one frame)."""
     more = flags | SNDMORE
@@ -54,4 +78,4 @@ def send_kvmsg(socket: zmq.Socket, key: bytes, sequence: bytes, uuid: bytes,
     _send(socket, body, 0)
 
 
-__all__ = ["MAX_FRAMES", "recv_frames", "send_frames", "send_kvmsg"]
+__all__ = ["MAX_FRAMES", "drain", "drain_decoded", "recv_frames", "send_frames", "send_kvmsg"]
