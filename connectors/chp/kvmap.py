@@ -18,6 +18,11 @@ server, the Binary Star pair and, later, a replicated map driven by Raft commits
 
 Times are epoch seconds (floats) in, integer epoch milliseconds inside: the C peer's
 unit for absolute ttls, which we emit.
+
+Driven by a replicated log (Raft), every node must reach the same map: apply the
+committed KVSETs in log order with the `now` recorded in each entry by the leader that
+proposed it (never the local clock), and run `expire` from committed "tick" entries
+carrying the leader's time; `dump`/`load` are the state machine snapshot.
 """
 from __future__ import annotations
 

@@ -148,11 +148,18 @@ class Replica:
 
 
 def _differences(old: CloneMap, new: CloneMap, subtree: bytes) -> list[Entry]:
-    """Entries of `new` not identical in `old`, then deletions of keys `new` lacks."""
-    changes = [e for e in new.entries(subtree) if old.get(e.key) != e]
+    """Entries of `new` that are not the same update in `old` (same sequence, UUID and
+    body: the properties may differ by a ttl made absolute on another clock), then
+    deletions of the keys `new` lacks."""
+    changes = [e for e in new.entries(subtree) if not _same_update(old.get(e.key), e)]
     changes += [Entry(e.key, new.sequence, e.uuid, b"", b"") for e in old.entries(subtree)
                 if e.key not in new]
     return changes
+
+
+def _same_update(a: Entry | None, b: Entry) -> bool:
+    return a is not None and a.sequence == b.sequence and a.uuid == b.uuid \
+        and a.body == b.body
 
 
 __all__ = ["MAX_BUFFERED", "Phase", "Replica", "Synced"]

@@ -86,6 +86,17 @@ def test_a_resync_reports_what_changed_including_deletions():
     assert sorted(e.key for e in replica.map.entries()) == [b"/a", b"/c"]
 
 
+def test_a_resync_does_not_report_an_update_whose_ttl_was_made_absolute_elsewhere():
+    replica = synced_replica(b"", sequence=0)
+    replica.on_update(Kvpub(b"/t", 1, U[1], b"ttl=60\n", b"v"), T0)   # our clock
+    replica.resync()
+    replica.snapshot_request()
+    server_form = b"ttl=%d\n" % (int(T0 * 1000) + 60_004)            # the server's
+    replica.on_snapshot(Kvsync(b"/t", 1, U[1], server_form, b"v"), T0)
+    synced = replica.on_snapshot(Kthxbai(1), T0)
+    assert synced.changes == [] and replica.map.get(b"/t").properties == server_form
+
+
 def test_snapshot_messages_outside_a_request_are_ignored():
     replica = synced_replica(b"", sequence=2)
     assert replica.on_snapshot(Kthxbai(99), T0) is None and replica.map.sequence == 2
