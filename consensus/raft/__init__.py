@@ -27,8 +27,8 @@ types plus extensions. Time is ticks only; `RaftOptions` holds the tunables.
 """
 from .configuration import Configuration
 from .entry import Entry, EntryType
-from .errors import (CompactedError, ConfigurationError, MembershipChangeError, NotLeader,
-                     OptionsError, ProposalDropped, RaftError, StorageStateError,
+from .errors import (CompactedError, ConfigurationError, InvalidMessage, MembershipChangeError,
+                     NotLeader, OptionsError, ProposalDropped, RaftError, StorageStateError,
                      UnavailableError)
 from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
                        InstallSnapshotResponse, JoinClusterRequest, JoinClusterResponse,
@@ -46,7 +46,7 @@ from .storage import HardState, MemoryStorage, Snapshot, Storage
 __all__ = [
     "AppendEntries", "AppendEntriesResponse", "CompactedError", "Configuration",
     "ConfigurationError", "Entry", "EntryType", "HardState", "InstallSnapshot",
-    "InstallSnapshotResponse", "JoinClusterRequest", "JoinClusterResponse",
+    "InstallSnapshotResponse", "InvalidMessage", "JoinClusterRequest", "JoinClusterResponse",
     "LeaveClusterRequest", "LeaveClusterResponse", "MembershipChangeError", "MemoryStorage",
     "Message", "NotLeader", "OptionsError", "ProposalDropped", "PullEntries",
     "PullEntriesResponse", "PullSnapshot", "PullSnapshotResponse", "PullStatus", "RaftError",

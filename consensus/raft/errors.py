@@ -23,6 +23,16 @@ class ProposalDropped(RaftError):
     many proposals are waiting to be persisted): retry shortly."""
 
 
+class InvalidMessage(RaftError, ValueError):
+    """A message whose fields contradict each other (e.g. entries that do not follow
+    prev_log_index): the transport built it wrong, or a peer is broken. Nothing was
+    changed; `field` names the part at fault."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        super().__init__(f"invalid message, {field}: {reason}")
+
+
 class MembershipChangeError(RaftError):
     """A membership change cannot start now or is malformed (the message says why)."""
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import random
 from itertools import count
-from typing import Any, Callable, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType
-from .errors import MembershipChangeError, NotLeader, ProposalDropped, RaftError, \
+from .errors import InvalidMessage, MembershipChangeError, NotLeader, ProposalDropped, RaftError, \
     StorageStateError
 from .log import RaftLog
 from .membership import IncomingSnapshot, JoinPhase, Joiner, Leaver, ObserverPull
@@ -440,6 +440,7 @@ class RaftNode:
         return True
 
     def _on_append_entries(self, msg: AppendEntries) -> None:
+        _check_run(msg.entries, msg.prev_log_index + 1, "entries")
         if not self._hear_from_leader(msg.source):
             return
         self._send_later.append(self._append_response(msg))
@@ -1073,6 +1074,7 @@ class RaftNode:
                                                     self.log.last_index() + 1))
 
     def _on_sync_log(self, msg: SyncLogRequest) -> None:
+        _check_run(msg.entries, msg.start_index, "entries")
         log = self.log
         if not self._catching_up or msg.start_index > log.last_index() + 1 or \
                 msg.start_index < log.first_index():
@@ -1153,6 +1155,7 @@ class RaftNode:
         if self.role is Role.LEADER or msg.source != pull.parent or \
                 msg.index != self.log.committed + 1:
             return
+        _check_run(msg.entries, msg.index, "entries")
         pull.sent_tick = None
         interval = self.options.observer_pull_interval
         if msg.status is PullStatus.SUCCESS and msg.entries:
@@ -1296,3 +1299,11 @@ class RaftNode:
         PullSnapshot: _on_pull_snapshot,
         PullSnapshotResponse: _on_pull_snapshot_response,
     }
+
+
+def _check_run(entries: Sequence[Entry], first: int, field: str) -> None:
+    """Entries must run from `first` on without gaps (their ends are checked; the
+    transport numbers them from the request's position, so the middle follows)."""
+    if entries and (entries[0].index != first or entries[-1].index != first + len(entries) - 1):
+        raise InvalidMessage(field, f"{len(entries)} entries numbered {entries[0].index}.."
+                             f"{entries[-1].index} do not follow index {first - 1}")

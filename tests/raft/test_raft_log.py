@@ -116,3 +116,13 @@ def test_misrouted_message_is_refused():
 def test_node_id_must_be_positive():
     with pytest.raises(ValueError, match="node_id"):
         RaftNode(0, MemoryStorage())
+
+
+def test_entries_that_do_not_follow_prev_are_refused_untouched():
+    from consensus.raft import AppendEntries, InvalidMessage
+    node = lone(2, storage=storage_with([1, 1], term=1))
+    bad = AppendEntries(1, 1, 2, 2, 1, [Entry(1, 5, EntryType.APPLICATION, b"x")], 0)
+    with pytest.raises(InvalidMessage) as info:
+        node.step(bad)
+    assert info.value.field == "entries" and "follow index 2" in str(info.value)
+    assert node.last_index == 2 and node.leader_id is None
