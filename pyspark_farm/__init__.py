@@ -1,2 +1,21 @@
-"""garlicfarm's Spark side: the `garlicfarm` Python data source (placeholder until the
-Spark issue lands; the package must exist so that the layout installs)."""
+"""garlicfarm's Spark side: the `garlicfarm` Python data source.
+
+Spark finds `DefaultSource` in modules named `pyspark_*` on its own, so after
+`pip install garlicfarm`, `spark.readStream.format("garlicfarm")` works with no
+`spark.dataSource.register(...)` call. Options: docs/options.md; the sink's guarantee:
+docs/exactly-once.md.
+"""
+from __future__ import annotations
+
+from .datasource import GarlicFarmDataSource
+from .errors import (DataLossError, EnvironmentSetupError, GarlicFarmSparkError, OptionError,
+                     SchemaError)
+from .local_farm import LocalFarm
+from .session import spark_session
+
+#: What Spark's data source lookup registers under `GarlicFarmDataSource.name()`.
+DefaultSource = GarlicFarmDataSource
+
+__all__ = ["DefaultSource", "GarlicFarmDataSource", "LocalFarm", "spark_session",
+           "GarlicFarmSparkError", "OptionError", "SchemaError", "DataLossError",
+           "EnvironmentSetupError"]

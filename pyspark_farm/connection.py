@@ -1,0 +1,84 @@
+"""How Spark processes reach a farm: the connection options, as one picklable value.
+
+A `FarmClient` holds sockets and is not picklable, so readers and writers carry a
+`FarmConnection` (plain strings) and each Python process builds its own client from it,
+inside `read()` / `write()` / `commit()`, and closes it when done.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .options import Option, OptionSet, choice, non_empty, positive_float, text
+
+if TYPE_CHECKING:
+    from consensus.runtime import FarmClient
+
+_ENDPOINT = re.compile(r"^(?:tcp://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})$")
+
+
+def endpoints_list(value: str) -> str:
+    """`host:port[,host:port...]` (a `tcp://` prefix is accepted), normalised."""
+    found = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        match = _ENDPOINT.match(part)
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise ValueError(f"{part!r} is not host:port")
+        found.append(f"{match.group(1)}:{int(match.group(2))}")
+    if not found:
+        raise ValueError("expected host:port[,host:port...] (any members of the farm)")
+    return ",".join(found)
+
+
+CONNECTION_OPTIONS = OptionSet("a garlicfarm farm connection", (
+    Option("endpoints", endpoints_list, required=True,
+           doc="set it to host:port of one or more farm members, e.g. the `endpoints` "
+               "of a LocalFarm"),
+    Option("cluster", non_empty, "farm", doc="the farm's cluster name (the handshake's path)"),
+    Option("username", text, None, doc="Garlic Farm digest user"),
+    Option("password", text, None, doc="Garlic Farm digest password"),
+    Option("wire", choice("garlicfarm"), "garlicfarm",
+           doc="client protocol (clients always speak garlicfarm)"),
+    Option("tls.ca", text, None, doc="CA bundle to verify members"),
+    Option("tls.cert", text, None, doc="client certificate"),
+    Option("tls.key", text, None, doc="client key"),
+    Option("proxy", text, None, doc="HTTP CONNECT proxy host:port"),
+    Option("timeout", positive_float, 10.0, doc="seconds per farm call, retries included"),
+))
+
+
+@dataclass(frozen=True)
+class FarmConnection:
+    """Everything needed to open a FarmClient; safe to pickle into Spark tasks."""
+    endpoints: str
+    cluster: str = "farm"
+    username: str | None = None
+    password: str | None = None
+    wire: str = "garlicfarm"
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    proxy: str | None = None
+    timeout: float = 10.0
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any]) -> "FarmConnection":
+        return cls(endpoints=values["endpoints"], cluster=values["cluster"],
+                   username=values["username"], password=values["password"],
+                   wire=values["wire"], tls_ca=values["tls.ca"], tls_cert=values["tls.cert"],
+                   tls_key=values["tls.key"], proxy=values["proxy"], timeout=values["timeout"])
+
+    def client(self) -> "FarmClient":
+        from consensus.runtime import FarmClient
+        return FarmClient(self.endpoints, cluster=self.cluster, username=self.username,
+                          password=self.password, wire=self.wire, tls_ca=self.tls_ca,
+                          tls_cert=self.tls_cert, tls_key=self.tls_key, proxy=self.proxy,
+                          timeout=self.timeout)
+
+    def __repr__(self) -> str:   # never print the password in a Spark plan or a log
+        return (f"FarmConnection(endpoints={self.endpoints!r}, cluster={self.cluster!r}, "
+                f"username={self.username!r})")

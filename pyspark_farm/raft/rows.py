@@ -1,0 +1,142 @@
+"""Visible log entries to Arrow record batches of the raft source's schema.
+
+Rows are built column-wise: the values of many entries are gathered into one binary
+array (an Arrow payload's `value` column as is; a journal entry's records through one
+`pa.array` call), and the per-entry columns (index, term, type, timestamp) are repeated
+with numpy, so no Python object is made per row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import GarlicFarmSparkError
+
+#: The raft source's own columns (docs/options.md).
+RAFT_COLUMNS_DDL = ("cluster string, index long, term long, type string, value binary, "
+                    "timestamp timestamp")
+ARROW_CONTENT = "arrow"
+#: Entry types that show rows: a journal entry's records, a committed batch's rows.
+TYPES = ("journal", "commit")
+_TYPE_NAMES = pa.array(TYPES, pa.string())
+
+
+class PayloadError(GarlicFarmSparkError):
+    """A committed payload is not what the sink writes (corrupt, or staged by another
+    writer with a content type it did not honour)."""
+
+
+def arrow_values(payload: bytes, index: int) -> pa.Array:
+    """The `value` column of a staged Arrow IPC payload (zero-copy)."""
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise PayloadError(f"log index {index}: a committed 'arrow' payload is not an Arrow "
+                           f"IPC stream ({exc})") from None
+    if "value" not in table.schema.names:
+        raise PayloadError(f"log index {index}: a committed 'arrow' payload has no 'value' "
+                           f"column (columns: {table.schema.names})")
+    column = table.column("value")
+    if not pa.types.is_binary(column.type):
+        try:
+            column = column.cast(pa.binary())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise PayloadError(f"log index {index}: the 'value' column of a committed payload "
+                               f"is {column.type}, not binary") from None
+    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+
+
+def payload_values(payload: bytes, content_type: str, index: int) -> pa.Array:
+    """The values a committed payload holds: an Arrow payload's rows, else one value."""
+    if content_type == ARROW_CONTENT:
+        return arrow_values(payload, index)
+    return pa.array([payload], pa.binary())
+
+
+@dataclass
+class RowBatchBuilder:
+    """Collects the rows of visible entries and cuts them into record batches."""
+    cluster: str
+    schema: pa.Schema                              # the full Arrow schema Spark expects
+    decode: Callable[[pa.Array], list[pa.Array]] | None = None
+    max_rows: int = 1 << 17
+    max_bytes: int = 16 << 20
+    _indexes: list[int] = field(default_factory=list)
+    _terms: list[int] = field(default_factory=list)
+    _types: list[int] = field(default_factory=list)
+    _times: list[int] = field(default_factory=list)
+    _counts: list[int] = field(default_factory=list)
+    _chunks: list[pa.Array] = field(default_factory=list)
+    _records: list[bytes] = field(default_factory=list)
+    _rows: int = 0
+    _bytes: int = 0
+
+    def add_records(self, index: int, term: int, type_: str, timestamp_ms: int,
+                    records: list[bytes]) -> Iterator[pa.RecordBatch]:
+        """A journal entry's records (bytes objects as the client decoded them)."""
+        if not records:
+            return
+        self._entry(index, term, type_, timestamp_ms, len(records))
+        self._records.extend(records)
+        self._bytes += sum(map(len, records))
+        yield from self._maybe_emit()
+
+    def add_values(self, index: int, term: int, type_: str, timestamp_ms: int,
+                   values: pa.Array) -> Iterator[pa.RecordBatch]:
+        """Values already in Arrow (a committed batch's payload)."""
+        if len(values) == 0:
+            return
+        self._flush_records_if(True)
+        self._entry(index, term, type_, timestamp_ms, len(values))
+        self._chunks.append(values)
+        self._bytes += values.nbytes
+        yield from self._maybe_emit()
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        if self._rows:
+            yield self._emit()
+
+    # -- internals -----------------------------------------------------------------------------
+    def _entry(self, index: int, term: int, type_: str, timestamp_ms: int, count: int) -> None:
+        self._indexes.append(index)
+        self._terms.append(term)
+        self._types.append(TYPES.index(type_))
+        self._times.append(timestamp_ms)
+        self._counts.append(count)
+        self._rows += count
+
+    def _flush_records_if(self, pending: bool) -> None:
+        """Keep values in log order: pending journal records become a chunk before Arrow
+        values are added after them."""
+        if pending and self._records:
+            self._chunks.append(pa.array(self._records, pa.binary()))
+            self._records = []
+
+    def _maybe_emit(self) -> Iterator[pa.RecordBatch]:
+        if self._rows >= self.max_rows or self._bytes >= self.max_bytes:
+            yield self._emit()
+
+    def _emit(self) -> pa.RecordBatch:
+        self._flush_records_if(True)
+        counts = np.asarray(self._counts, dtype=np.int64)
+        values = self._chunks[0] if len(self._chunks) == 1 else pa.concat_arrays(self._chunks)
+        rows = len(values)
+        columns = [
+            pa.repeat(pa.scalar(self.cluster, pa.string()), rows),
+            pa.array(np.repeat(np.asarray(self._indexes, dtype=np.int64), counts)),
+            pa.array(np.repeat(np.asarray(self._terms, dtype=np.int64), counts)),
+            _TYPE_NAMES.take(pa.array(np.repeat(np.asarray(self._types, dtype=np.int8), counts))),
+            values,
+            pa.array(np.repeat(np.asarray(self._times, dtype=np.int64) * 1000, counts),
+                     pa.timestamp("us", tz="UTC")),
+        ]
+        if self.decode is not None:
+            columns.extend(self.decode(values))
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        self._indexes, self._terms, self._types, self._times, self._counts = [], [], [], [], []
+        self._chunks = []
+        self._rows = self._bytes = 0
+        return batch

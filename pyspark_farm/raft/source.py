@@ -1,0 +1,278 @@
+"""The raft source: the committed log of a farm as a stream (and as a table).
+
+Offsets are log indexes (``{"index": N}`` = the next entry to read). Rows come from the
+read-committed view of the log: each journal entry's records, and each committed sink
+batch's rows at the index of its commit entry; everything else (staged output, aborted
+batches, status and configuration entries) shows no rows. Planning (driver) and reading
+(executors) are split as Spark runs them: the stream reader lives in one long-lived
+Python process on the driver and keeps a FarmClient there; `read()` runs in executors on
+pickled copies and opens its own client.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualNullSafe,
+                                    EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
+                                    InputPartition, LessThan, LessThanOrEqual)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+from ..admission import Limits, choose_end
+from ..connection import FarmConnection
+from ..errors import DataLossError
+from ..offsets import OffsetSpec, index_of, offset_json
+from ..planning import EntrySize, Piece, plan_tasks
+from ..value_formats import value_decoder
+from .log_access import PieceReader, entry_sizes, first_index, log_end, reading_members
+from .rows import RowBatchBuilder, payload_values
+
+if TYPE_CHECKING:
+    from consensus.runtime import FarmClient
+
+log = logging.getLogger("pyspark_farm.raft")
+ROWS_PER_TASK = 1 << 19
+
+
+@dataclass(frozen=True)
+class RaftSourceSettings:
+    """The source's options, typed; picklable (no sockets)."""
+    connection: FarmConnection
+    starting: OffsetSpec
+    ending: OffsetSpec
+    limits: Limits
+    fail_on_data_loss: bool
+    min_partitions: int
+    read_from: str
+    value_format: str
+    schema: pa.Schema               # the Arrow schema of every batch (Spark's, exactly)
+    value_schema: pa.Schema | None  # the decoded value columns (json, msgpack, arrow)
+
+
+class RaftPartition(InputPartition):
+    """One task: pieces of the log, read at `endpoint` (None: any member)."""
+
+    def __init__(self, pieces: Sequence[Piece], endpoint: str | None) -> None:
+        super().__init__(None)
+        self.pieces = tuple(pieces)
+        self.endpoint = endpoint
+
+
+def read_partition(settings: RaftSourceSettings, partition: InputPartition
+                   ) -> Iterator[pa.RecordBatch]:
+    """The rows of one task, as record batches (runs in an executor)."""
+    if not isinstance(partition, RaftPartition) or not partition.pieces:
+        return
+    decode = (value_decoder(settings.value_format, settings.value_schema)
+              if settings.value_schema is not None else None)
+    builder = RowBatchBuilder(settings.connection.cluster, settings.schema, decode)
+    client = settings.connection.client()
+    try:
+        reader = PieceReader(client, partition.endpoint, wait=settings.connection.timeout,
+                             fail_on_data_loss=settings.fail_on_data_loss)
+        for visible in reader.read(partition.pieces):
+            if visible.type == "journal":
+                yield from builder.add_records(visible.index, visible.term, visible.type,
+                                               visible.timestamp_ms, visible.records)
+                continue
+            for payload, content_type in zip(visible.records, visible.content_types):
+                values = payload_values(payload, content_type, visible.index)
+                yield from builder.add_values(visible.index, visible.term, visible.type,
+                                              visible.timestamp_ms, values)
+        yield from builder.finish()
+    finally:
+        client.close()
+
+
+class _Planner:
+    """Driver-side state shared by the stream and batch readers: a lazily opened client
+    (never pickled) and the planning steps."""
+
+    settings: RaftSourceSettings
+    _client: "FarmClient | None" = None
+
+    def client(self) -> "FarmClient":
+        if self._client is None:
+            self._client = self.settings.connection.client()
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_client", None)
+        state.pop("_sizes", None)
+        return state
+
+    def checked_start(self, start: int) -> int:
+        """`start`, or the first index still kept when entries before it were compacted
+        and failOnDataLoss is false."""
+        first = first_index(self.client())
+        if start >= first:
+            return start
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(start, first)
+        log.warning("garlicfarm: entries [%d, %d) were compacted away before they were read; "
+                    "continuing at %d (failOnDataLoss is false)", start, first, first)
+        return first
+
+    def plan(self, ranges: Iterable[tuple[int, int]],
+             sizes: Sequence[EntrySize] | None = None) -> list[RaftPartition]:
+        tasks: list[list[Piece]] = []
+        for start, stop in ranges:
+            if stop <= start:
+                continue
+            known = sizes if sizes is not None else list(entry_sizes(self.client(), start, stop))
+            tasks += plan_tasks(start, stop, [s for s in known if start <= s.index < stop],
+                                min_tasks=self.settings.min_partitions,
+                                rows_per_task=ROWS_PER_TASK)
+        members = reading_members(self.client(), self.settings.read_from) if tasks else [None]
+        return [RaftPartition(pieces, members[i % len(members)])
+                for i, pieces in enumerate(tasks)]
+
+
+class RaftStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over the committed log, with admission control."""
+
+    def __init__(self, settings: RaftSourceSettings) -> None:
+        self.settings = settings
+        self._target: int | None = None         # Trigger.AvailableNow's end
+        self._last_batch_at = time.monotonic()  # for maxTriggerDelay
+        self._sizes: tuple[int, int, list[EntrySize]] | None = None
+
+    def initialOffset(self) -> dict:
+        client = self.client()
+        start = self.settings.starting.resolve(first_index(client), log_end(client))
+        return offset_json(self.checked_start(start))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return self.settings.limits.default_read_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = log_end(self.client())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = index_of(start, "start offset")
+        end = log_end(self.client())
+        if self._target is not None:
+            end = min(end, self._target)
+        limits = self.settings.limits.under(limit)
+        seen: list[EntrySize] = []
+        exhausted = False
+
+        def counted() -> Iterator[tuple[int, int]]:
+            nonlocal exhausted
+            for size in entry_sizes(self.client(), begin, end):
+                seen.append(size)
+                yield size.index, size.rows
+            exhausted = True
+
+        now = time.monotonic()
+        stop = choose_end(begin, end, counted(), limits, waited=now - self._last_batch_at,
+                          available_now=self._target is not None)
+        if stop > begin:
+            self._last_batch_at = now
+        # What the scan saw covers [begin, stop) when it ran to the end or past stop.
+        covered = exhausted or (seen and seen[-1].index >= stop - 1)
+        self._sizes = (begin, stop, seen) if covered and (seen or exhausted) else None
+        return offset_json(stop)
+
+    def reportLatestOffset(self) -> dict:
+        return offset_json(log_end(self.client()))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = index_of(start, "start offset"), index_of(end, "end offset")
+        if stop <= begin:
+            return []
+        checked = self.checked_start(begin)
+        cached = self._sizes
+        sizes = cached[2] if cached and cached[0] == begin and cached[1] == stop else None
+        return self.plan([(checked, stop)], sizes)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.settings, partition)
+
+    def commit(self, end: dict) -> None:
+        self._sizes = None
+
+    def stop(self) -> None:
+        self.close()
+
+
+class RaftBatchReader(_Planner, DataSourceReader):
+    """`spark.read`: the committed log between startingOffsets and endingOffsets, with
+    filters on `index` narrowing what is read."""
+
+    def __init__(self, settings: RaftSourceSettings) -> None:
+        self.settings = settings
+        self.bounds = IndexBounds()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for condition in filters:
+            if not self.bounds.narrow(condition):
+                yield condition
+
+    def partitions(self) -> Sequence[InputPartition]:
+        client = self.client()
+        try:
+            end = log_end(client)
+            start = self.checked_start(self.settings.starting.resolve(first_index(client), end))
+            stop = min(end, self.settings.ending.resolve(start, end))
+            planned = self.plan(self.bounds.ranges(start, stop))
+        finally:
+            self.close()
+        return planned or [RaftPartition((), None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.settings, partition)
+
+
+class IndexBounds:
+    """What filters on `index` leave of the log: [low, high) and, for IN / =, the points."""
+
+    def __init__(self) -> None:
+        self.low = 0
+        self.high: int | None = None
+        self.points: set[int] | None = None
+
+    def narrow(self, condition: Filter) -> bool:
+        """Apply a filter; False when it is not one this reader can take over."""
+        if getattr(condition, "attribute", None) != ("index",):
+            return False
+        value = getattr(condition, "value", None)
+        values = value if isinstance(condition, In) else (value,)
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return False
+        if isinstance(condition, (EqualTo, EqualNullSafe, In)):
+            found = set(values)
+            self.points = found if self.points is None else self.points & found
+        elif isinstance(condition, GreaterThan):
+            self.low = max(self.low, value + 1)
+        elif isinstance(condition, GreaterThanOrEqual):
+            self.low = max(self.low, value)
+        elif isinstance(condition, LessThan):
+            self.high = value if self.high is None else min(self.high, value)
+        elif isinstance(condition, LessThanOrEqual):
+            self.high = value + 1 if self.high is None else min(self.high, value + 1)
+        else:
+            return False
+        return True
+
+    def ranges(self, start: int, stop: int) -> list[tuple[int, int]]:
+        low = max(start, self.low)
+        high = stop if self.high is None else min(stop, self.high)
+        if self.points is None:
+            return [(low, high)] if high > low else []
+        found: list[tuple[int, int]] = []
+        for point in sorted(p for p in self.points if low <= p < high):
+            if found and found[-1][1] == point:
+                found[-1] = (found[-1][0], point + 1)
+            else:
+                found.append((point, point + 1))
+        return found

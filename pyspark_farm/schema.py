@@ -1,0 +1,76 @@
+"""Source schemas: each kind's fixed columns plus the columns decoded from values.
+
+`schema()` of a data source runs in a Python worker without a JVM, so it cannot parse
+DDL; it returns DDL text and Spark parses it. The reader then receives the parsed
+StructType and splits it back into the kind's columns and the decoded value columns.
+The Arrow schema of every batch a reader yields must equal Spark's conversion of that
+StructType exactly (`arrow_schema`), or Spark refuses the batch.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from .errors import OptionError, SchemaError
+
+
+@dataclass(frozen=True)
+class KindColumns:
+    """A kind's fixed source columns, as DDL and by name."""
+    ddl: str
+
+    @property
+    def names(self) -> list[str]:
+        return [part.split()[0].strip("`") for part in self.ddl.split(",")]
+
+
+def value_schema_ddl(value_schema: str) -> str:
+    """`valueSchema` as DDL: DDL is passed through (Spark checks it); a JSON StructType
+    (`df.schema.json()`) is converted here."""
+    stripped = value_schema.strip()
+    if not stripped.startswith("{"):
+        return stripped
+    try:
+        parsed = StructType.fromJson(json.loads(stripped))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OptionError("valueSchema", f"not a Spark schema in JSON ({exc}); give DDL "
+                          "such as 'id long, name string' or df.schema.json()") from None
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in parsed.fields)
+
+
+def source_ddl(columns: KindColumns, value_format: str, value_schema: str | None) -> str:
+    """The DDL a kind's `schema()` returns."""
+    if value_format == "binary":
+        if value_schema:
+            raise OptionError("valueSchema", "is only used with valueFormat json, msgpack or "
+                              "arrow; set valueFormat too, or drop valueSchema")
+        return columns.ddl
+    if not value_schema:
+        raise OptionError("valueSchema", f"valueFormat {value_format!r} needs the schema of "
+                          "the decoded value, e.g. 'id long, name string'")
+    return f"{columns.ddl}, {value_schema_ddl(value_schema)}"
+
+
+def split_schema(columns: KindColumns, schema: StructType) -> StructType:
+    """The decoded value columns of the reader's schema, after checking the kind's columns."""
+    names = columns.names
+    given = schema.fieldNames()
+    if given[: len(names)] != names:
+        raise SchemaError(
+            f"the garlicfarm source's columns are fixed ({columns.ddl}); got {given}. Do not "
+            "call .schema() on the reader: describe decoded values with the valueSchema option")
+    values = StructType(schema.fields[len(names):])
+    clash = sorted({n.lower() for n in values.fieldNames()} & {n.lower() for n in names})
+    if clash:
+        raise OptionError("valueSchema", f"column(s) {', '.join(clash)} clash with the "
+                          f"source's own columns ({', '.join(names)}); rename them")
+    return values
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The exact Arrow schema Spark expects of batches for `schema`."""
+    return to_arrow_schema(schema, timezone="UTC")
