@@ -1,0 +1,228 @@
+"""The sans-I/O parts of the data source: options, offsets, admission control, planning."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from pyspark_farm.admission import Limits, choose_end
+from pyspark_farm.errors import OptionError
+from pyspark_farm.offsets import OffsetSpec, index_of, offset_spec_parser
+from pyspark_farm.options import UnknownOptionWarning, duration
+from pyspark_farm.planning import EntrySize, Piece, plan_tasks, split_evenly
+from pyspark_farm.raft import kind
+from pyspark_farm.raft.source import IndexBounds
+from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
+                                    LessThanOrEqual, Not)
+
+ENDPOINTS = {"endpoints": "127.0.0.1:7001,tcp://127.0.0.1:7002"}
+
+
+# --- options -------------------------------------------------------------------------------
+
+def test_options_typed_defaults_and_case_insensitive_keys():
+    values = kind.SOURCE_OPTIONS.parse({**ENDPOINTS, "MAXOFFSETSPERTRIGGER": "10",
+                                        "failondataloss": "false", "readFrom": "Followers",
+                                        "maxTriggerDelay": "2s"})
+    assert values["endpoints"] == "127.0.0.1:7001,127.0.0.1:7002"
+    assert values["maxOffsetsPerTrigger"] == 10
+    assert values["failOnDataLoss"] is False
+    assert values["readFrom"] == "followers"
+    assert values["maxTriggerDelay"] == 2.0
+    assert values["cluster"] == "farm" and values["valueFormat"] == "binary"
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("maxOffsetsPerTrigger", "0", "integer >= 1"),
+    ("maxOffsetsPerTrigger", "ten", "expected an integer"),
+    ("failOnDataLoss", "maybe", "true or false"),
+    ("readFrom", "nearest", "leader, followers, observers, any"),
+    ("valueFormat", "xml", "binary, json, msgpack, arrow"),
+    ("startingOffsets", "first", '{"index": N}'),
+    ("startingOffsets", '{"index": -1}', "integer >= 0"),
+    ("startingOffsets", '{"offset": 3}', '{"index": N}'),
+    ("endpoints", "localhost", "host:port"),
+    ("timeout", "-1", "> 0"),
+    ("maxTriggerDelay", "soon", "duration"),
+])
+def test_bad_values_name_the_option(key, value, needle):
+    with pytest.raises(OptionError) as caught:
+        kind.SOURCE_OPTIONS.parse({**ENDPOINTS, key: value})
+    assert caught.value.option == key
+    assert key in str(caught.value) and needle in str(caught.value)
+
+
+def test_missing_endpoints_says_what_to_set():
+    with pytest.raises(OptionError, match="endpoints.*host:port"):
+        kind.schema({})
+
+
+def test_unknown_option_warns_with_the_valid_ones():
+    with pytest.warns(UnknownOptionWarning) as caught:
+        kind.SOURCE_OPTIONS.parse({**ENDPOINTS, "startingOffset": "earliest", "kind": "raft",
+                                   "path": "x"}, ignore=("kind",))
+    message = str(caught[0].message)
+    assert "startingoffset" in message and "startingOffsets" in message
+    assert "kind" not in message.split("valid options")[0] and "path" not in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kind.SOURCE_OPTIONS.parse(ENDPOINTS)
+
+
+def test_min_above_max_is_refused():
+    with pytest.raises(OptionError, match="minOffsetsPerTrigger"):
+        kind.schema({**ENDPOINTS, "minOffsetsPerTrigger": "5", "maxOffsetsPerTrigger": "4"})
+
+
+def test_value_schema_rules():
+    assert kind.schema({**ENDPOINTS, "valueFormat": "json", "valueSchema": "a long"}) \
+        .endswith(", a long")
+    json_schema = '{"type":"struct","fields":[{"name":"n","type":"long","nullable":true,"metadata":{}}]}'
+    assert kind.schema({**ENDPOINTS, "valueFormat": "msgpack", "valueSchema": json_schema}) \
+        .endswith(", `n` bigint")
+    with pytest.raises(OptionError, match="valueSchema"):
+        kind.schema({**ENDPOINTS, "valueFormat": "json"})
+    with pytest.raises(OptionError, match="valueSchema"):
+        kind.schema({**ENDPOINTS, "valueSchema": "a long"})
+
+
+def test_durations():
+    assert duration("500ms") == 0.5 and duration("15m") == 900 and duration("250") == 0.25
+    assert duration("1h") == 3600
+
+
+# --- offsets -------------------------------------------------------------------------------
+
+def test_offset_specs_resolve_against_the_log():
+    parse = offset_spec_parser("startingOffsets")
+    assert parse("EARLIEST").resolve(5, 50) == 5
+    assert parse("latest").resolve(5, 50) == 50
+    assert parse('{"index": 17}').resolve(5, 50) == 17
+    assert str(parse('{"index": 17}')) == '{"index": 17}'
+    assert index_of({"index": 3}) == 3
+    for bad in ({"index": "3"}, {"index": True}, {"index": 3, "x": 1}, [3]):
+        with pytest.raises(ValueError, match="index"):
+            index_of(bad)
+
+
+# --- admission control ---------------------------------------------------------------------
+
+ROWS = [(10, 3), (11, 0), (12, 5), (13, 1), (14, 4)]   # (index, rows); 15 is the end
+
+
+def test_no_limits_reads_everything_without_counting():
+    def boom():
+        raise AssertionError("rows were counted")
+        yield
+    assert choose_end(10, 15, boom(), Limits()) == 15
+
+
+def test_max_rows_takes_whole_entries_within_the_limit():
+    assert choose_end(10, 15, iter(ROWS), Limits(max_rows=8)) == 13       # 3+0+5 = 8
+    assert choose_end(10, 15, iter(ROWS), Limits(max_rows=7)) == 12       # 3+0, next would be 8
+    assert choose_end(10, 15, iter(ROWS), Limits(max_rows=100)) == 15
+    # One entry larger than the limit is taken alone: the only overshoot.
+    assert choose_end(12, 15, iter(ROWS[2:]), Limits(max_rows=2)) == 13
+
+
+def test_min_rows_waits_until_enough_or_the_delay():
+    limits = Limits(min_rows=20, max_trigger_delay=60)
+    assert choose_end(10, 15, iter(ROWS), limits, waited=1) == 10          # 13 rows < 20
+    assert choose_end(10, 15, iter(ROWS), limits, waited=61) == 15         # delay passed
+    assert choose_end(10, 15, iter(ROWS), limits, available_now=True) == 15
+    assert choose_end(10, 15, iter(ROWS), Limits(min_rows=8), waited=0) == 15
+
+
+def test_limits_under_the_engines_read_limit():
+    limits = Limits(max_rows=5, min_rows=2)
+    assert limits.default_read_limit() == ReadMaxRows(5)
+    assert Limits(min_rows=2).default_read_limit() == ReadMinRows(2)
+    assert Limits().default_read_limit() == ReadAllAvailable()
+    assert limits.under(ReadAllAvailable()).unlimited
+    assert limits.under(ReadMaxRows(9)) == Limits(max_rows=9, min_rows=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=30), st.integers(1, 120))
+def test_max_rows_property(counts, max_rows):
+    rows = [(100 + i, c) for i, c in enumerate(counts)]
+    end = 100 + len(counts)
+    stop = choose_end(100, end, iter(rows), Limits(max_rows=max_rows))
+    taken = [c for i, c in rows if i < stop]
+    assert 100 < stop <= end
+    # Within the limit, unless one single entry is bigger than the limit on its own.
+    assert sum(taken) <= max_rows or len([c for c in taken if c]) == 1
+    # Maximal: the next entry would not have fitted.
+    if stop < end:
+        assert sum(taken) + rows[stop - 100][1] > max_rows
+
+
+# --- planning -------------------------------------------------------------------------------
+
+def _covered(tasks):
+    pieces = [p for task in tasks for p in task]
+    return pieces
+
+
+def test_plan_splits_a_big_commit_by_its_payloads_in_order():
+    sizes = [EntrySize(3, 10), EntrySize(5, 400, (100, 100, 100, 100)), EntrySize(7, 10)]
+    tasks = plan_tasks(1, 9, sizes, min_tasks=4, rows_per_task=1000)
+    pieces = _covered(tasks)
+    assert len(tasks) >= 4
+    assert pieces[0].start == 1 and pieces[-1].stop == 9
+    slices = [p.parts for p in pieces if p.parts]
+    assert slices[0][0] == 0 and slices[-1][1] == 4
+    assert all(a[1] == b[0] for a, b in zip(slices, slices[1:]))  # contiguous, in order
+    for a, b in zip(pieces, pieces[1:]):                           # no gap, no overlap
+        assert b.start == (a.start if a.parts and b.parts else a.stop)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(1, 50), max_size=5)),
+                max_size=20), st.integers(1, 8), st.integers(1, 200))
+def test_plan_covers_every_row_once_in_order(entries, min_tasks, rows_per_task):
+    sizes, index = [], 10
+    for gap, parts in entries:
+        index += gap
+        sizes.append(EntrySize(index, sum(parts), tuple(parts) if len(parts) > 1 else ()))
+        index += 1
+    stop = index + 2
+    tasks = plan_tasks(10, stop, sizes, min_tasks=min_tasks, rows_per_task=rows_per_task)
+    units = []   # (index, part) in reading order
+    by_index = {s.index: s for s in sizes}
+    for piece in _covered(tasks):
+        for i in range(piece.start, piece.stop):
+            size = by_index.get(i)
+            if size is None:
+                continue
+            parts = range(*piece.parts) if piece.parts else range(max(1, len(size.parts)))
+            units += [(i, p) for p in parts]
+    expected = [(s.index, p) for s in sizes for p in range(max(1, len(s.parts)))]
+    assert units == expected
+    assert all(task for task in tasks)
+
+
+def test_split_evenly_and_empty_ranges():
+    assert split_evenly(5, 5, 3) == []
+    assert split_evenly(0, 10, 3) == [[Piece(0, 3)], [Piece(3, 6)], [Piece(6, 10)]]
+    assert plan_tasks(4, 9, []) == [[Piece(4, 9)]]
+
+
+# --- filter pushdown on index -----------------------------------------------------------------
+
+def test_index_filters_narrow_the_range():
+    bounds = IndexBounds()
+    assert bounds.narrow(GreaterThanOrEqual(("index",), 5))
+    assert bounds.narrow(LessThan(("index",), 20))
+    assert bounds.narrow(GreaterThan(("index",), 6))
+    assert not bounds.narrow(EqualTo(("term",), 2))
+    assert not bounds.narrow(Not(EqualTo(("index",), 2)))
+    assert not bounds.narrow(GreaterThan(("index",), 2.5))
+    assert bounds.ranges(1, 100) == [(7, 20)]
+    assert bounds.ranges(1, 10) == [(7, 10)]
+    points = IndexBounds()
+    assert points.narrow(In(("index",), (3, 4, 9, 50)))
+    assert points.narrow(LessThanOrEqual(("index",), 9))
+    assert points.ranges(1, 40) == [(3, 5), (9, 10)]
