@@ -1,0 +1,62 @@
+"""Zero registration, the session helper, and option errors as Spark users see them."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql.utils import AnalysisException
+
+import pyspark_farm
+from pyspark_farm.errors import EnvironmentSetupError
+from pyspark_farm.session import PUSHDOWN_CONF, ensure_worker_python
+
+pytestmark = pytest.mark.spark
+
+RAFT_COLUMNS = ["cluster", "index", "term", "type", "value", "timestamp"]
+
+
+def test_format_resolves_without_register_in_a_fresh_session(spark):
+    fresh = spark.newSession()
+    frame = (fresh.read.format("garlicfarm").option("endpoints", "127.0.0.1:9")
+             .option("valueFormat", "json").option("valueSchema", "id long, name string")
+             .load())
+    assert frame.columns == RAFT_COLUMNS + ["id", "name"]
+    types = dict(frame.dtypes)
+    assert types["index"] == "bigint" and types["timestamp"] == "timestamp"
+    assert types["value"] == "binary"
+    stream = fresh.readStream.format("garlicfarm").option("endpoints", "127.0.0.1:9").load()
+    assert stream.isStreaming and stream.columns == RAFT_COLUMNS
+    assert fresh.conf.get(PUSHDOWN_CONF) == "true"
+    assert pyspark_farm.DefaultSource.name() == "garlicfarm"
+
+
+@pytest.mark.parametrize("options,needle", [
+    ({}, "'endpoints'"),
+    ({"endpoints": "127.0.0.1:9", "maxOffsetsPerTrigger": "many"}, "'maxOffsetsPerTrigger'"),
+    ({"endpoints": "127.0.0.1:9", "kind": "kafka"}, "'kind': unknown kind 'kafka'"),
+    ({"endpoints": "127.0.0.1:9", "valueFormat": "json"}, "'valueSchema'"),
+])
+def test_bad_options_fail_at_load_naming_the_option(spark, options, needle):
+    with pytest.raises((AnalysisException, PySparkException, Exception)) as caught:
+        spark.read.format("garlicfarm").options(**options).load()
+    assert needle in str(caught.value)
+
+
+def test_bad_offsets_for_the_query_type_fail_when_the_query_is_planned(spark):
+    reader = spark.read.format("garlicfarm").option("endpoints", "127.0.0.1:9")
+    with pytest.raises(Exception, match="'startingOffsets'.*latest"):
+        reader.option("startingOffsets", "latest").load().collect()
+
+
+def test_worker_interpreter_check_names_the_variable(monkeypatch, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(fake))
+    with pytest.raises(EnvironmentSetupError) as caught:
+        ensure_worker_python()
+    assert "PYSPARK_PYTHON" in str(caught.value) and sys.executable in str(caught.value)
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    assert ensure_worker_python() == sys.executable == os.environ["PYSPARK_PYTHON"]
