@@ -1,1 +1,36 @@
-"""The Clustered Hashmap Protocol (ZeroMQ RFC 12, zguide clone pattern)."""
+"""CHP, the Clustered Hashmap Protocol (ZeroMQ RFC 12, the zguide clone pattern), as the
+zguide's Python and C clonesrv6 really speak it (SPECS §3), and beyond them: durable
+servers, gap and restart detection in clients, a safer Binary Star pending list.
+
+The library API:
+
+* `CloneClient(servers, subtree)`: `get`, `entry`, `items`, `snapshot` (entries with
+  the sequence they are consistent with), `set` (caller-chosen UUID, properties, ttl,
+  optional confirmation with the sequence), `delete`, `watch` (iterator or callback);
+  see `client`.
+* `CloneServer(ServerConfig(...)).run()`: a standalone server or one of a Binary Star
+  pair (`Role`), with `data_dir` for persistence; see `server`.
+* The pure parts, for other drivers (e.g. a Raft-replicated map): `kvmap.CloneMap`
+  (apply / follow / expire / snapshot_reply / dump / load), `replica.Replica` (snapshot
+  then updates), `bstar.BinaryStar`, `pending.PendingUpdates`, and the codec `proto`.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Imported on first use, so that `connectors.chp.proto` (the inspector's codec) does not
+# pull in pyzmq and the storage engine.
+_EXPORTS = {
+    "CloneClient": "client", "MapSnapshot": "client", "SetReceipt": "client", "Watch": "client",
+    "ChpError": "errors", "ChpTimeout": "errors", "ConfigError": "errors",
+    "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
+    "CloneServer": "server", "Role": "server", "ServerConfig": "server",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'connectors.chp' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"connectors.chp.{_EXPORTS[name]}"), name)

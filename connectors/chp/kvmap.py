@@ -39,6 +39,7 @@ from .proto import (PROTOCOL, RESERVED_KEYS, TTL, Kthxbai, Kvpub, Kvset, Kvsync,
                     parse_relative_ttl, replace_property)
 
 _DUMP_VERSION = 1
+_TTL_LINE = TTL + b"="   # cheap test before parsing any properties
 
 
 @dataclass(slots=True)
@@ -83,7 +84,7 @@ class Entry:
 def _stored_expiry(properties: bytes) -> int | None:
     """The absolute expiry (epoch ms) in stored properties; None when there is none or
     it cannot be read (a peer's business: we keep the entry rather than guess)."""
-    if TTL + b"=" not in properties:
+    if _TTL_LINE not in properties:
         return None
     try:
         value = dict(parse_properties(properties)).get(TTL)
@@ -144,18 +145,17 @@ class CloneMap:
         """A client's KVSET: store it (an empty body deletes) under the next sequence
         and return the KVPUB to publish. Raises `InvalidField` for a reserved or empty
         key or an unreadable ttl; nothing changes then."""
-        key = update.key
+        key, uuid, properties, body = update.key, update.uuid, update.properties, update.body
         if not key or key in RESERVED_KEYS:
             raise InvalidField("key", f"{key!r} is reserved by the protocol; use another "
                                "key", protocol=PROTOCOL)
-        properties = update.properties
         stored = properties
         expires_ms = None
-        if update.body and TTL + b"=" in properties:
+        if body and _TTL_LINE in properties:
             stored, expires_ms = _absolute_ttl(properties, now)
-        self.sequence += 1
-        self._store(Entry(key, self.sequence, update.uuid, stored, update.body, expires_ms))
-        return Kvpub(key, self.sequence, update.uuid, properties, update.body)
+        self.sequence = sequence = self.sequence + 1
+        self._store(Entry(key, sequence, uuid, stored, body, expires_ms))
+        return Kvpub(key, sequence, uuid, properties, body)
 
     def follow(self, update: Kvpub, now: float) -> Entry | None:
         """An update another server published: apply it if it is newer than our state
@@ -166,7 +166,7 @@ class CloneMap:
             return None
         properties = update.properties
         expires_ms = None
-        if update.body and TTL + b"=" in properties:
+        if update.body and _TTL_LINE in properties:
             try:
                 properties, expires_ms = _absolute_ttl(properties, now)
             except InvalidField:
