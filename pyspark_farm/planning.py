@@ -51,7 +51,9 @@ def plan_tasks(start: int, stop: int, sizes: Sequence[EntrySize], *, min_tasks: 
     At least `min_tasks` when there are enough rows (a commit entry is split between its
     staged payloads, never inside one), and none holding much more than `rows_per_task`.
     `sizes` lists the entries of [start, stop) that show rows, in index order; entries not
-    listed show none (they are still covered, so offsets stay contiguous).
+    listed show none (they are still covered, so offsets stay contiguous). Each row-bearing
+    unit (an entry, or one payload of a split commit) goes to the task its middle row falls
+    in when rows are dealt out `target` at a time, which balances the tasks.
     """
     if stop <= start:
         return []
@@ -60,41 +62,37 @@ def plan_tasks(start: int, stop: int, sizes: Sequence[EntrySize], *, min_tasks: 
         return [[Piece(start, stop)]]
     target = max(1, min(rows_per_task, math.ceil(total / max(1, min_tasks))))
     tasks: list[list[Piece]] = []
-    current: list[Piece] = []
-    filled = 0
-    cursor = start            # first index not yet assigned to a piece
+    bucket = -1
+    dealt = 0                 # rows before the current unit
+    cursor = start            # first index not yet covered by a piece
 
-    def close() -> None:
-        nonlocal current, filled
-        if current:
-            tasks.append(current)
-        current, filled = [], 0
+    def place(unit_bucket: int, piece: Piece) -> None:
+        nonlocal bucket
+        if unit_bucket != bucket or not tasks:
+            tasks.append([])
+            bucket = unit_bucket
+        tasks[-1].append(piece)
 
     for size in sizes:
         if size.rows == 0:
             continue
-        if size.parts and filled + size.rows > target and len(size.parts) > 1:
-            # Cover what precedes the commit entry, then slice its staged payloads.
+        parts = size.parts if len(size.parts) > 1 else (size.rows,)
+        buckets = []
+        for rows in parts:
+            buckets.append(int((dealt + rows / 2) // target))
+            dealt += rows
+        if buckets[0] == buckets[-1]:
+            place(buckets[0], Piece(cursor, size.index + 1))
+        else:
             if size.index > cursor:
-                current.append(Piece(cursor, size.index))
+                place(buckets[0], Piece(cursor, size.index))
             lo = 0
-            for hi, part_rows in enumerate(size.parts, start=1):
-                filled += part_rows
-                if filled >= target:
-                    current.append(Piece(size.index, size.index + 1, (lo, hi)))
-                    close()
+            for hi in range(1, len(parts) + 1):
+                if hi == len(parts) or buckets[hi] != buckets[lo]:
+                    place(buckets[lo], Piece(size.index, size.index + 1, (lo, hi)))
                     lo = hi
-            if lo < len(size.parts):
-                current.append(Piece(size.index, size.index + 1, (lo, len(size.parts))))
-            cursor = size.index + 1
-            continue
-        filled += size.rows
-        if filled >= target:
-            current.append(Piece(cursor, size.index + 1))
-            cursor = size.index + 1
-            close()
+        cursor = size.index + 1
     if cursor < stop:
         # Entries after the last rows show none: they ride with the last task.
-        (current if current or not tasks else tasks[-1]).append(Piece(cursor, stop))
-    close()
+        tasks[-1].append(Piece(cursor, stop))
     return tasks

@@ -71,12 +71,12 @@ def entry_sizes(client: "FarmClient", start: int, stop: int) -> Iterator[EntrySi
         if not records:
             return
         for record in records:
-            if record.type == "journal":
+            if record.type == "journal" and not getattr(record, "duplicate", False):
                 count = getattr(record, "count", None)
                 count = len(record.records or ()) if count is None else count
                 yield EntrySize(record.index, count)
             elif record.type == "commit" and record.commit is not None \
-                    and record.commit.effective is not False:
+                    and record.commit.effective:
                 parts = committed_rows(record.commit.metadata, record.commit.staged)
                 yield EntrySize(record.index, sum(parts), parts)
         cursor = records[-1].index + 1
@@ -155,30 +155,22 @@ class PieceReader:
                 start = max(start + 1, exc.first_available)
 
     def _slice(self, index: int, lo: int, hi: int) -> Iterator[Visible]:
-        """Payloads [lo, hi) of the committed batch at `index`."""
+        """Payloads [lo, hi) of the committed batch at `index`, one at a time."""
         from consensus.runtime import IndexUnderflow
         try:
             (entry,) = self._call("read_entries", index, index + 1)
             commit = entry.commit
-            if entry.type != "commit" or commit is None or commit.effective is False:
+            # Visible only when this entry made its batch visible (as read_committed says).
+            if entry.type != "commit" or commit is None or not commit.effective:
                 return
-            if commit.effective is None:     # this member cannot tell: the full view can
-                for visible in self._call("read_committed", index, index + 1):
-                    whole = _visible(visible)
-                    yield Visible(whole.index, whole.term, whole.timestamp_ms, whole.type,
-                                  whole.records[lo:hi], whole.content_types[lo:hi])
-                return
-            payloads, types = [], []
             for staged_index in commit.staged[lo:hi]:
                 (staged,) = self._call("read_entries", staged_index, staged_index + 1)
-                payloads.append(staged.payload)
-                types.append(staged.staged.content_type if staged.staged else "bytes")
+                content_type = staged.staged.content_type if staged.staged else "bytes"
+                yield Visible(entry.index, entry.term, entry.timestamp_ms, "commit",
+                              [staged.payload], (content_type,))
         except IndexUnderflow as exc:
             if self.fail_on_data_loss:
                 raise DataLossError(index, exc.first_available) from None
-            return
-        yield Visible(entry.index, entry.term, entry.timestamp_ms, "commit", payloads,
-                      tuple(types))
 
 
 def _visible(records) -> Visible:
