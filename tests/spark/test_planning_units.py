@@ -154,9 +154,9 @@ def test_max_rows_property(counts, max_rows):
     assert 100 < stop <= end
     # Within the limit, unless one single entry is bigger than the limit on its own.
     assert sum(taken) <= max_rows or len([c for c in taken if c]) == 1
-    # Maximal: the next entry would not have fitted.
+    # Maximal: the limit is reached, or the next entry would not have fitted.
     if stop < end:
-        assert sum(taken) + rows[stop - 100][1] > max_rows
+        assert sum(taken) >= max_rows or sum(taken) + rows[stop - 100][1] > max_rows
 
 
 # --- planning -------------------------------------------------------------------------------
