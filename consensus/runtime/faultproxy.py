@@ -359,21 +359,45 @@ class ProxyNetwork:
     node `a` opens to node `b`. A message from a to b travels either forward on (a, b) or
     backward on (b, a) (an answer on b's connection), so a one-way fault drops both.
 
-    `targets` maps each node id to the endpoint its peers must reach (its peer port).
-    Give node `a` the addresses `peer_addresses(a)` instead of the real ones.
+    Links are made by `link(a, b, endpoint_of_b)` (idempotent: a cluster that restarts a
+    node asks again), or all at once by `ProxyNetwork.full(targets)`. Give node `a` the
+    addresses `peer_addresses(a)` instead of the real ones.
     """
 
-    def __init__(self, targets: Mapping[int, str], proxy: FaultProxy | None = None) -> None:
+    def __init__(self, nodes: Iterable[int], proxy: FaultProxy | None = None) -> None:
         self._own = proxy is None
         self.proxy = proxy or FaultProxy()
-        self.nodes = sorted(targets)
+        self.nodes = sorted(nodes)
         self._addresses: dict[tuple[int, int], str] = {}
+        self._targets: dict[tuple[int, int], tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def full(cls, targets: Mapping[int, str], proxy: FaultProxy | None = None) -> "ProxyNetwork":
+        """Every link between the nodes of `targets` (node id -> its peer endpoint)."""
+        net = cls(targets, proxy)
         try:
-            for a, b in itertools.permutations(self.nodes, 2):
-                self._addresses[a, b] = self.proxy.add_link((a, b), targets[b])
+            for a, b in itertools.permutations(net.nodes, 2):
+                net.link(a, b, targets[b])
         except BaseException:
-            self.close()
+            net.close()
             raise
+        return net
+
+    def link(self, source: int, target: int, endpoint: str) -> str:
+        """The proxy address `source` must use to reach `target` at `endpoint`."""
+        if source not in self.nodes or target not in self.nodes or source == target:
+            raise ValueError(f"no link ({source}, {target}) between the nodes {self.nodes}")
+        with self._lock:
+            where = parse_endpoint(endpoint)
+            known = self._targets.get((source, target))
+            if known is not None and known != where:
+                raise FaultProxyError(f"link ({source}, {target}) already leads to "
+                                      f"{known[0]}:{known[1]}, not {endpoint}")
+            if known is None:
+                self._addresses[source, target] = self.proxy.add_link((source, target), where)
+                self._targets[source, target] = where
+            return self._addresses[source, target]
 
     def address(self, source: int, target: int) -> str:
         """Where `source` must connect to reach `target`."""
@@ -417,7 +441,8 @@ class ProxyNetwork:
                    if node is None or node in link)
 
     def heal(self) -> None:
-        self.proxy.heal()
+        for link in list(self._addresses):
+            self.proxy.heal(link)
 
     def faulty_links(self) -> dict[tuple[int, int], LinkFaults]:
         return {link: f for link in self._addresses

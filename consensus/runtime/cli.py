@@ -1,0 +1,103 @@
+"""``garlicfarm node``: run one node of a farm until SIGTERM.
+
+    garlicfarm node --id 1 --listen 127.0.0.1:9001 \\
+        --peers 2=127.0.0.1:9002,3=127.0.0.1:9003 --data-dir /var/lib/farm/1 \\
+        --credentials /etc/garlicfarm/credentials
+
+Settings may also come from ``--config FILE`` (TOML, the same names; see config.py);
+options on the command line win. A node started with ``--join`` has no bootstrap
+configuration and waits for a leader to add it (``garlicfarm add-server``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Callable
+
+from consensus.runtime.config import NodeConfig, load_config_file
+from consensus.runtime.errors import ConfigError, FarmError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="garlicfarm node", description="Run one garlicfarm node.",
+                                argument_default=argparse.SUPPRESS)
+    p.add_argument("--config", help="TOML file with the same settings")
+    p.add_argument("--id", type=int, help="this node's id (a positive integer)")
+    p.add_argument("--listen", help="HOST:PORT to listen on (clients and peers)")
+    p.add_argument("--listen-fd", type=int, help="use this inherited listening socket "
+                   "(supervisors, LocalCluster); --listen still names the address")
+    p.add_argument("--advertise", help="HOST:PORT peers use to reach this node "
+                   "(default: --listen)")
+    p.add_argument("--peers", help="the other voters: ID=HOST:PORT,...")
+    p.add_argument("--observers", help="observers of the initial configuration: "
+                   "ID=HOST:PORT,...")
+    p.add_argument("--data-dir", help="where the log, hard state and snapshots live")
+    p.add_argument("--cluster", help="cluster (farm) name, default farm")
+    p.add_argument("--wire", choices=("garlicfarm", "marker", "jraft"),
+                   help="what peers speak to each other (clients always use garlicfarm)")
+    p.add_argument("--user", help="username for the digest handshake")
+    p.add_argument("--password", help="password for the digest handshake")
+    p.add_argument("--credentials", help="file of username:password lines (the first is "
+                   "ours)")
+    p.add_argument("--tls-cert", help="PEM certificate: accept and dial TLS only")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
+    p.add_argument("--proxy", help="http://HOST:PORT: dial peers through HTTP CONNECT")
+    p.add_argument("--fsync", choices=("always", "batch", "never"),
+                   help="always: every append; batch (default): once per Ready (group "
+                   "commit); never: leave it to the OS")
+    p.add_argument("--observer", action="store_true", help="start as an observer")
+    p.add_argument("--join", action="store_true", help="no bootstrap configuration: wait "
+                   "to be added by the leader")
+    p.add_argument("--status-interval", type=float, help="seconds between status entries "
+                   "(default 5)")
+    p.add_argument("--tick", type=float, help="seconds per Raft tick (default 0.01)")
+    p.add_argument("--election-ticks", type=int, help="election timeout in [n, 2n) ticks "
+                   "(default 15)")
+    p.add_argument("--snapshot-interval", type=int, help="applied entries between "
+                   "snapshots (default 10000)")
+    p.add_argument("--retain-entries", type=int, help="log entries kept below the latest "
+                   "snapshot (default 100000)")
+    p.add_argument("--state-machine", help="module:factory of a pluggable application "
+                   "state machine for entries that are not farm commands")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def _factory(spec: str) -> Callable:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ConfigError("--state-machine", f"{spec!r} is not module:factory")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("--state-machine", f"cannot load {spec}: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    try:
+        values = load_config_file(args.pop("config")) if "config" in args else {}
+        state_machine = args.pop("state_machine", None) or values.pop("state-machine", None) \
+            or values.pop("state_machine", None)
+        values.update(args)
+        config = NodeConfig.from_mapping(values)
+        app = _factory(state_machine) if state_machine else None
+        logging.basicConfig(stream=sys.stderr, level=config.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from consensus.runtime.node import FarmNode
+        node = FarmNode(config, app)
+    except (ConfigError, FarmError) as exc:
+        print(f"garlicfarm node: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"garlicfarm node: {exc}", file=sys.stderr)
+        return 1
+    node.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

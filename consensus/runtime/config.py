@@ -1,0 +1,151 @@
+"""A node's settings: from the command line, a config file, or code (LocalCluster).
+
+A config file (``--config FILE``, TOML) holds the same settings as the options, with the
+option names as keys (dashes or underscores)::
+
+    id = 1
+    listen = "127.0.0.1:9001"
+    peers = "2=127.0.0.1:9002,3=127.0.0.1:9003"     # or a table: [peers] 2 = "..."
+    data-dir = "/var/lib/garlicfarm/1"
+    cluster = "farm"
+    wire = "garlicfarm"
+    credentials = "/etc/garlicfarm/credentials"
+    fsync = "batch"
+    status-interval = 5.0
+
+Options given on the command line win over the file.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from consensus.runtime.errors import ConfigError
+from consensus.runtime.security import Security, split_endpoint
+from consensus.storage import FsyncPolicy
+
+WIRES = ("garlicfarm", "marker", "jraft")
+
+
+def parse_members(text: str | Mapping[Any, str] | None, option: str) -> dict[int, str]:
+    """``ID=HOST:PORT,...`` (or a mapping) -> {id: "host:port"}."""
+    if not text:
+        return {}
+    items = text.items() if isinstance(text, Mapping) else \
+        [part.strip().partition("=")[::2] for part in text.split(",") if part.strip()]
+    members: dict[int, str] = {}
+    for key, endpoint in items:
+        try:
+            node_id = int(key)
+        except (TypeError, ValueError):
+            raise ConfigError(option, f"{key!r} is not a node id (ID=HOST:PORT)") from None
+        if node_id <= 0:
+            raise ConfigError(option, f"node ids are positive integers, got {node_id}")
+        if not endpoint:
+            raise ConfigError(option, f"node {node_id} has no HOST:PORT")
+        host, port = split_endpoint(endpoint, option)
+        members[node_id] = f"{host}:{port}"
+    return members
+
+
+@dataclass
+class NodeConfig:
+    id: int
+    listen: str                                 #: HOST:PORT to bind (port 0: any free)
+    data_dir: str
+    peers: dict[int, str] = field(default_factory=dict)        #: the other voters
+    observers: dict[int, str] = field(default_factory=dict)    #: observers of the bootstrap
+    cluster: str = "farm"
+    wire: str = "garlicfarm"
+    username: str | None = None
+    password: str | None = None
+    credentials: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    proxy: str | None = None
+    fsync: str = "batch"
+    observer: bool = False                      #: this node starts as an observer
+    join: bool = False                          #: no bootstrap: wait to be added
+    advertise: str | None = None                #: the endpoint peers use (default: listen)
+    listen_fd: int | None = None                #: an inherited listening socket
+    status_interval: float = 5.0
+    tick: float = 0.01                          #: seconds per Raft tick
+    election_ticks: int = 15                    #: election timeout in [n, 2n) ticks
+    snapshot_interval: int = 10_000             #: entries between snapshots
+    retain_entries: int = 100_000               #: log entries kept below the latest snapshot
+    max_connections: int = 1024
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, int) or self.id <= 0:
+            raise ConfigError("--id", f"must be a positive integer, got {self.id!r}")
+        split_endpoint(self.listen, "--listen")
+        if self.wire not in WIRES:
+            raise ConfigError("--wire", f"{self.wire!r} is not one of {', '.join(WIRES)}")
+        try:
+            FsyncPolicy.parse(self.fsync)
+        except ValueError:
+            raise ConfigError("--fsync", f"{self.fsync!r} is not always, batch or never") \
+                from None
+        if not self.data_dir:
+            raise ConfigError("--data-dir", "is required")
+        if self.id in self.peers and self.id in self.observers:
+            raise ConfigError("--observers", f"node {self.id} is listed as a voter too")
+        for name, minimum in (("status_interval", 0.05), ("tick", 0.001)):
+            if getattr(self, name) < minimum:
+                raise ConfigError(f"--{name.replace('_', '-')}", f"must be at least {minimum}")
+        for name in ("snapshot_interval", "retain_entries", "election_ticks"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")
+        if self.election_ticks < 4:
+            raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
+
+    @property
+    def endpoint(self) -> str:
+        return self.advertise or self.listen
+
+    def security(self) -> Security:
+        tls = dict(tls_cert=self.tls_cert, tls_key=self.tls_key, tls_ca=self.tls_ca,
+                   proxy=self.proxy, cluster=self.cluster)
+        if self.credentials:
+            return Security.from_file(self.credentials, **tls)
+        if self.wire == "garlicfarm" and not self.username:
+            raise ConfigError("--user", "the garlicfarm wire authenticates peers and clients: "
+                              "give --user and --password, or --credentials FILE")
+        return Security(username=self.username, password=self.password, **tls)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "NodeConfig":
+        """Settings from a config file or parsed options (unknown keys are refused)."""
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            name = key.replace("-", "_")
+            if name == "user":
+                name = "username"
+            if name not in known:
+                raise ConfigError(key, f"unknown setting (known: {', '.join(sorted(known))})")
+            kwargs[name] = value
+        for option in ("peers", "observers"):
+            if option in kwargs:
+                kwargs[option] = parse_members(kwargs[option], f"--{option}")
+        for name in ("data_dir", "credentials", "tls_cert", "tls_key", "tls_ca"):
+            if kwargs.get(name):
+                kwargs[name] = os.path.expanduser(str(kwargs[name]))
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ConfigError("config", str(exc)) from None
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None

@@ -1,0 +1,296 @@
+"""garlicfarm's extension messages on the Garlic Farm wire, sans-I/O (docs/protocol.md).
+
+JRaft's 17 message types cover elections, replication, snapshots and JRaft's membership
+flows. What Raft-with-JournalKeeper needs beyond them travels as extra type bytes on the
+same authenticated connection, registered in `GARLICFARM_REGISTRY` (a copy of
+`consensus.wire.jraft.REGISTRY`, so the plain JRaft wire stays pure):
+
+* 0x20-0x23 reuse JRaft's shapes: PreVoteRequest / TimeoutNowRequest /
+  TransferVoteRequest (45-byte request header) and PreVoteResponse (26-byte response).
+* 0x24-0x35 share one *extension shape*: ``type u8 | source i32 | destination i32 |
+  term i64 | bodySize i32 | body`` (21-byte header), the body being a msgpack array of
+  the message's fields in declaration order. `ExtensionCodec` checks bodySize against
+  the limits before buffering, and every field's type after decoding; a bad frame raises
+  a `ProtocolError` naming the field.
+
+Responses of JRaft types are paired with their requests by order on a connection (JRaft
+has no correlation ids); extension messages carry what they need (ctx, ids) and may come
+in any order, on any connection.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import msgpack
+
+from consensus.wire.errors import InvalidField, LimitExceeded
+from consensus.wire.jraft import (REGISTRY, REQUEST_CODEC, RESPONSE_CODEC, JRaftLimits,
+                                  MessageCodec, MessageRegistry)
+
+PROTOCOL = "garlicfarm-ext"
+_HEAD = struct.Struct(">Biiqi")
+
+
+class ExtType(enum.IntEnum):
+    PRE_VOTE_REQUEST = 0x20
+    PRE_VOTE_RESPONSE = 0x21
+    TIMEOUT_NOW_REQUEST = 0x22
+    TRANSFER_VOTE_REQUEST = 0x23      #: a RequestVote after TimeoutNow (answered by type 2)
+    READ_INDEX_REQUEST = 0x24
+    READ_INDEX_RESPONSE = 0x25
+    PULL_ENTRIES_REQUEST = 0x26
+    PULL_ENTRIES_RESPONSE = 0x27
+    PULL_SNAPSHOT_REQUEST = 0x28
+    PULL_SNAPSHOT_RESPONSE = 0x29
+    HELLO = 0x30
+    WELCOME = 0x31
+    CALL = 0x32
+    REPLY = 0x33
+    WRITE_RESULT = 0x34
+    EVENT = 0x35
+
+
+def _bad(field: str, reason: str, offset: int | None = None) -> InvalidField:
+    return InvalidField(field, reason, protocol=PROTOCOL, offset=offset)
+
+
+# Field kinds: a Python type, a tuple of types, or one of these markers.
+ANY = object()          #: any msgpack value (maps, lists: checked by the consumer)
+OPT_INT = (int, type(None))
+OPT_STR = (str, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionMessage:
+    """Base: the header fields. Subclasses declare their body fields, in wire order, and
+    ``TYPE`` / ``KINDS`` (one kind per body field)."""
+    source: int
+    destination: int
+    term: int
+
+    TYPE: ClassVar[ExtType]
+    KINDS: ClassVar[tuple[Any, ...]]
+
+    @property
+    def message_type(self) -> int:
+        return self.TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexRequest(ExtensionMessage):
+    ctx: bytes
+    lease: bool
+    TYPE = ExtType.READ_INDEX_REQUEST
+    KINDS = (bytes, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexResponse(ExtensionMessage):
+    ctx: bytes
+    index: int
+    success: bool
+    TYPE = ExtType.READ_INDEX_RESPONSE
+    KINDS = (bytes, int, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class PullEntriesRequest(ExtensionMessage):
+    index: int
+    max_entries: int
+    max_bytes: int
+    TYPE = ExtType.PULL_ENTRIES_REQUEST
+    KINDS = (int, int, int)
+
+
+@dataclass(frozen=True, slots=True)
+class PullEntriesResponse(ExtensionMessage):
+    status: int
+    index: int
+    entries: list          #: [[term, entry type, data], ...] from `index` on
+    min_index: int
+    commit: int
+    TYPE = ExtType.PULL_ENTRIES_RESPONSE
+    KINDS = (int, int, list, int, int)
+
+
+@dataclass(frozen=True, slots=True)
+class PullSnapshotRequest(ExtensionMessage):
+    snapshot_index: int
+    offset: int
+    TYPE = ExtType.PULL_SNAPSHOT_REQUEST
+    KINDS = (int, int)
+
+
+@dataclass(frozen=True, slots=True)
+class PullSnapshotResponse(ExtensionMessage):
+    snapshot_index: int
+    snapshot_term: int
+    configuration: bytes    #: Configuration.encode()
+    offset: int
+    data: bytes
+    done: bool
+    TYPE = ExtType.PULL_SNAPSHOT_RESPONSE
+    KINDS = (int, int, bytes, int, bytes, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(ExtensionMessage):
+    """A client's first message: it speaks the extensions (replies come as extension
+    frames from now on)."""
+    client_id: bytes
+    version: int
+    TYPE = ExtType.HELLO
+    KINDS = (bytes, int)
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(ExtensionMessage):
+    """The member's answer to Hello: who it is and what it knows of the cluster."""
+    node_id: int
+    cluster: str
+    leader_id: int | None
+    role: str
+    configuration: bytes    #: Configuration.encode()
+    TYPE = ExtType.WELCOME
+    KINDS = (int, str, OPT_INT, str, bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(ExtensionMessage):
+    """A client call other than a write: `op` names it, `args` is a map."""
+    call_id: int
+    op: str
+    args: dict
+    TYPE = ExtType.CALL
+    KINDS = (int, str, dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply(ExtensionMessage):
+    """The answer to the Call with `call_id`: `result` when `code` is 0, else the error
+    code (errors.ErrorCode), its message and details."""
+    call_id: int
+    code: int
+    result: Any
+    message: str
+    detail: dict
+    TYPE = ExtType.REPLY
+    KINDS = (int, int, ANY, str, dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult(ExtensionMessage):
+    """The answer to a ClientRequest whose entry is a farm command, by its request id:
+    the index and term of the entry that applied it, and its result (or an error)."""
+    request_id: bytes
+    index: int
+    entry_term: int
+    code: int
+    result: Any
+    message: str
+    detail: dict
+    TYPE = ExtType.WRITE_RESULT
+    KINDS = (bytes, int, int, int, ANY, str, dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EventMessage(ExtensionMessage):
+    """A subscribed event (leader-changed, state-changed, voters-changed)."""
+    name: str
+    leader_id: int | None
+    data: dict
+    TYPE = ExtType.EVENT
+    KINDS = (str, OPT_INT, dict)
+
+
+EXTENSION_CLASSES: tuple[type[ExtensionMessage], ...] = (
+    ReadIndexRequest, ReadIndexResponse, PullEntriesRequest, PullEntriesResponse,
+    PullSnapshotRequest, PullSnapshotResponse, Hello, Welcome, Call, Reply, WriteResult,
+    EventMessage)
+
+
+def _check_kind(name: str, kind: Any, value: Any) -> None:
+    if kind is ANY:
+        return
+    if kind is int or kind == OPT_INT:
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise _bad(name, f"{value!r} is not an integer")
+        return
+    if not isinstance(value, kind):
+        raise _bad(name, f"{type(value).__name__} is not the field's type")
+
+
+class ExtensionCodec(MessageCodec):
+    """The extension shape for one message class (see the module docstring)."""
+    head_size = _HEAD.size
+
+    def __init__(self, cls: type[ExtensionMessage]) -> None:
+        self.message_class = cls
+        self._names = [f.name for f in fields(cls)][3:]
+
+    def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
+        (size,) = struct.unpack_from(">i", head, 17)
+        if size < 0:
+            raise _bad("bodySize", f"negative size {size}", 17)
+        if size > limits.max_log_data_size:
+            raise LimitExceeded("bodySize", f"{size} bytes is above the limit of "
+                                f"{limits.max_log_data_size}", protocol=PROTOCOL, offset=17)
+        return self.head_size + size
+
+    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> ExtensionMessage:
+        _, source, destination, term, _size = _HEAD.unpack_from(frame)
+        try:
+            body = msgpack.unpackb(frame[self.head_size:], raw=False, strict_map_key=False,
+                                   use_list=True)
+        except Exception as exc:    # msgpack raises ExtraData, ValueError, FormatError...
+            raise _bad("body", f"not msgpack ({exc})", self.head_size) from None
+        if not isinstance(body, list) or len(body) != len(self._names):
+            raise _bad("body", f"must be an array of {len(self._names)} fields "
+                       f"({', '.join(self._names)})", self.head_size)
+        for name, kind, value in zip(self._names, self.message_class.KINDS, body):
+            _check_kind(name, kind, value)
+        return self.message_class(source, destination, term, *body)
+
+    def encode(self, message: ExtensionMessage) -> bytes:
+        body = msgpack.packb([getattr(message, n) for n in self._names], use_bin_type=True)
+        return _HEAD.pack(message.TYPE, message.source, message.destination, message.term,
+                          len(body)) + body
+
+    def fields_to_json(self, message: ExtensionMessage) -> dict:
+        out: dict[str, Any] = {"source": message.source, "destination": message.destination,
+                               "term": message.term}
+        for name in self._names:
+            value = getattr(message, name)
+            out[name] = value.hex() if isinstance(value, bytes) else value
+        return out
+
+    def fields_from_json(self, obj: dict, message_type: int) -> ExtensionMessage:
+        try:
+            values = [obj[name] for name in ("source", "destination", "term", *self._names)]
+        except KeyError as exc:
+            raise _bad(str(exc.args[0]), "missing") from None
+        for i, (name, kind) in enumerate(zip(self._names, self.message_class.KINDS)):
+            if kind is bytes and isinstance(values[3 + i], str):
+                try:
+                    values[3 + i] = bytes.fromhex(values[3 + i])
+                except ValueError:
+                    raise _bad(name, "not hex") from None
+            _check_kind(name, kind, values[3 + i])
+        return self.message_class(*values)
+
+
+def _build_registry() -> MessageRegistry:
+    registry = REGISTRY.copy()
+    registry.register(ExtType.PRE_VOTE_REQUEST, "PreVoteRequest", REQUEST_CODEC)
+    registry.register(ExtType.PRE_VOTE_RESPONSE, "PreVoteResponse", RESPONSE_CODEC)
+    registry.register(ExtType.TIMEOUT_NOW_REQUEST, "TimeoutNowRequest", REQUEST_CODEC)
+    registry.register(ExtType.TRANSFER_VOTE_REQUEST, "TransferVoteRequest", REQUEST_CODEC)
+    for cls in EXTENSION_CLASSES:
+        registry.register(cls.TYPE, cls.__name__.removesuffix("Message"), ExtensionCodec(cls))
+    return registry
+
+
+GARLICFARM_REGISTRY = _build_registry()

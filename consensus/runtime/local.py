@@ -1,0 +1,222 @@
+"""`LocalCluster`: a farm of real node processes on loopback (tests, demos, Spark tests).
+
+    with LocalCluster(3) as farm:
+        leader = farm.wait_for_leader()
+        with farm.client() as client:
+            client.append([b"hello"])
+
+Each node is a ``python -m consensus.cli node`` process (it never imports pyspark) with
+its own data directory and log file. The listening sockets are bound here, on ephemeral
+ports of 127.0.0.1, and handed to the processes (``--listen-fd``): no port can be taken
+between choosing and binding, and a restarted node gets its port back. Leaving the
+block stops every process (SIGTERM, then SIGKILL after a grace period) and removes a
+temporary data directory.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+from consensus.runtime.client import FarmClient
+from consensus.runtime.errors import FarmError, Unavailable
+
+STOP_GRACE = 10.0
+
+
+class LocalCluster:
+    def __init__(self, nodes: int = 3, data_dir: str | None = None, wire: str = "garlicfarm",
+                 cluster: str = "farm", username: str = "farm", password: str | None = None,
+                 fsync: str = "batch", observers: int = 0, extra_args: Sequence[str] = (),
+                 status_interval: float = 2.0) -> None:
+        if nodes < 1:
+            raise ValueError("a LocalCluster needs at least one node")
+        self.wire, self.cluster, self.fsync = wire, cluster, fsync
+        self.username = username
+        self.password = password if password is not None else secrets.token_hex(12)
+        self.extra_args = list(extra_args)
+        self.status_interval = status_interval
+        self._temp = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="garlicfarm-")
+        self.voter_ids = list(range(1, nodes + 1))
+        self.observer_ids = list(range(nodes + 1, nodes + observers + 1))
+        self._sockets: dict[int, socket.socket] = {}
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._args: dict[int, list[str]] = {}
+        self._logs: dict[int, Any] = {}
+        for node_id in self.voter_ids + self.observer_ids:
+            self._bind(node_id)
+
+    # -- the contract -----------------------------------------------------------------------
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self._args) or self.voter_ids + self.observer_ids
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(self.endpoint_of(i) for i in self.voter_ids + self.observer_ids
+                        if i in self._sockets)
+
+    def endpoint_of(self, node_id: int) -> str:
+        return f"127.0.0.1:{self._sockets[node_id].getsockname()[1]}"
+
+    def log_path(self, node_id: int) -> str:
+        return os.path.join(self.data_dir, f"node-{node_id}.log")
+
+    def node_dir(self, node_id: int) -> str:
+        return os.path.join(self.data_dir, f"node-{node_id}")
+
+    def client(self, **kw: Any) -> FarmClient:
+        options = dict(cluster=self.cluster, username=self.username, password=self.password)
+        options.update(kw)
+        endpoints = options.pop("endpoints", self.endpoints)
+        return FarmClient(endpoints, **options)
+
+    def __enter__(self) -> "LocalCluster":
+        try:
+            for node_id in self.voter_ids + self.observer_ids:
+                self._start(node_id, self._initial_args(node_id))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_for_leader(self, timeout: float = 10.0) -> int:
+        """The leader's id, once one node leads and answers (FarmError at the deadline)."""
+        deadline = time.monotonic() + timeout
+        with self.client(timeout=min(2.0, timeout)) as client:
+            while True:
+                leader = self._agreed_leader(client)
+                if leader is not None:
+                    return leader
+                if time.monotonic() >= deadline:
+                    raise Unavailable(f"no leader within {timeout}s; see the node logs in "
+                                      f"{self.data_dir}")
+                time.sleep(0.02)
+
+    def _agreed_leader(self, client: FarmClient) -> int | None:
+        for node_id in self.node_ids:
+            if not self.running(node_id):
+                continue
+            try:
+                answer = client.ping(self.endpoint_of(node_id))
+            except FarmError:
+                continue
+            if answer.get("role") == "leader":
+                return node_id
+        return None
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL, as a crash."""
+        proc = self._procs[node_id]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def stop(self, node_id: int, timeout: float = STOP_GRACE) -> int:
+        """SIGTERM and wait (SIGKILL after `timeout`); the exit code."""
+        proc = self._procs[node_id]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def restart(self, node_id: int) -> None:
+        """Start a stopped or killed node again, on the same port and data directory."""
+        proc = self._procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            raise RuntimeError(f"node {node_id} is still running: stop or kill it first")
+        self._start(node_id, self._args[node_id])
+
+    def running(self, node_id: int) -> bool:
+        proc = self._procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def spawn(self, node_id: int | None = None, *, join: bool = True,
+              observer: bool = False) -> int:
+        """Start an extra node that is not in the initial configuration (it waits to be
+        added with add_server / update_voters / update_observers); its id."""
+        node_id = node_id or max(self._sockets) + 1
+        if node_id in self._procs:
+            raise ValueError(f"node {node_id} exists already")
+        self._bind(node_id)
+        args = self._common_args(node_id)
+        args += ["--peers", self._members(self.voter_ids)]
+        if join:
+            args.append("--join")
+        if observer:
+            args.append("--observer")
+        self._start(node_id, args)
+        return node_id
+
+    def close(self) -> None:
+        for node_id, proc in list(self._procs.items()):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for proc in self._procs.values():
+            try:
+                proc.wait(max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for f in self._logs.values():
+            f.close()
+        self._logs.clear()
+        for sock in self._sockets.values():
+            sock.close()
+        if self._temp:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # -- processes -----------------------------------------------------------------------------
+    def _bind(self, node_id: int) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(256)
+        sock.set_inheritable(True)
+        self._sockets[node_id] = sock
+
+    def _members(self, ids: Sequence[int]) -> str:
+        return ",".join(f"{i}={self.endpoint_of(i)}" for i in ids)
+
+    def _common_args(self, node_id: int) -> list[str]:
+        return ["--id", str(node_id), "--listen", self.endpoint_of(node_id),
+                "--data-dir", self.node_dir(node_id), "--cluster", self.cluster,
+                "--wire", self.wire, "--user", self.username, "--password", self.password,
+                "--fsync", self.fsync, "--status-interval", str(self.status_interval)]
+
+    def _initial_args(self, node_id: int) -> list[str]:
+        args = self._common_args(node_id)
+        args += ["--peers", self._members(self.voter_ids)]
+        if self.observer_ids:
+            args += ["--observers", self._members(self.observer_ids)]
+        if node_id in self.observer_ids:
+            args.append("--observer")
+        return args
+
+    def _start(self, node_id: int, args: list[str]) -> None:
+        self._args[node_id] = args
+        sock = self._sockets[node_id]
+        command = [sys.executable, "-m", "consensus.cli", "node", *args,
+                   "--listen-fd", str(sock.fileno()), *self.extra_args]
+        log = self._logs.get(node_id)
+        if log is None:
+            log = self._logs[node_id] = open(self.log_path(node_id), "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._procs[node_id] = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                                stderr=subprocess.STDOUT, env=env,
+                                                pass_fds=(sock.fileno(),))

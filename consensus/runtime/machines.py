@@ -1,0 +1,351 @@
+"""The farm's built-in state machines, applied to committed Application entries.
+
+`FarmStateMachine` dispatches each entry (envelope.py says what an entry holds):
+
+* farm commands go to the built-ins: the **journal** (what the Spark raft source reads:
+  the records stay in the log; the machine counts them), the **kv map** (put, append,
+  cas; get is a query) and the **sink ledger** (`Ledger`: staged task output, atomic
+  batch commits, aborts, sequence counters);
+* Garlic Farm status JSON updates each node's latest status (`status.py`);
+* any other bytes go to the pluggable application machine, if one is given.
+
+Every command carries a request id; `RequestLog` remembers the outcome of the last
+`DEDUP_CAPACITY` ids, so a retried write (same id, whatever the client session) is
+applied once and answered with the first outcome. Everything here is deterministic: the
+same entries give the same state and the same answers on every member, which is what
+snapshots, two-step reads and replays rely on.
+
+Queries (`query(bytes) -> bytes`) are msgpack arrays ``[op, args...]`` with a built-in
+op name; anything else goes to the application machine.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import msgpack
+
+from consensus.raft import Entry, EntryType, StateMachine
+from consensus.runtime.envelope import Command, CommandKind, decode_command, is_command, \
+    is_status, request_id_of
+from consensus.runtime.errors import ErrorCode
+from consensus.runtime.status import choose_publisher, parse_status
+from consensus.wire.errors import ProtocolError
+
+DEDUP_CAPACITY = 65_536
+BATCHES_KEPT_PER_QUERY = 100_000
+ALLOCATIONS_KEPT = 100_000
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What applying one command produced: `result` (msgpack-able) or an error, at the
+    index/term of the entry that first carried its request id."""
+    request_id: bytes
+    index: int
+    term: int
+    result: Any = None
+    error: tuple[int, str] | None = None
+    duplicate: bool = False
+
+
+class CommandError(Exception):
+    """A command that is well formed but cannot be applied (e.g. unknown staged index)."""
+
+
+class RequestLog:
+    """Outcomes by request id, the oldest forgotten first (insertion order: deterministic)."""
+
+    def __init__(self, capacity: int = DEDUP_CAPACITY) -> None:
+        self.capacity = capacity
+        self.outcomes: OrderedDict[bytes, tuple[int, int, Any, Any]] = OrderedDict()
+
+    def get(self, request_id: bytes) -> Outcome | None:
+        found = self.outcomes.get(request_id)
+        if found is None:
+            return None
+        index, term, result, error = found
+        return Outcome(request_id, index, term, result, tuple(error) if error else None, True)
+
+    def remember(self, outcome: Outcome) -> None:
+        self.outcomes[outcome.request_id] = (outcome.index, outcome.term, outcome.result,
+                                             list(outcome.error) if outcome.error else None)
+        while len(self.outcomes) > self.capacity:
+            self.outcomes.popitem(last=False)
+
+    def dump(self) -> list:
+        return [[rid, *v] for rid, v in self.outcomes.items()]
+
+    def load(self, items: list) -> None:
+        self.outcomes = OrderedDict((item[0], tuple(item[1:])) for item in items)
+
+
+class Ledger:
+    """The exactly-once sink's ledger: staged task output, batch commits, counters.
+
+    A STAGED entry is invisible until a COMMIT entry of its query names it; the commit
+    makes all the entries it names visible at once, at its own index. A second commit of
+    the same (query, batch) is ignored (the answer points at the first). ABORT turns a
+    batch's staged entries into garbage. Counters hand out sequence ranges, the same
+    range again to the same owner (query, batch)."""
+
+    def __init__(self) -> None:
+        self.staged: dict[int, list] = {}           # index -> [query, batch, partition, attempt, type]
+        self.by_batch: dict[tuple[str, int], list[int]] = {}
+        self.commits: dict[str, OrderedDict[int, list]] = {}  # query -> batch -> [index, staged, meta]
+        self.counters: dict[str, int] = {}
+        self.allocations: OrderedDict[tuple[str, str, int], int] = OrderedDict()
+
+    def stage(self, index: int, query: str, batch: int, partition: int, attempt: int,
+              content_type: str) -> int:
+        self.staged[index] = [query, batch, partition, attempt, content_type]
+        self.by_batch.setdefault((query, batch), []).append(index)
+        return index
+
+    def commit(self, index: int, query: str, batch: int, staged: list[int], meta: dict) -> list:
+        """[committed, index of the batch's (first) commit, duplicate]."""
+        batches = self.commits.setdefault(query, OrderedDict())
+        first = batches.get(batch)
+        if first is not None:
+            return [False, first[0], True]
+        for s in staged:
+            owner = self.staged.get(s)
+            if owner is None:
+                raise CommandError(f"staged entry {s} is unknown, already committed or "
+                                   f"aborted: stage the batch's output again")
+            if owner[0] != query:
+                raise CommandError(f"staged entry {s} belongs to query {owner[0]!r}, not "
+                                   f"{query!r}")
+        if len(set(staged)) != len(staged):
+            raise CommandError("a staged entry is named twice")
+        for s in staged:
+            self._drop_staged(s)
+        for leftover in self.by_batch.pop((query, batch), []):   # other attempts: garbage
+            self.staged.pop(leftover, None)
+        batches[batch] = [index, list(staged), meta]
+        while len(batches) > BATCHES_KEPT_PER_QUERY:
+            batches.popitem(last=False)
+        return [True, index, False]
+
+    def _drop_staged(self, index: int) -> None:
+        owner = self.staged.pop(index)
+        siblings = self.by_batch.get((owner[0], owner[1]))
+        if siblings is not None:
+            siblings.remove(index)
+            if not siblings:
+                del self.by_batch[(owner[0], owner[1])]
+
+    def abort(self, query: str, batch: int) -> int:
+        dropped = self.by_batch.pop((query, batch), [])
+        for s in dropped:
+            self.staged.pop(s, None)
+        return len(dropped)
+
+    def allocate(self, key: str, count: int, owner_query: str, owner_batch: int) -> int:
+        owner = (key, owner_query, owner_batch)
+        start = self.allocations.get(owner)
+        if start is not None:
+            return start
+        start = self.counters.get(key, 0)
+        self.counters[key] = start + count
+        self.allocations[owner] = start
+        while len(self.allocations) > ALLOCATIONS_KEPT:
+            self.allocations.popitem(last=False)
+        return start
+
+    def batch_status(self, query: str, batch: int) -> list | None:
+        found = self.commits.get(query, {}).get(batch)
+        return None if found is None else [found[0], found[1], found[2]]
+
+    def last_batch(self, query: str) -> int | None:
+        batches = self.commits.get(query)
+        return max(batches) if batches else None
+
+    def commit_effective(self, index: int, query: str, batch: int) -> bool | None:
+        batches = self.commits.get(query)
+        found = batches.get(batch) if batches else None
+        if found is None:
+            # Never committed (a failed commit) or forgotten: only the first can tell.
+            return False if batches is not None and len(batches) < BATCHES_KEPT_PER_QUERY \
+                else None
+        return found[0] == index
+
+    def dump(self) -> dict:
+        return {"staged": [[i, *v] for i, v in self.staged.items()],
+                "commits": {q: [[b, *v] for b, v in batches.items()]
+                            for q, batches in self.commits.items()},
+                "counters": self.counters,
+                "allocations": [[*k, v] for k, v in self.allocations.items()]}
+
+    def load(self, data: dict) -> None:
+        self.__init__()
+        for index, query, batch, partition, attempt, content_type in data["staged"]:
+            self.stage(index, query, batch, partition, attempt, content_type)
+        self.commits = {q: OrderedDict((item[0], item[1:]) for item in batches)
+                        for q, batches in data["commits"].items()}
+        self.counters = dict(data["counters"])
+        self.allocations = OrderedDict(((k, q, b), v) for k, q, b, v in data["allocations"])
+
+
+class FarmStateMachine:
+    """The built-in machines plus an optional application machine (`StateMachine`)."""
+
+    def __init__(self, app: StateMachine | None = None) -> None:
+        self.app = app
+        self.requests = RequestLog()
+        self.kv: dict[str, str] = {}
+        self.ledger = Ledger()
+        self.statuses: dict[int, dict] = {}
+        self.status_index: dict[int, int] = {}
+        self.journal_entries = 0
+        self.journal_records = 0
+        self.applied = 0
+
+    # -- applying --------------------------------------------------------------------------
+    def apply(self, entry: Entry) -> Outcome | None:
+        """Apply one committed entry; an Outcome for farm commands (None otherwise)."""
+        self.applied = entry.index
+        if entry.type != EntryType.APPLICATION or not entry.data:
+            return None
+        data = entry.data
+        if is_command(data):
+            try:
+                command = decode_command(data)
+            except ProtocolError:
+                return None      # refused by the leader before proposing; ignore here too
+            return self.apply_command(entry, command)
+        if is_status(data):
+            status = parse_status(data)
+            if status is not None:
+                self.statuses[status["id"]] = status
+                self.status_index[status["id"]] = entry.index
+            return None
+        if self.app is not None:
+            self.app.apply(entry)
+        return None
+
+    def apply_command(self, entry: Entry, command: Command) -> Outcome:
+        known = self.requests.get(command.request_id)
+        if known is not None:
+            return known
+        try:
+            result = self._HANDLERS[command.kind](self, entry, *command.args)
+            outcome = Outcome(command.request_id, entry.index, entry.term, result)
+        except CommandError as exc:
+            outcome = Outcome(command.request_id, entry.index, entry.term,
+                              error=(int(ErrorCode.FAILED), str(exc)))
+        self.requests.remember(outcome)
+        return outcome
+
+    def _journal(self, entry: Entry, records: list) -> None:
+        self.journal_entries += 1
+        self.journal_records += len(records)
+
+    def _kv_put(self, entry: Entry, key: str, value: str) -> None:
+        self.kv[key] = value
+
+    def _kv_append(self, entry: Entry, key: str, value: str) -> int:
+        self.kv[key] = self.kv.get(key, "") + value
+        return len(self.kv[key])
+
+    def _kv_cas(self, entry: Entry, key: str, expected: str | None, new: str) -> bool:
+        if self.kv.get(key) != expected:
+            return False
+        self.kv[key] = new
+        return True
+
+    def _stage(self, entry: Entry, query: str, batch: int, partition: int, attempt: int,
+               content_type: str, payload: bytes) -> int:
+        return self.ledger.stage(entry.index, query, batch, partition, attempt, content_type)
+
+    def _commit(self, entry: Entry, query: str, batch: int, staged: list, meta: dict) -> list:
+        return self.ledger.commit(entry.index, query, batch, staged, meta)
+
+    def _abort(self, entry: Entry, query: str, batch: int) -> int:
+        return self.ledger.abort(query, batch)
+
+    def _allocate(self, entry: Entry, key: str, count: int, query: str, batch: int) -> int:
+        return self.ledger.allocate(key, count, query, batch)
+
+    _HANDLERS: dict[CommandKind, Callable[..., Any]] = {
+        CommandKind.JOURNAL: _journal, CommandKind.KV_PUT: _kv_put,
+        CommandKind.KV_APPEND: _kv_append, CommandKind.KV_CAS: _kv_cas,
+        CommandKind.STAGE: _stage, CommandKind.COMMIT: _commit, CommandKind.ABORT: _abort,
+        CommandKind.ALLOCATE: _allocate,
+    }
+
+    # -- queries -----------------------------------------------------------------------------
+    def query(self, query: bytes) -> bytes:
+        """Answer a query (msgpack in, msgpack out); raises CommandError when malformed."""
+        try:
+            request = msgpack.unpackb(query, raw=False, strict_map_key=False)
+        except Exception:
+            request = None
+        if isinstance(request, list) and request and request[0] in self._QUERIES:
+            try:
+                answer = self._QUERIES[request[0]](self, *request[1:])
+            except TypeError as exc:
+                raise CommandError(f"query {request[0]!r}: wrong arguments ({exc})") from None
+            return msgpack.packb(answer, use_bin_type=True)
+        if self.app is not None:
+            return self.app.query(query)
+        raise CommandError("not a built-in query ([op, args...] with op one of "
+                           f"{', '.join(sorted(self._QUERIES))}) and no application state "
+                           "machine is configured")
+
+    def effective(self, entry: Entry) -> bool | None:
+        """Did this committed command take effect here? False for a retry of a request
+        applied before (and for a COMMIT that was a duplicate or failed); None when the
+        machine no longer remembers. Other entries: True."""
+        found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
+        if found is None:
+            return True
+        kind, request_id = found
+        known = self.requests.outcomes.get(request_id)
+        if known is not None and known[0] != entry.index:
+            return False
+        if kind == CommandKind.COMMIT:
+            command = decode_command(entry.data)
+            return self.ledger.commit_effective(entry.index, command.args[0], command.args[1])
+        return True if known is not None else None
+
+    def publisher(self) -> int | None:
+        return choose_publisher(self.statuses)
+
+    _QUERIES: dict[str, Callable[..., Any]] = {
+        "kv_get": lambda self, key: self.kv.get(key),
+        "kv_keys": lambda self: sorted(self.kv),
+        "batch_status": lambda self, query, batch: self.ledger.batch_status(query, batch),
+        "last_batch": lambda self, query: self.ledger.last_batch(query),
+        "journal": lambda self: {"entries": self.journal_entries,
+                                 "records": self.journal_records},
+        "statuses": lambda self: self.statuses,
+        "publisher": lambda self: self.publisher(),
+        "applied": lambda self: self.applied,
+    }
+
+    # -- snapshots -----------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        state = {"v": SNAPSHOT_VERSION, "applied": self.applied, "kv": self.kv,
+                 "requests": self.requests.dump(), "ledger": self.ledger.dump(),
+                 "statuses": {k: [self.status_index.get(k, 0), v] for k, v in self.statuses.items()},
+                 "journal": [self.journal_entries, self.journal_records],
+                 "app": self.app.snapshot() if self.app is not None else None}
+        return msgpack.packb(state, use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        state = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        if not isinstance(state, dict) or state.get("v") != SNAPSHOT_VERSION:
+            raise ValueError("not a farm state machine snapshot (or another version)")
+        self.applied = state["applied"]
+        self.kv = dict(state["kv"])
+        self.requests = RequestLog()
+        self.requests.load(state["requests"])
+        self.ledger.load(state["ledger"])
+        self.statuses = {int(k): v[1] for k, v in state["statuses"].items()}
+        self.status_index = {int(k): v[0] for k, v in state["statuses"].items()}
+        self.journal_entries, self.journal_records = state["journal"]
+        if self.app is not None and state.get("app") is not None:
+            self.app.restore(state["app"])

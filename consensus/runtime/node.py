@@ -1,0 +1,305 @@
+"""A garlicfarm node: the pure Raft core driven by one event-loop thread.
+
+`FarmNode(config).run()` owns everything: the `RaftNode`, its `DiskStorage`, the state
+machine, the `Transport` and the client `Service`. One loop turn:
+
+1. wait for sockets (at most until the next 10 ms tick), read everything that is there;
+2. deliver the ticks that are due by the monotonic clock (missed ones too, so leases
+   stay honest after a stall);
+3. step the peers' messages into the core (`step_many`: one batch per turn), let the
+   service turn client writes into one `propose_many`;
+4. run the Ready loop (docs/raft-core.md): send `send_now`, persist (fsync when asked),
+   save the hard state, send `send_after_persist`, apply committed entries and answer
+   the clients waiting for them, hand read states to their readers;
+5. answer what the core dropped, write everything queued.
+
+Every `status_interval` the node appends its Garlic Farm status to the log (through the
+leader); it takes a snapshot of the state machine every `snapshot_interval` applied
+entries and compacts the log behind it. It logs one line per role change, membership
+change and refused connection; SIGTERM (or `stop()`) ends the loop cleanly.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import Callable
+
+from consensus.raft import (Configuration, Message, RaftError, RaftNode, RaftOptions,
+                            Role, SoftState, StateMachine)
+from consensus.runtime.config import NodeConfig
+from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.service import Service
+from consensus.runtime.status import status_json
+from consensus.runtime.storage import DiskStorage
+from consensus.runtime.transport import Transport
+from consensus.storage import FsyncPolicy
+from consensus.wire.jraft import LogEntry, ValueType
+
+log = logging.getLogger("garlicfarm.node")
+
+MAX_CATCH_UP_TICKS = 1000
+
+
+class FarmNode:
+    """One node process's runtime. Build it, then call `run()` (blocks until stopped)."""
+
+    def __init__(self, config: NodeConfig,
+                 app_factory: Callable[[], StateMachine] | None = None) -> None:
+        self.config = config
+        self.id = config.id
+        self.security = config.security()
+        self.started = time.monotonic()
+        self.app_factory = app_factory
+        self.storage = DiskStorage(config.data_dir, fsync=config.fsync)
+        self.fsyncs = FsyncPolicy.parse(config.fsync).fsyncs
+        self.machine = self.new_machine()
+        snapshot = self.storage.snapshot()
+        if snapshot is not None:
+            self.machine.restore(snapshot.data)
+        self._snapshot_index = snapshot.index if snapshot is not None else 0
+        self.addresses: dict[int, str] = {**config.peers, **config.observers,
+                                          config.id: config.endpoint}
+        ticks = config.election_ticks
+        options = RaftOptions(election_timeout_min=ticks, election_timeout_max=2 * ticks,
+                              heartbeat_interval=max(1, ticks // 3),
+                              pre_vote=config.wire == "garlicfarm", observer=config.observer)
+        self.raft = RaftNode(config.id, self.storage, options,
+                             configuration=None if config.join else self._bootstrap(),
+                             applied=self._snapshot_index)
+        self.transport = Transport(
+            node_id=config.id, wire=config.wire, security=self.security, listen=config.listen,
+            listen_fd=config.listen_fd,
+            address_of=self.address_of, on_core=self._inbox_append,
+            on_client=self._on_client, on_closed=self._on_closed,
+            accept_marker=self._accept_marker, on_client_ack=self._on_client_ack)
+        self.port = self.transport.port
+        self.service = Service(self)
+        self._inbox: list[Message] = []
+        self._stop = threading.Event()
+        self._soft: SoftState | None = None
+        self._leader_hint: int | None = None
+        self._status_target = 0
+        self._snapshot_due = False
+        self.stopped_reason: str | None = None
+
+    def _bootstrap(self) -> Configuration:
+        config = self.config
+        voters = set(config.peers) | ({config.id} if not config.observer else set())
+        observers = set(config.observers) | ({config.id} if config.observer else set())
+        return Configuration.of(voters, observers - voters, dict(self.addresses))
+
+    def new_machine(self) -> FarmStateMachine:
+        return FarmStateMachine(self.app_factory() if self.app_factory else None)
+
+    # -- addresses ------------------------------------------------------------------------
+    def address_of(self, node_id: int) -> str | None:
+        address = self.raft.configuration.addresses.get(node_id) if hasattr(self, "raft") \
+            else None
+        return address or self.addresses.get(node_id)
+
+    def learn_address(self, node_id: int, address: str) -> None:
+        if self.addresses.get(node_id) != address:
+            self.addresses[node_id] = address
+            self.transport.drop_peer(node_id)
+
+    # -- callbacks from the transport ----------------------------------------------------------
+    def _inbox_append(self, msg: Message) -> None:
+        self._inbox.append(msg)
+
+    def _on_client(self, conn, wire, slot) -> None:
+        self.service.on_client(conn, wire, slot)
+
+    def _on_closed(self, conn) -> None:
+        self.service.on_closed(conn)
+
+    def _on_client_ack(self, response) -> None:
+        if not response.accepted and response.destination > 0:
+            self._leader_hint = response.destination
+
+    def _accept_marker(self, conn, peer_id: int) -> bool:
+        """A marker-wire ConnectRequest: refuse our own id and ids not in the cluster."""
+        if peer_id == self.id:
+            log.warning("refused marker connection from %s: it claims our own id %d",
+                        conn.label, peer_id)
+            return False
+        if peer_id not in self.raft.configuration.members and peer_id not in self.addresses:
+            log.warning("refused marker connection from %s: node %d is not in the cluster",
+                        conn.label, peer_id)
+            return False
+        return True
+
+    # -- the loop ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to end (any thread, or a signal handler)."""
+        self._stop.set()
+        self.transport.wake()
+
+    def run(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: self.stop())
+            signal.signal(signal.SIGINT, lambda *_: self.stop())
+        config = self.config
+        log.info("node %d listening on %s:%d (cluster %r, wire %s, fsync %s, %s)",
+                 self.id, config.listen.rsplit(":", 1)[0], self.port, config.cluster,
+                 config.wire, config.fsync, "observer" if config.observer else "voter")
+        tick = config.tick
+        next_tick = time.monotonic() + tick
+        next_status = time.monotonic() + min(config.status_interval, 0.5)
+        raft, transport, service = self.raft, self.transport, self.service
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                busy = raft.has_ready() or self._inbox
+                transport.poll(0.0 if busy else max(0.0, next_tick - now))
+                now = time.monotonic()
+                if now >= next_tick:
+                    due = int((now - next_tick) / tick) + 1
+                    for _ in range(min(due, MAX_CATCH_UP_TICKS)):
+                        raft.tick()
+                    next_tick += due * tick
+                    service.on_tick(now)
+                if self._inbox:
+                    inbox, self._inbox = self._inbox, []
+                    self._step(inbox)
+                service.propose_pending()
+                self._process_ready()
+                if now >= next_status:
+                    next_status = now + config.status_interval
+                    self._publish_status()
+                transport.end_turn(raft.term)
+                if raft.removed:
+                    self.stopped_reason = "removed from the cluster"
+                    log.info("node %d: removed from the cluster; stopping", self.id)
+                    break
+        finally:
+            self._shutdown()
+
+    def _step(self, inbox: list[Message]) -> None:
+        me = self.id
+        try:
+            self.raft.step_many([m for m in inbox if m.destination == me])
+        except RaftError as exc:       # a peer sent something impossible: drop the batch
+            log.error("node %d: dropped messages the core refused: %s", self.id, exc)
+
+    def _shutdown(self) -> None:
+        self.service.shutdown()
+        self.transport.shutdown()
+        self.storage.close()
+        log.info("node %d stopped", self.id)
+
+    # -- the Ready loop -----------------------------------------------------------------------
+    def _process_ready(self) -> None:
+        raft, storage, transport = self.raft, self.storage, self.transport
+        send = transport.send
+        while raft.has_ready():
+            rd = raft.ready()
+            for msg in rd.send_now:
+                send(msg)
+            if rd.soft_state is not None:
+                self._on_soft_state(rd.soft_state)
+            if rd.snapshot is not None:
+                storage.install_snapshot(rd.snapshot)
+                self.machine.restore(rd.snapshot.data)
+                self._snapshot_index = rd.snapshot.index
+                self.service.on_restored(rd.snapshot.index)
+            if rd.entries:
+                storage.append(rd.entries)
+            if rd.must_sync:
+                if self.fsyncs:
+                    transport.flush()       # followers persist while we fsync
+                storage.sync()
+            if rd.hard_state is not None:
+                storage.save_hard_state(rd.hard_state, urgent=rd.term_or_vote_changed)
+            for msg in rd.send_after_persist:
+                send(msg)
+            if rd.committed_entries:
+                self._apply(rd.committed_entries)
+            if rd.read_states:
+                self.service.on_read_states(rd.read_states)
+            raft.advance(rd)
+            if self._snapshot_due:
+                self._take_snapshot()
+
+    def _apply(self, entries) -> None:
+        machine, service = self.machine, self.service
+        for entry in entries:
+            outcome = machine.apply(entry)
+            service.on_applied(entry, outcome)
+        last = entries[-1].index
+        service.on_state_changed(last)
+        if last - self._snapshot_index >= self.config.snapshot_interval:
+            self._snapshot_due = True
+
+    def _take_snapshot(self) -> None:
+        self._snapshot_due = False
+        index = self.machine.applied
+        try:
+            snapshot = self.raft.snapshot_at(index, self.machine.snapshot())
+        except RaftError as exc:
+            log.warning("node %d: no snapshot at %d: %s", self.id, index, exc)
+            return
+        self.storage.save_snapshot(snapshot)
+        self._snapshot_index = index
+        self.storage.compact(index + 1 - self.config.retain_entries)
+
+    def _on_soft_state(self, soft: SoftState) -> None:
+        old = self._soft
+        self._soft = soft
+        if old is None or old.role is not soft.role:
+            log.info("node %d: %s -> %s (term %d, leader %s)", self.id,
+                     old.role.value if old else "start", soft.role.value, soft.term,
+                     soft.leader_id)
+        if old is None or old.configuration != soft.configuration:
+            log.info("node %d: membership %s", self.id, soft.configuration)
+            for node_id, address in soft.configuration.addresses.items():
+                if node_id != self.id:
+                    self.learn_address(node_id, address)
+            self.service.publish_event("voters-changed", {
+                "voters": sorted(soft.configuration.voters),
+                "observers": sorted(soft.configuration.observers),
+                "outgoing": sorted(soft.configuration.outgoing)})
+        if old is None or old.leader_id != soft.leader_id or old.term != soft.term:
+            if old is not None and old.leader_id != soft.leader_id:
+                log.info("node %d: leader is now %s (term %d)", self.id, soft.leader_id,
+                         soft.term)
+            self.service.publish_event("leader-changed", {})
+        if soft.role is Role.LEADER and (old is None or old.role is not Role.LEADER):
+            self.service.on_became_leader()
+
+    # -- status -------------------------------------------------------------------------------
+    def status_dict(self) -> dict:
+        raft = self.raft
+        return {"role": raft.role.value, "term": raft.term, "commit": raft.commit_index,
+                "last": raft.last_index, "applied": self.machine.applied,
+                "logSize": self.storage.log_bytes, "leader": raft.leader_id}
+
+    def _publish_status(self) -> None:
+        config, raft = self.config, self.raft
+        configuration = raft.configuration
+        data = status_json(
+            cluster=config.cluster, date_ms=int(time.time() * 1000), node_id=self.id,
+            config={"endpoint": config.endpoint, "wire": config.wire, "fsync": config.fsync,
+                    "observer": raft.role is Role.OBSERVER,
+                    "statusInterval": config.status_interval,
+                    "voters": sorted(configuration.voters),
+                    "observers": sorted(configuration.observers)},
+            raft=self.status_dict(), uptime_ms=int((time.monotonic() - self.started) * 1000),
+            publishing=self.machine.publisher() == self.id)
+        log.info("node %d status: %s", self.id, data.decode())
+        if raft.role is Role.LEADER:
+            self.service.propose_raw(data)
+            return
+        target = raft.leader_id or self._leader_hint
+        if target is None or target == self.id:
+            voters = sorted(configuration.voters - {self.id})
+            if not voters:
+                return
+            self._status_target = (self._status_target + 1) % len(voters)
+            target = voters[self._status_target]
+        self.transport.send_client_entries(target, [LogEntry(0, ValueType.APPLICATION, data)])
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
+

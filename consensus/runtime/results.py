@@ -1,0 +1,123 @@
+"""The values the farm's client API returns (plain dataclasses, picklable, no sockets)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StagedInfo:
+    """What a STAGED ledger entry belongs to (the exactly-once sink's task output)."""
+    query_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInfo:
+    """A COMMIT ledger entry. `effective` is True when this entry made the batch visible,
+    False for a second commit of the same batch or one naming bad staged entries; None
+    when the member could not tell (it no longer remembers the batch)."""
+    query_id: str
+    batch_id: int
+    staged: tuple[int, ...]
+    metadata: dict
+    effective: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One committed log entry as `FarmClient.read_entries` returns it.
+
+    `type` is "journal", "staged", "commit", "status", "kv", "configuration", "noop" or
+    "control" (the other ledger commands and application bytes of a pluggable state
+    machine). `records` is the journal batch (journal entries only); `payload` is the
+    staged payload for "staged", the JSON for "status", the configuration JSON for
+    "configuration", else the entry's bytes. `timestamp_ms` is the leader's clock when it
+    appended the entry (0 where the entry has no stamp: noop, configuration, status uses
+    its own "date")."""
+    index: int
+    term: int
+    type: str
+    records: list[bytes] | None
+    payload: bytes
+    timestamp_ms: int
+    staged: StagedInfo | None = None
+    commit: CommitInfo | None = None
+    duplicate: bool = False     #: a retried write applied before: the state ignored it
+
+
+@dataclass(frozen=True, slots=True)
+class VisibleRecords:
+    """What `read_committed` yields per visible log entry: a journal entry's records, or
+    one committed batch (the payloads of its staged entries, in commit order)."""
+    index: int                      #: the journal entry's or the COMMIT entry's index
+    term: int
+    timestamp_ms: int
+    records: list[bytes]
+    commit: CommitInfo | None = None    #: set for a committed batch
+    content_types: tuple[str, ...] = ()  #: per record of a batch (e.g. "arrow")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCommit:
+    """The outcome of `commit_batch` / `batch_status`."""
+    committed: bool             #: this call made the batch visible
+    index: int                  #: the log index of the (first) commit of the batch
+    duplicate: bool = False     #: the batch was committed before: this one was ignored
+    query_id: str = ""
+    batch_id: int = -1
+    staged: tuple[int, ...] = ()
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """One member as the leader sees it."""
+    id: int
+    endpoint: str
+    role: str                   #: "leader", "follower", "observer", "joining", ...
+    voter: bool
+    match_index: int | None     #: replicated up to (None: not tracked by the leader)
+    status: dict | None         #: its latest Garlic Farm status from the log
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """JournalKeeper's getServers."""
+    leader_id: int | None
+    term: int
+    commit_index: int
+    voters: dict[int, str]
+    observers: dict[int, str]
+    outgoing: dict[int, str]    #: C_old while a joint configuration is in force
+    members: dict[int, MemberView]
+
+    @property
+    def leader_endpoint(self) -> str | None:
+        return self.voters.get(self.leader_id) if self.leader_id is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class FarmStatus:
+    """The farm's shared view: who leads, who publishes, each member's status and lag."""
+    cluster: str
+    leader_id: int | None
+    term: int
+    commit_index: int
+    publisher: int | None
+    members: dict[int, MemberView]
+    lag: dict[int, int]         #: commit index - member's match (or status commit)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A JournalKeeper event: "leader-changed", "state-changed" or "voters-changed".
+    `node` is the member that reported it."""
+    name: str
+    node: int
+    term: int
+    leader_id: int | None
+    data: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,167 @@
+"""Who may talk to a node, and how connections are protected: credentials, TLS, proxy.
+
+**Credentials are per cluster** (handshake.py): every node and client of a farm uses
+the same cluster name, and a node accepts any username/password pair it knows. A node
+presents its own `username`/`password` when it dials a peer. ``--credentials FILE``
+holds ``username:password`` lines (``#`` starts a comment); the first line is the one
+the node presents. Digest challenges are cached per (host, cluster) for an hour, so a
+reconnect skips the challenge round trip.
+
+**TLS** (``--tls-cert/--tls-key``, optional ``--tls-ca``): when a node has a certificate,
+it accepts only TLS connections and dials its peers with TLS. With ``--tls-ca`` the
+peer's certificate must chain to that CA (clients: the node's; nodes: a client
+certificate is checked when one is presented). Host names are not checked: nodes are
+named by id and address, and loopback test certificates name no host.
+"""
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+from dataclasses import dataclass, field
+
+from consensus.runtime.errors import ConfigError
+from consensus.wire.handshake import (DEFAULT_CLUSTER, CredentialCache, NonceStore,
+                                      handshake_path)
+
+
+def read_credentials_file(path: str) -> list[tuple[str, str]]:
+    """``username:password`` lines of a credentials file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError("--credentials", f"cannot read {path}: {exc.strerror}") from None
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user:
+            raise ConfigError("--credentials", f"{path} line {number}: expected "
+                              f"username:password")
+        pairs.append((user, password))
+    if not pairs:
+        raise ConfigError("--credentials", f"{path} holds no username:password line")
+    return pairs
+
+
+@dataclass
+class Security:
+    """One process's settings for authenticating and protecting connections."""
+    cluster: str = DEFAULT_CLUSTER
+    username: str | None = None
+    password: str | None = None
+    accepted: dict[str, str] = field(default_factory=dict)   #: user -> password
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    proxy: str | None = None        #: "host:port" of an HTTP CONNECT proxy for dialing
+
+    def __post_init__(self) -> None:
+        try:
+            handshake_path(self.cluster)
+        except ValueError as exc:
+            raise ConfigError("--cluster", str(exc)) from None
+        if self.username is not None:
+            if self.password is None:
+                raise ConfigError("--password", f"user {self.username!r} needs a password")
+            self.accepted.setdefault(self.username, self.password)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-key" if self.tls_key is None else "--tls-cert",
+                              "--tls-cert and --tls-key go together")
+        for option, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key),
+                             ("--tls-ca", self.tls_ca)):
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(option, f"{path} is not a readable file")
+        if self.proxy is not None:
+            self.proxy = parse_proxy(self.proxy)
+        self._cache = CredentialCache()
+        self._nonces = NonceStore(os.urandom)
+        self._cache_lock = threading.Lock()
+        self._nonce_lock = threading.Lock()
+        self._server_context: ssl.SSLContext | None = None
+        self._client_context: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_file(cls, path: str, **kw) -> "Security":
+        pairs = read_credentials_file(path)
+        return cls(username=pairs[0][0], password=pairs[0][1], accepted=dict(pairs), **kw)
+
+    # -- digest stores, shared by threads ----------------------------------------------------
+    @property
+    def cache(self) -> CredentialCache:
+        return self._cache
+
+    @property
+    def cache_lock(self) -> threading.Lock:
+        return self._cache_lock
+
+    @property
+    def nonces(self) -> NonceStore:
+        return self._nonces
+
+    @property
+    def nonce_lock(self) -> threading.Lock:
+        return self._nonce_lock
+
+    def password_of(self, username: str) -> str | None:
+        return self.accepted.get(username)
+
+    # -- TLS ----------------------------------------------------------------------------------
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None or self.tls_ca is not None
+
+    def server_context(self) -> ssl.SSLContext | None:
+        if self.tls_cert is None:
+            return None
+        if self._server_context is None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+            if self.tls_ca is not None:
+                ctx.load_verify_locations(self.tls_ca)
+                ctx.verify_mode = ssl.CERT_OPTIONAL
+            self._server_context = ctx
+        return self._server_context
+
+    def client_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        if self._client_context is None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            if self.tls_ca is not None:
+                ctx.load_verify_locations(self.tls_ca)
+                ctx.verify_mode = ssl.CERT_REQUIRED
+            else:
+                ctx.verify_mode = ssl.CERT_NONE
+            if self.tls_cert is not None:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key)
+            self._client_context = ctx
+        return self._client_context
+
+
+def parse_proxy(value: str) -> str:
+    """``http://host:port`` (or ``host:port``) -> ``host:port``."""
+    rest = value
+    if "://" in value:
+        scheme, _, rest = value.partition("://")
+        if scheme.lower() != "http":
+            raise ConfigError("--proxy", f"{value!r}: only http:// proxies (HTTP CONNECT) "
+                              f"are supported")
+    rest = rest.rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError("--proxy", f"{value!r} is not http://HOST:PORT")
+    return rest
+
+
+def split_endpoint(endpoint: str, option: str = "endpoint") -> tuple[str, int]:
+    """``host:port`` (or ``tcp://host:port``) -> (host, port)."""
+    text = endpoint.split("://", 1)[1] if "://" in endpoint else endpoint
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(option, f"{endpoint!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,704 @@
+"""The client-facing side of a node: JournalKeeper's service API (SPECS §5) over the Garlic
+Farm wire, plus JRaft's own client requests (docs/protocol.md has the frames).
+
+* **Writes** (updateClusterState) arrive as JRaft ClientRequests. At the leader each
+  Application entry is stamped with the leader's clock (farm commands, envelope.py) and
+  all writes of a loop turn go to the core in one `propose_many`. A write is answered
+  once its entry is applied: a client that said Hello gets a WriteResult (the result,
+  index and term of the entry that first carried its request id); a plain JRaft client
+  gets JRaft's type-4 answer (nextIndex = index + 1). A request id already applied is
+  answered at once from the state machine's memory; one still in the leader's log waits
+  for that entry instead of being appended twice. An entry replaced after a leader
+  change is answered RETRY, and the client sends it again. A follower answers NOT_LEADER
+  with the leader's id and endpoint (and, for a Hello client, the configuration in the
+  Welcome), which settles the seed's open question of a client not knowing the leader.
+* **Reads**: queryClusterState at the leader after a ReadIndex (or JournalKeeper's lease
+  check), queryServerState at any member, lastApplied (a confirmed ReadIndex), and
+  querySnapshot (two-step reads over sparse snapshots); read_entries / log_bounds serve
+  the committed log to readers (the Spark raft source).
+* **Membership and admin**: getServers, status (with the publisher), updateVoters (joint
+  consensus), updateObservers, JRaft's AddServer / RemoveServer flows, forced removal,
+  leader transfer. Calls that take effect later are answered when they have (or at their
+  deadline).
+* **Events**: leader-changed, state-changed, voters-changed to subscribed connections.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from consensus.raft import (Entry, EntryType, MembershipChangeError, NotLeader, ProposalDropped,
+                            PullStatus, ReadStatus, Role)
+from consensus.runtime import extensions as ext
+from consensus.runtime.envelope import decode_command, is_command, request_id_of, stamp
+from consensus.runtime.errors import (FarmError, IndexOverflow, IndexUnderflow,
+                                      NotLeaderError, RetryableWrite, Unavailable, error_detail)
+from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
+from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
+from consensus.runtime.machines import CommandError, Outcome
+from consensus.runtime.storage import SnapshotView
+from consensus.wire.errors import ProtocolError
+from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
+                                  check_shape, encode)
+
+if TYPE_CHECKING:
+    from consensus.runtime.connection import Connection
+    from consensus.runtime.node import FarmNode
+
+log = logging.getLogger("garlicfarm.service")
+
+DEFAULT_CALL_TIMEOUT = 10.0
+READ_TIMEOUT = 5.0
+EVENTS = ("leader-changed", "state-changed", "voters-changed")
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A client waiting for the entry (or request id) it wrote to be applied."""
+    conn: "Connection"
+    request_id: bytes | None
+    slot: ResponseSlot | None = None    #: plain JRaft client: answered with type 4
+    index: int = 0
+    term: int = 0
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Proposal:
+    data: bytes
+    request_id: bytes | None
+    waiter: _Waiter | None
+
+
+@dataclass(slots=True)
+class _Read:
+    conn: "Connection"
+    call_id: int
+    then: Callable[[], Any]
+    deadline: float
+
+
+@dataclass(slots=True)
+class _Wait:
+    """An admin call answered when `check()` says so (or at its deadline)."""
+    conn: "Connection"
+    call_id: int
+    deadline: float
+    check: Callable[[], tuple[bool, Any]]
+    timeout_message: str
+
+
+class Service:
+    def __init__(self, node: "FarmNode") -> None:
+        self.node = node
+        self._pending: list[_Proposal] = []
+        self._by_request: dict[bytes, list[_Waiter]] = {}
+        self._by_index: dict[int, list[_Waiter]] = {}
+        self._inflight: dict[bytes, int] = {}       # request id -> index in the log, unapplied
+        self._inflight_at: dict[int, bytes] = {}
+        self._reads: dict[bytes, _Read] = {}
+        self._applied_waits: list = []
+        self._waits: list[_Wait] = []
+        self._seq = itertools.count(1)
+        self._subscribers: set["Connection"] = set()
+
+    # -- frames ----------------------------------------------------------------------------
+    def _frame(self, message: ext.ExtensionMessage) -> bytes:
+        return encode(message, GARLICFARM_REGISTRY)
+
+    def _send(self, conn: "Connection", message: ext.ExtensionMessage) -> None:
+        self.node.transport.reply(conn, self._frame(message))
+
+    def _head(self) -> tuple[int, int, int]:
+        return (self.node.id, 0, self.node.raft.term)
+
+    def _reply(self, conn: "Connection", call_id: int, result: Any) -> None:
+        self._send(conn, ext.Reply(*self._head(), call_id, 0, result, "", {}))
+
+    def _fail(self, conn: "Connection", call_id: int, exc: FarmError) -> None:
+        self._send(conn, ext.Reply(*self._head(), call_id, int(exc.code), None, str(exc),
+                                   error_detail(exc)))
+
+    def not_leader(self) -> NotLeaderError:
+        raft = self.node.raft
+        leader = raft.leader_id
+        endpoint = self.node.address_of(leader) if leader is not None else None
+        where = f"node {leader} at {endpoint}" if leader is not None else "no leader is known yet"
+        return NotLeaderError(f"node {self.node.id} is not the leader ({where})", leader, endpoint)
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def on_client(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
+        kind = wire.message_type
+        if kind == ExtType.HELLO:
+            conn.extensions = True
+            conn.client_id = wire.client_id
+            raft = self.node.raft
+            self._send(conn, ext.Welcome(*self._head(), self.node.id, self.node.config.cluster,
+                                         raft.leader_id, raft.role.value,
+                                         raft.configuration.encode()))
+        elif kind == ExtType.CALL:
+            self._call(conn, wire)
+        elif kind == MessageType.CLIENT_REQUEST:
+            self._client_request(conn, wire, slot)
+        else:
+            self._jraft_membership(conn, wire, slot)
+
+    def on_closed(self, conn: "Connection") -> None:
+        self._subscribers.discard(conn)
+
+    # -- writes ---------------------------------------------------------------------------
+    def _client_request(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
+        raft = self.node.raft
+        try:
+            check_shape(wire)
+        except ProtocolError as exc:
+            self._refuse_write(conn, wire, slot, FarmError(f"malformed ClientRequest: {exc}"))
+            return
+        if raft.role is not Role.LEADER:
+            self._refuse_write(conn, wire, slot, self.not_leader())
+            return
+        if not conn.extensions:
+            waiter = _Waiter(conn, None, slot)
+            last = len(wire.entries) - 1
+            for i, entry in enumerate(wire.entries):
+                self._pending.append(_Proposal(stamp(entry.value, _now_ms()), None,
+                                               waiter if i == last else None))
+            return
+        for entry in wire.entries:
+            data = entry.value
+            if not is_command(data):
+                self._pending.append(_Proposal(data, None, _Waiter(conn, None)))
+                continue
+            try:
+                command = decode_command(data)
+            except ProtocolError as exc:
+                found = request_id_of(data)
+                self._write_result_error(conn, found[1] if found else b"",
+                                         FarmError(f"malformed command: {exc}"))
+                continue
+            self._write(conn, data, command.request_id)
+
+    def _write(self, conn: "Connection", data: bytes, request_id: bytes) -> None:
+        known = self.node.machine.requests.get(request_id)
+        if known is not None:
+            self._write_result(conn, known)
+            return
+        waiter = _Waiter(conn, request_id)
+        index = self._inflight.get(request_id)
+        if index is not None:                    # the same write is in the log already
+            self._by_request.setdefault(request_id, []).append(waiter)
+            return
+        self._pending.append(_Proposal(stamp(data, _now_ms()), request_id, waiter))
+
+    def propose_raw(self, data: bytes) -> None:
+        """An entry of the node's own (its status), answered to nobody."""
+        self._pending.append(_Proposal(data, None, None))
+
+    def propose_pending(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        raft = self.node.raft
+        try:
+            last = raft.propose_many([p.data for p in pending])
+        except (NotLeader, ProposalDropped) as exc:
+            error = self.not_leader() if isinstance(exc, NotLeader) else Unavailable(
+                f"the leader refused the write for now ({exc}); retry")
+            for p in pending:
+                if p.waiter is not None:
+                    self._fail_waiter(p.waiter, error)
+            return
+        term = raft.term
+        first = last - len(pending) + 1
+        for offset, p in enumerate(pending):
+            index = first + offset
+            if p.request_id is not None:
+                self._inflight[p.request_id] = index
+                self._inflight_at[index] = p.request_id
+            waiter = p.waiter
+            if waiter is not None:
+                waiter.index, waiter.term = index, term
+                self._by_index.setdefault(index, []).append(waiter)
+                if waiter.request_id is not None:
+                    self._by_request.setdefault(waiter.request_id, []).append(waiter)
+
+    def on_became_leader(self) -> None:
+        """Note the request ids in our unapplied log tail (the previous leader's writes):
+        a retry of one of them waits for it instead of being appended again."""
+        raft = self.node.raft
+        applied, last = self.node.machine.applied, raft.last_index
+        if last <= applied:
+            return
+        for entry in raft.log.slice(applied + 1, last + 1):
+            found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
+            if found is not None:
+                self._inflight[found[1]] = entry.index
+                self._inflight_at[entry.index] = found[1]
+
+    def on_applied(self, entry: Entry, outcome: Outcome | None) -> None:
+        index = entry.index
+        request_id = self._inflight_at.pop(index, None)
+        if request_id is not None and self._inflight.get(request_id) == index:
+            del self._inflight[request_id]
+        if outcome is not None:
+            for waiter in self._by_request.pop(outcome.request_id, ()):
+                if not waiter.done:
+                    waiter.done = True
+                    self._write_result(waiter.conn, outcome)
+        for waiter in self._by_index.pop(index, ()):
+            if waiter.done:
+                continue
+            if entry.term != waiter.term:
+                self._fail_waiter(waiter, RetryableWrite(
+                    f"the write at index {index} was replaced after a leader change; "
+                    f"send it again"))
+            elif waiter.request_id is None:
+                waiter.done = True
+                self._ack(waiter, entry)
+
+    def _ack(self, waiter: _Waiter, entry: Entry) -> None:
+        """A write without a request id was applied."""
+        if waiter.slot is not None:
+            raft = self.node.raft
+            waiter.slot.data = encode(RaftResponse(
+                MessageType.APPEND_ENTRIES_RESPONSE, self.node.id, raft.leader_id or 0,
+                raft.term, entry.index + 1, True))
+            self.node.transport.mark_dirty(waiter.conn)
+        else:
+            self._send(waiter.conn, ext.WriteResult(*self._head(), b"", entry.index,
+                                                    entry.term, 0, None, "", {}))
+
+    def _fail_waiter(self, waiter: _Waiter, exc: FarmError) -> None:
+        waiter.done = True
+        if waiter.request_id is not None:
+            waiters = self._by_request.get(waiter.request_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._by_request[waiter.request_id]
+        if waiter.slot is not None:
+            raft = self.node.raft
+            waiter.slot.data = encode(RaftResponse(
+                MessageType.APPEND_ENTRIES_RESPONSE, self.node.id, raft.leader_id or 0,
+                raft.term, 0, False))
+            self.node.transport.mark_dirty(waiter.conn)
+        else:
+            self._write_result_error(waiter.conn, waiter.request_id or b"", exc)
+
+    def _refuse_write(self, conn: "Connection", wire, slot: ResponseSlot | None,
+                      exc: FarmError) -> None:
+        if slot is not None:
+            raft = self.node.raft
+            slot.data = encode(RaftResponse(MessageType.APPEND_ENTRIES_RESPONSE, self.node.id,
+                                            raft.leader_id or 0, raft.term, 0, False))
+            self.node.transport.mark_dirty(conn)
+            return
+        for entry in wire.entries:
+            found = request_id_of(entry.value)
+            self._write_result_error(conn, found[1] if found else b"", exc)
+
+    def _write_result(self, conn: "Connection", outcome: Outcome) -> None:
+        if outcome.error is not None:
+            code, message = outcome.error
+            self._send(conn, ext.WriteResult(*self._head(), outcome.request_id, outcome.index,
+                                             outcome.term, code, None, message, {}))
+            return
+        self._send(conn, ext.WriteResult(*self._head(), outcome.request_id, outcome.index,
+                                         outcome.term, 0, outcome.result, "", {}))
+
+    def _write_result_error(self, conn: "Connection", request_id: bytes, exc: FarmError) -> None:
+        self._send(conn, ext.WriteResult(*self._head(), request_id, 0, 0, int(exc.code), None,
+                                         str(exc), error_detail(exc)))
+
+    # -- JRaft's own membership requests --------------------------------------------------------
+    def _jraft_membership(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
+        raft = self.node.raft
+        accepted = False
+        try:
+            check_shape(wire)
+            payload = wire.entries[0].payload()
+            if isinstance(payload, ClusterServer):
+                address = endpoint_from_jraft(payload.endpoint)
+                self.node.learn_address(payload.id, address)
+                raft.add_server(payload.id, address)
+            elif isinstance(payload, ServerId):
+                raft.remove_server(payload.id)
+            accepted = True
+        except (ProtocolError, MembershipChangeError, NotLeader) as exc:
+            log.info("node %d: refused %s from %s: %s", self.node.id,
+                     MessageType(wire.message_type).wire_name, conn.label, exc)
+        if slot is not None:
+            slot.data = encode(RaftResponse(slot.response_type, self.node.id,
+                                            raft.leader_id or 0, raft.term,
+                                            raft.last_index + 1, accepted))
+            self.node.transport.mark_dirty(conn)
+
+    # -- calls ---------------------------------------------------------------------------------
+    def _call(self, conn: "Connection", call: ext.Call) -> None:
+        handler = self._CALLS.get(call.op)
+        if handler is None:
+            self._fail(conn, call.call_id, FarmError(
+                f"unknown call {call.op!r}; this node knows {', '.join(sorted(self._CALLS))}"))
+            return
+        try:
+            result = handler(self, conn, call, call.args)
+        except FarmError as exc:
+            self._fail(conn, call.call_id, exc)
+            return
+        except (CommandError, MembershipChangeError, ValueError, TypeError, KeyError) as exc:
+            self._fail(conn, call.call_id, _farm_error(exc))
+            return
+        except NotLeader:
+            self._fail(conn, call.call_id, self.not_leader())
+            return
+        if result is not _LATER:
+            self._reply(conn, call.call_id, result)
+
+    def _deadline(self, args: dict) -> float:
+        timeout = args.get("timeout", DEFAULT_CALL_TIMEOUT)
+        return time.monotonic() + max(0.05, float(timeout))
+
+    # reads -----------------------------------------------------------------------------------
+    def _read(self, conn: "Connection", call: ext.Call, then: Callable[[], Any], *,
+              lease: bool) -> object:
+        node = self.node
+        raft = node.raft
+        if raft.role is not Role.LEADER and (node.config.wire != "garlicfarm"
+                                             or raft.role is Role.OBSERVER):
+            raise self.not_leader()
+        ctx = next(self._seq).to_bytes(8, "big")
+        try:
+            raft.read_index(ctx, lease=lease)
+        except NotLeader:
+            raise self.not_leader() from None
+        self._reads[ctx] = _Read(conn, call.call_id, then, time.monotonic() + READ_TIMEOUT)
+        return _LATER
+
+    def on_read_states(self, states) -> None:
+        for state in states:
+            read = self._reads.pop(state.ctx, None)
+            if read is None:
+                continue
+            if state.status is ReadStatus.OK:
+                self._when_applied(state.index, lambda read=read: self._finish_read(read))
+            elif state.status is ReadStatus.NOT_LEADER:
+                self._fail(read.conn, read.call_id, self.not_leader())
+            else:
+                self._fail(read.conn, read.call_id, Unavailable(
+                    "the leader could not confirm its leadership with a quorum in time; retry"))
+
+    def _finish_read(self, read: _Read) -> None:
+        try:
+            result = read.then()
+        except FarmError as exc:
+            self._fail(read.conn, read.call_id, exc)
+            return
+        except CommandError as exc:
+            self._fail(read.conn, read.call_id, _farm_error(exc))
+            return
+        self._reply(read.conn, read.call_id, result)
+
+    def _when_applied(self, index: int, callback: Callable[[], None]) -> None:
+        if self.node.machine.applied >= index:
+            callback()
+        else:
+            heapq.heappush(self._applied_waits, (index, next(self._seq), callback))
+
+    def on_state_changed(self, applied: int) -> None:
+        waits = self._applied_waits
+        while waits and waits[0][0] <= applied:
+            heapq.heappop(waits)[2]()
+        if self._subscribers:
+            self.publish_event("state-changed", {"applied": applied})
+
+    def on_restored(self, index: int) -> None:
+        self.on_state_changed(index)
+
+    def _c_last_applied(self, conn, call, args):
+        node = self.node
+        return self._read(conn, call, lambda: node.machine.applied, lease=False)
+
+    def _c_query(self, conn, call, args):
+        query = _bytes(args, "query")
+        consistency = args.get("consistency", "lease")
+        if consistency not in ("lease", "read_index", "sequential"):
+            raise FarmError(f"consistency {consistency!r}: use lease, read_index or sequential")
+        machine = self.node.machine
+        if consistency == "sequential":
+            return machine.query(query)
+        return self._read(conn, call, lambda: machine.query(query),
+                          lease=consistency == "lease")
+
+    def _c_query_server(self, conn, call, args):
+        return self.node.machine.query(_bytes(args, "query"))
+
+    def _c_query_snapshot(self, conn, call, args):
+        node = self.node
+        index, query = int(args["index"]), _bytes(args, "query")
+        result = node.raft.query_snapshot(index, query, SnapshotView(node.storage.snapshots),
+                                          node.new_machine)
+        if result.status is PullStatus.INDEX_OVERFLOW:
+            raise IndexOverflow(f"node {node.id} has applied up to {node.machine.applied}, not "
+                                f"{index} yet: retry later or ask another member",
+                                node.machine.applied)
+        if result.status is PullStatus.INDEX_UNDERFLOW:
+            first = node.raft.log.first_index()
+            raise IndexUnderflow(f"index {index} is compacted away at node {node.id} (its log "
+                                 f"starts at {first})", first)
+        return result.result
+
+    def _c_log_bounds(self, conn, call, args):
+        node = self.node
+        snapshot = node.storage.snapshot()
+        return [node.raft.log.first_index(), min(node.raft.commit_index, node.machine.applied),
+                snapshot.index if snapshot is not None else 0]
+
+    def _c_read_entries(self, conn, call, args):
+        node = self.node
+        start, stop = int(args["start"]), int(args["stop"])
+        max_bytes = int(args.get("max_bytes", 8 << 20))
+        if start < 1 or stop < start:
+            raise FarmError(f"read_entries({start}, {stop}): need 1 <= start <= stop")
+        first, applied = node.raft.log.first_index(), node.machine.applied
+        if start < first:
+            raise IndexUnderflow(f"entries before {first} are compacted away at node "
+                                 f"{node.id}", first)
+        if stop - 1 > applied:
+            raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
+                                f"entry {stop - 1} is not there yet", applied)
+        if start == stop:
+            return {"entries": [], "verdicts": {}}
+        entries = node.raft.log.slice(start, stop, max_bytes)
+        verdicts = {}
+        machine = node.machine
+        for entry in entries:
+            verdict = machine.effective(entry)
+            if verdict is not True:
+                verdicts[entry.index] = verdict
+        return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],
+                "verdicts": verdicts}
+
+    # membership and admin -----------------------------------------------------------------------
+    def members_view(self) -> dict:
+        node = self.node
+        raft = node.raft
+        config = raft.configuration
+        address = node.address_of
+        progress = raft.progress if raft.role is Role.LEADER else {}
+        statuses = node.machine.statuses
+        members = {}
+        for member in sorted(config.members | set(statuses)):
+            if member == raft.leader_id:
+                role = "leader"
+            elif member in config.voters:
+                role = "follower"
+            elif member in config.outgoing:
+                role = "leaving"
+            elif member in config.observers:
+                role = "observer"
+            else:
+                role = "former"
+            match = raft.last_index if member == node.id and raft.role is Role.LEADER else \
+                (progress[member].match if member in progress else None)
+            members[member] = {"endpoint": address(member) or "", "role": role,
+                               "voter": config.is_voter(member), "match": match,
+                               "status": statuses.get(member)}
+        return {"leader": raft.leader_id, "term": raft.term, "commit": raft.commit_index,
+                "voters": {v: address(v) or "" for v in sorted(config.voters)},
+                "observers": {o: address(o) or "" for o in sorted(config.observers)},
+                "outgoing": {o: address(o) or "" for o in sorted(config.outgoing)},
+                "members": members, "node": node.id}
+
+    def _c_get_servers(self, conn, call, args):
+        return self.members_view()
+
+    def _c_status(self, conn, call, args):
+        view = self.members_view()
+        view["publisher"] = self.node.machine.publisher()
+        view["cluster"] = self.node.config.cluster
+        view["self"] = self.node.status_dict()
+        return view
+
+    def _leader(self):
+        raft = self.node.raft
+        if raft.role is not Role.LEADER:
+            raise self.not_leader()
+        return raft
+
+    def _wait(self, conn, call, args, check, timeout_message: str):
+        self._waits.append(_Wait(conn, call.call_id, self._deadline(args), check,
+                                 timeout_message))
+        return _LATER
+
+    def _config_committed(self) -> bool:
+        log_ = self.node.raft.log
+        return log_.configuration_index <= log_.committed
+
+    def _addresses(self, args: dict, key: str = "add") -> dict[int, str]:
+        raw = args.get(key) or {}
+        added = {int(k): str(v) for k, v in raw.items()}
+        for node_id, endpoint in added.items():
+            self.node.learn_address(node_id, endpoint)
+        return added
+
+    def _c_update_voters(self, conn, call, args):
+        raft = self._leader()
+        add = self._addresses(args)
+        remove = {int(r) for r in args.get("remove") or ()}
+        voters = (raft.configuration.voters | set(add)) - remove
+        raft.change_voters(voters, add)
+
+        def check():
+            config = raft.configuration
+            done = not config.is_joint and config.voters == voters and self._config_committed()
+            return done, sorted(config.voters)
+        return self._wait(conn, call, args, check,
+                          f"the voters did not become {sorted(voters)} in time")
+
+    def _c_update_observers(self, conn, call, args):
+        raft = self._leader()
+        add = self._addresses(args)
+        remove = {int(r) for r in args.get("remove") or ()}
+        raft.update_observers(add=set(add), remove=remove, addresses=add)
+
+        def check():
+            config = raft.configuration
+            done = set(add) <= config.observers and not (remove & config.observers) \
+                and self._config_committed()
+            return done, sorted(config.observers)
+        return self._wait(conn, call, args, check, "the observer change did not commit in time")
+
+    def _c_add_server(self, conn, call, args):
+        raft = self._leader()
+        node_id, endpoint = int(args["id"]), str(args["endpoint"])
+        self.node.learn_address(node_id, endpoint)
+        raft.add_server(node_id, endpoint)
+
+        def check():
+            return node_id in raft.configuration.voters and self._config_committed(), node_id
+        return self._wait(conn, call, args, check,
+                          f"node {node_id} did not join in time: is it running (with --join) "
+                          f"and reachable at {endpoint}?")
+
+    def _c_remove_server(self, conn, call, args):
+        raft = self._leader()
+        node_id = int(args["id"])
+        config = raft.configuration
+        if node_id in config.observers:
+            raft.update_observers(remove={node_id})
+        elif node_id not in config.members:
+            raise FarmError(f"node {node_id} is not a member (members: "
+                            f"{sorted(config.members)})")
+        elif args.get("force"):
+            raft.change_voters(config.voters - {node_id})
+        else:
+            raft.remove_server(node_id)
+
+        def check():
+            config = raft.configuration
+            return node_id not in config.members and not config.is_joint \
+                and self._config_committed(), node_id
+        return self._wait(conn, call, args, check, f"node {node_id} was not removed in time")
+
+    def _c_transfer_leader(self, conn, call, args):
+        raft = self._leader()
+        target = int(args["to"])
+        raft.transfer_leader(target)
+
+        def check():
+            moved = raft.role is not Role.LEADER or raft.transferring_to is None
+            return moved, {"leader": raft.leader_id}
+        return self._wait(conn, call, args, check, f"leadership did not move to {target}")
+
+    def _c_subscribe(self, conn, call, args):
+        events = set(args.get("events") or EVENTS)
+        unknown = events - set(EVENTS)
+        if unknown:
+            raise FarmError(f"unknown events {sorted(unknown)}; known: {', '.join(EVENTS)}")
+        conn.subscriptions = events
+        self._subscribers.add(conn)
+        return {"node": self.node.id, "events": sorted(events)}
+
+    def _c_ping(self, conn, call, args):
+        raft = self.node.raft
+        return {"node": self.node.id, "role": raft.role.value, "leader": raft.leader_id,
+                "term": raft.term}
+
+    _CALLS: dict[str, Callable[..., Any]] = {
+        "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
+        "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
+        "read_entries": _c_read_entries, "get_servers": _c_get_servers, "status": _c_status,
+        "update_voters": _c_update_voters, "update_observers": _c_update_observers,
+        "add_server": _c_add_server, "remove_server": _c_remove_server,
+        "transfer_leader": _c_transfer_leader, "subscribe": _c_subscribe, "ping": _c_ping,
+    }
+
+    # -- time ----------------------------------------------------------------------------------
+    def on_tick(self, now: float) -> None:
+        if self._waits:
+            keep = []
+            for wait in self._waits:
+                if wait.conn.closed:
+                    continue
+                try:
+                    done, result = wait.check()
+                except FarmError as exc:
+                    self._fail(wait.conn, wait.call_id, exc)
+                    continue
+                if done:
+                    self._reply(wait.conn, wait.call_id, result)
+                elif now >= wait.deadline:
+                    self._fail(wait.conn, wait.call_id, Unavailable(wait.timeout_message))
+                else:
+                    keep.append(wait)
+            self._waits = keep
+        if self._reads:
+            for ctx in [c for c, r in self._reads.items() if now >= r.deadline]:
+                read = self._reads.pop(ctx)
+                self._fail(read.conn, read.call_id, Unavailable(
+                    "the read was not confirmed in time (leader unreachable?); retry"))
+
+    # -- events ---------------------------------------------------------------------------------
+    def publish_event(self, name: str, data: dict) -> None:
+        if not self._subscribers:
+            return
+        raft = self.node.raft
+        frame = None
+        for conn in list(self._subscribers):
+            if conn.closed:
+                self._subscribers.discard(conn)
+            elif name in conn.subscriptions:
+                frame = frame or self._frame(ext.EventMessage(*self._head(), name,
+                                                              raft.leader_id, data))
+                self.node.transport.reply(conn, frame)
+
+    def shutdown(self) -> None:
+        self._waits.clear()
+        self._reads.clear()
+
+
+_LATER = object()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _bytes(args: dict, key: str) -> bytes:
+    value = args.get(key)
+    if not isinstance(value, bytes):
+        raise FarmError(f"{key} must be bytes")
+    return value
+
+
+def _farm_error(exc: Exception) -> FarmError:
+    if isinstance(exc, MembershipChangeError) and "retry" in str(exc):
+        return Unavailable(str(exc))
+    if isinstance(exc, (KeyError,)):
+        return FarmError(f"missing argument {exc}")
+    return FarmError(str(exc))
+

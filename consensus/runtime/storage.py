@@ -1,0 +1,267 @@
+"""The Raft core's `Storage` over the storage engine, and the write side of the Ready loop.
+
+One node's data directory holds::
+
+    log/            SegmentedLog: one record per Raft entry (term u64 | type u8 | data)
+    hardstate       HardStateFile: term, vote, commit
+    snapshots/      SnapshotStore: the state machine at sparse indexes; meta holds the
+                    configuration in force there (Configuration.encode(), as text)
+    log-base        the (index, term) of the entry just before the log's first record,
+                    written before compacting or resetting (36 bytes, like hardstate)
+
+Terms of every entry in the log are cached in memory (8 bytes each), so `term(i)` never
+reads the disk: the leader asks for it on every AppendEntries it builds.
+
+Hard state: a new term or vote is saved (fsynced) at once, before the messages that
+depend on it leave. A commit index that moved alone is saved at most every
+`commit_save_interval` seconds and on close: the commit index is not needed for safety
+(a restarted node relearns it from the leader), and saving it on every Ready would cost
+an fsync per Ready even with ``--fsync never``.
+"""
+from __future__ import annotations
+
+import array
+import os
+import struct
+import time
+import zlib
+from typing import Sequence
+
+from consensus.raft import Configuration, Entry, EntryType, HardState, Snapshot
+from consensus.raft.entry import limit_size
+from consensus.raft.errors import CompactedError, UnavailableError
+from consensus.storage import (CorruptLogError, HardStateFile, SegmentedLog, SnapshotStore)
+from consensus.storage import HardState as StoredHardState
+from consensus.storage.files import replace_atomically
+
+RECORD_HEAD = struct.Struct(">QB")
+_BASE = struct.Struct(">4sQQI")     # magic, index, term, crc
+_ENTRY_TYPES = {t.value: t for t in EntryType}
+
+
+def encode_record(entry: Entry) -> bytes:
+    return RECORD_HEAD.pack(entry.term, entry.type) + entry.data
+
+
+def decode_record(index: int, payload: bytes) -> Entry:
+    if len(payload) < RECORD_HEAD.size:
+        raise CorruptLogError("log", index, f"record {index} has {len(payload)} bytes, "
+                                            f"fewer than an entry header")
+    term, kind = RECORD_HEAD.unpack_from(payload)
+    entry_type = _ENTRY_TYPES.get(kind)
+    if entry_type is None:
+        raise CorruptLogError("log", index, f"record {index} has unknown entry type {kind}")
+    return Entry(term, index, entry_type, payload[RECORD_HEAD.size:])
+
+
+class DiskStorage:
+    """`consensus.raft.Storage` on disk; `persist_*` methods are the Ready loop's writes."""
+
+    def __init__(self, data_dir: str, *, fsync: str = "batch", segment_bytes: int = 64 << 20,
+                 commit_save_interval: float = 1.0, keep_snapshots: int = 8) -> None:
+        self.data_dir = data_dir
+        os.makedirs(data_dir, exist_ok=True)
+        self.log = SegmentedLog.open(os.path.join(data_dir, "log"), fsync=fsync,
+                                     segment_bytes=segment_bytes)
+        self.hard_state_file = HardStateFile(os.path.join(data_dir, "hardstate"))
+        self.snapshots = SnapshotStore(os.path.join(data_dir, "snapshots"))
+        self.keep_snapshots = keep_snapshots
+        self.commit_save_interval = commit_save_interval
+        self._base_path = os.path.join(data_dir, "log-base")
+        stored = self.hard_state_file.load()
+        self._hard = HardState(stored.term, stored.vote, stored.commit)
+        self._saved_hard = self._hard
+        self._saved_at = time.monotonic()
+        self._latest = self._load_latest_snapshot()
+        self._first = self._recover_first_index()
+        self._base_term = self._term_before_first()
+        self._terms = array.array("q")
+        self._load_terms()
+
+    # -- start-up -------------------------------------------------------------------------
+    def _load_latest_snapshot(self) -> Snapshot | None:
+        stored = self.snapshots.latest()
+        return _core_snapshot(stored) if stored is not None else None
+
+    def _read_base(self) -> tuple[int, int] | None:
+        try:
+            with open(self._base_path, "rb") as f:
+                data = f.read(_BASE.size + 1)
+        except FileNotFoundError:
+            return None
+        if len(data) != _BASE.size:
+            return None
+        magic, index, term, crc = _BASE.unpack(data)
+        if magic != b"GFLB" or crc != zlib.crc32(data[:-4]):
+            return None
+        return index, term
+
+    def _write_base(self, index: int, term: int) -> None:
+        head = struct.pack(">4sQQ", b"GFLB", index, term)
+        replace_atomically(self._base_path, [head, struct.pack(">I", zlib.crc32(head))])
+
+    def _recover_first_index(self) -> int:
+        """The first index the core may read: the log's, when we know the term of the
+        entry before it; else just after the latest snapshot (entries below it are then
+        ignored)."""
+        first = self.log.first_index
+        if first == 1:
+            return 1
+        base = self._read_base()
+        if base is not None and base[0] == first - 1:
+            return first
+        if self._latest is not None and self._latest.index >= first - 1:
+            return self._latest.index + 1
+        raise CorruptLogError(self.log.directory, 0, f"the log starts at {first} but neither "
+                              f"log-base nor a snapshot tells the term of entry {first - 1}")
+
+    def _term_before_first(self) -> int:
+        if self._first == 1:
+            return 0
+        base = self._read_base()
+        if base is not None and base[0] == self._first - 1:
+            return base[1]
+        assert self._latest is not None
+        return self._latest.term
+
+    def _load_terms(self) -> None:
+        last = self.log.last_index
+        index = self._first
+        while index <= last:
+            batch = self.log.read(index, last + 1, max_bytes=16 << 20)
+            for payload in batch:
+                self._terms.append(RECORD_HEAD.unpack_from(payload)[0])
+            index += len(batch)
+
+    # -- Storage (what the core reads) ----------------------------------------------------
+    def initial_state(self) -> HardState:
+        return self._hard
+
+    def first_index(self) -> int:
+        return self._first
+
+    def last_index(self) -> int:
+        return self._first + len(self._terms) - 1
+
+    def term(self, index: int) -> int:
+        offset = index - self._first
+        if offset >= 0:
+            try:
+                return self._terms[offset]
+            except IndexError:
+                raise UnavailableError(f"index {index} is beyond the last index "
+                                       f"{self.last_index()}") from None
+        if offset == -1:
+            return self._base_term
+        raise CompactedError(f"index {index} is compacted (first index {self._first})")
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        if lo < self._first:
+            raise CompactedError(f"index {lo} is compacted (first index {self._first})")
+        if hi > self.last_index() + 1:
+            raise UnavailableError(f"entries up to {hi - 1} asked, last index is "
+                                   f"{self.last_index()}")
+        if lo >= hi:
+            return []
+        payloads = self.log.read(lo, hi, max_bytes=max_bytes)
+        return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
+
+    def snapshot(self) -> Snapshot | None:
+        return self._latest
+
+    # -- the write side -------------------------------------------------------------------
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """A snapshot received from the leader replaces the whole log."""
+        self.save_snapshot(snapshot)
+        self._write_base(snapshot.index, snapshot.term)
+        self.log.reset(snapshot.index + 1)
+        self._first = snapshot.index + 1
+        self._base_term = snapshot.term
+        self._terms = array.array("q")
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store a snapshot (the application's, or one received) and keep the newest few."""
+        self.snapshots.save(snapshot.index, snapshot.term, snapshot.data,
+                            {"configuration": snapshot.configuration.encode().decode()})
+        if self._latest is None or snapshot.index >= self._latest.index:
+            self._latest = snapshot
+        self.snapshots.prune(self.keep_snapshots)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append entries, first dropping what the log holds at or after the first one."""
+        first = entries[0].index
+        last = self.last_index()
+        if first <= last:
+            self.log.truncate_after(first - 1)
+            del self._terms[first - self._first:]
+        elif first != last + 1:
+            raise CorruptLogError(self.log.directory, 0, f"gap: appending {first} after {last}")
+        self.log.append_many([encode_record(e) for e in entries])
+        self._terms.extend(e.term for e in entries)
+
+    def sync(self) -> None:
+        self.log.sync()
+
+    def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
+        """Save a new term or vote now (`urgent`); a new commit index alone lazily."""
+        self._hard = state
+        if urgent or time.monotonic() - self._saved_at >= self.commit_save_interval:
+            self._save_hard()
+
+    def _save_hard(self) -> None:
+        if self._hard != self._saved_hard:
+            hard = self._hard
+            # never save a commit beyond what the log holds (the core refuses to start)
+            commit = min(hard.commit, self.last_index())
+            self.hard_state_file.save(StoredHardState(hard.term, hard.vote, commit))
+            self._saved_hard = hard
+        self._saved_at = time.monotonic()
+
+    def compact(self, keep_from: int) -> None:
+        """Drop whole segments below `keep_from`, which the latest snapshot must cover."""
+        if self._latest is None:
+            return
+        keep_from = min(keep_from, self._latest.index + 1, self.last_index() + 1)
+        if keep_from <= self._first:
+            return
+        self.log.sync()
+        # The log drops whole segments, so it may start below keep_from. A crash before
+        # log-base names the new start leaves a log whose base the latest snapshot covers
+        # (see _recover_first_index).
+        self.log.compact_before(keep_from)
+        first = self.log.first_index
+        if first <= self._first:
+            return
+        self._base_term = self.term(first - 1)
+        self._write_base(first - 1, self._base_term)
+        del self._terms[:first - self._first]
+        self._first = first
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes of the log's segment files (status reports)."""
+        directory = self.log.directory
+        return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
+                   if not name.endswith(".lock"))
+
+    def close(self) -> None:
+        try:
+            self._save_hard()
+        finally:
+            self.log.close()
+
+
+def _core_snapshot(stored) -> Snapshot:
+    text = stored.meta.get("configuration")
+    config = Configuration.decode(text.encode()) if text else Configuration.of(())
+    return Snapshot(stored.index, stored.term, config, stored.data)
+
+
+class SnapshotView:
+    """`nearest_at_or_below` over the store, for two-step reads (core `SparseSnapshots`)."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self.store = store
+
+    def nearest_at_or_below(self, index: int):
+        return self.store.nearest_at_or_below(index)

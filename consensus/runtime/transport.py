@@ -1,0 +1,542 @@
+"""A node's network edge: one listening port, a connection per peer we send requests to,
+the connections others opened to us, all on one `selectors` loop (no asyncio: its
+per-message overhead is too high for the latency goal, see docs/runtime.md).
+
+Connections are directional for requests, as in JRaft and TaskFlux: a node sends its
+requests on the connection it dialed and answers a peer's requests on the connection
+that peer dialed. Paired responses go back in request order (`ResponseSlot`); if the
+core drops a request without answering (it may, e.g. a vote during a leader's lease),
+the transport answers with a refusal at the end of the loop turn, so the order holds.
+Self-contained messages (pre-votes, extensions) may travel on either connection.
+
+Opening connections blocks (TLS, proxies, the digest handshake), so it runs in short
+threads (`dial.py`, `accept.py`) that hand the ready socket to the loop through a queue
+and a wake-up socket pair. Messages for a peer being dialed wait in a bounded queue.
+"""
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from consensus.raft import Message, RequestVoteResponse
+from consensus.raft import PullEntriesResponse as CorePullEntriesResponse
+from consensus.raft import PullSnapshotResponse as CorePullSnapshotResponse
+from consensus.raft import ReadIndexResponse as CoreReadIndexResponse
+from consensus.runtime import jraft_mapping as jm
+from consensus.runtime.accept import AcceptedStream, Refusal, accept_stream
+from consensus.runtime.connection import Connection
+from consensus.runtime.dial import Dialed, dial
+from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
+from consensus.runtime.security import Security, split_endpoint
+from consensus.wire.errors import ProtocolError
+from consensus.wire.jraft import (REGISTRY, JRaftDecoder, MessageType, RaftRequest,
+                                  RaftResponse, encode)
+
+log = logging.getLogger("garlicfarm.transport")
+
+MAX_QUEUED_PER_PEER = 4096
+MAX_HANDSHAKES = 64
+DIAL_TIMEOUT = 5.0
+_RESPONSE_LIKE = (RequestVoteResponse, CoreReadIndexResponse, CorePullEntriesResponse,
+                  CorePullSnapshotResponse)
+_CLIENT_REQUESTS = frozenset({MessageType.CLIENT_REQUEST, MessageType.ADD_SERVER_REQUEST,
+                              MessageType.REMOVE_SERVER_REQUEST})
+_RAFT_EXTENSIONS = frozenset({ExtType.READ_INDEX_REQUEST, ExtType.READ_INDEX_RESPONSE,
+                              ExtType.PULL_ENTRIES_REQUEST, ExtType.PULL_ENTRIES_RESPONSE,
+                              ExtType.PULL_SNAPSHOT_REQUEST, ExtType.PULL_SNAPSHOT_RESPONSE})
+_CLIENT_EXTENSIONS = frozenset({ExtType.HELLO, ExtType.CALL})
+
+
+@dataclass
+class _Dialing:
+    queue: deque = field(default_factory=deque)
+    in_progress: bool = False
+    next_attempt: float = 0.0
+    backoff: float = 0.05
+
+
+class JRaftWire:
+    """JRaft's bytes on a connection (garlicfarm: with our extensions)."""
+
+    def __init__(self, transport: "Transport", extensions: bool) -> None:
+        self.t = transport
+        self.extensions = extensions
+        self.registry = GARLICFARM_REGISTRY if extensions else REGISTRY
+
+    def decoder(self) -> JRaftDecoder:
+        return JRaftDecoder(registry=self.registry)
+
+    def on_data(self, conn: Connection, data: bytes) -> None:
+        t = self.t
+        for w in conn.decoder.feed(data):
+            kind = w.message_type
+            if isinstance(w, RaftResponse):
+                if kind in jm.FIFO_RESPONSES:
+                    if not conn.echoes:
+                        raise ProtocolError("messageType", f"response {kind} to no request")
+                    echo = conn.echoes.popleft()
+                    core = jm.response_from_wire(w, echo)
+                    if core is not None:
+                        t.on_core(core)
+                    elif t.on_client_ack is not None:
+                        t.on_client_ack(w)
+                elif kind == ExtType.PRE_VOTE_RESPONSE:
+                    t.on_core(jm.self_contained_from_wire(w))
+                else:
+                    raise ProtocolError("messageType", f"{kind} is not a response we accept")
+            elif isinstance(w, RaftRequest):
+                if kind in jm.PEER_REQUESTS:
+                    t.peer_request(conn, w)
+                elif kind in (ExtType.PRE_VOTE_REQUEST, ExtType.TIMEOUT_NOW_REQUEST):
+                    t.note_peer(conn, w.source)
+                    if w.destination == t.node_id:
+                        t.on_core(jm.request_from_wire(w))
+                elif kind in _CLIENT_REQUESTS:
+                    slot = None
+                    if not conn.extensions:
+                        slot = jm.ResponseSlot(jm.RESPONSE_OF[kind], source=w.source)
+                        conn.slots.append(slot)
+                    t.on_client(conn, w, slot)
+                else:
+                    raise ProtocolError("messageType", f"{kind} is not a request we accept")
+            elif kind in _RAFT_EXTENSIONS:
+                if kind in (ExtType.READ_INDEX_REQUEST, ExtType.PULL_ENTRIES_REQUEST,
+                            ExtType.PULL_SNAPSHOT_REQUEST):
+                    t.note_peer(conn, w.source)
+                if w.destination == t.node_id:
+                    t.on_core(jm.self_contained_from_wire(w))
+            elif kind in _CLIENT_EXTENSIONS:
+                t.on_client(conn, w, None)
+            else:
+                raise ProtocolError("messageType", f"{kind} is not accepted by a node")
+
+    def send(self, conn: Connection, msg: Message) -> bool:
+        mapped = jm.to_wire(msg, self.extensions)
+        if mapped is None:
+            return False
+        wire, echo = mapped
+        conn.out += encode(wire, self.registry)
+        if echo is not None:
+            conn.echoes.append(echo)
+        return True
+
+    def respond(self, slot: jm.ResponseSlot, msg: Message) -> None:
+        slot.data = encode(jm.response_to_wire(msg), self.registry)
+
+    def refuse(self, slot: jm.ResponseSlot, term: int) -> None:
+        slot.data = encode(jm.refusal(slot, self.t.node_id, term), self.registry)
+
+    def send_client_entries(self, conn: Connection, entries) -> bool:
+        """A ClientRequest on our own connection (status entries for the leader)."""
+        request = RaftRequest(MessageType.CLIENT_REQUEST, entries=tuple(entries))
+        conn.out += encode(request, self.registry)
+        conn.echoes.append(jm.Echo(MessageType.APPEND_ENTRIES_RESPONSE, client=True))
+        return True
+
+
+class Transport:
+    """See the module docstring. Single-threaded except for the dial/accept workers."""
+
+    def __init__(self, *, node_id: int, wire: str, security: Security, listen: str,
+                 listen_fd: int | None = None,
+                 address_of: Callable[[int], str | None],
+                 on_core: Callable[[Message], None],
+                 on_client: Callable[[Connection, object, jm.ResponseSlot | None], None],
+                 on_closed: Callable[[Connection], None],
+                 accept_marker: Callable[[Connection, int], bool] | None = None,
+                 on_client_ack: Callable[[RaftResponse], None] | None = None) -> None:
+        self.node_id = node_id
+        self.wire_name = wire
+        self.security = security
+        self.address_of = address_of
+        self.on_core = on_core
+        self.on_client = on_client
+        self.on_closed = on_closed
+        self.on_client_ack = on_client_ack
+        self.selector = selectors.DefaultSelector()
+        if listen_fd is not None:
+            self.listener = socket.socket(fileno=listen_fd)
+        else:
+            host, port = split_endpoint(listen, "--listen")
+            self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.listener.bind((host, port))
+            self.listener.listen(256)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wakeup")
+        self._handoffs: deque = deque()
+        self._handoff_lock = threading.Lock()
+        self._handshakes = 0
+        self.outgoing: dict[int, Connection] = {}
+        self._dialing: dict[int, _Dialing] = {}
+        self.incoming: set[Connection] = set()
+        self.last_in: dict[int, Connection] = {}
+        self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
+        self._dirty: set[Connection] = set()
+        self.jraft = JRaftWire(self, extensions=(wire == "garlicfarm"))
+        self.garlicfarm = self.jraft if wire == "garlicfarm" else JRaftWire(self, True)
+        self.marker = None
+        if wire == "marker":
+            from consensus.runtime.marker_wire import MarkerWire
+            self.marker = MarkerWire(self, accept_marker)
+        self._closing = False
+
+    # -- wiring of the wires --------------------------------------------------------------
+    def _wire_of(self, conn: Connection):
+        if conn.kind == "marker":
+            return self.marker
+        return self.garlicfarm if conn.kind == "garlicfarm" else self.jraft
+
+    @property
+    def peer_wire(self):
+        return self.marker if self.wire_name == "marker" else self.jraft
+
+    # -- the loop -------------------------------------------------------------------------
+    def poll(self, timeout: float) -> None:
+        for key, mask in self.selector.select(timeout):
+            data = key.data
+            if data == "listener":
+                self._accept()
+            elif data == "wakeup":
+                try:
+                    self._wake_r.recv(4096)
+                except BlockingIOError:
+                    pass
+            else:
+                conn: Connection = data
+                if mask & selectors.EVENT_READ:
+                    self._read(conn)
+                if mask & selectors.EVENT_WRITE and not conn.closed:
+                    self._write(conn)
+        if self._handoffs:
+            self._take_handoffs()
+
+    def _read(self, conn: Connection) -> None:
+        data, eof = conn.receive()
+        if data:
+            try:
+                self._wire_of(conn).on_data(conn, data)
+            except ProtocolError as exc:
+                log.warning("closing %s: corrupt stream: %s", conn.label, exc)
+                self.close(conn)
+                return
+        if eof and not conn.closed:
+            self.close(conn)
+
+    def _write(self, conn: Connection) -> None:
+        try:
+            done = conn.flush()
+        except OSError:
+            self.close(conn)
+            return
+        if done and conn.writing:
+            conn.writing = False
+            self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
+
+    def mark_dirty(self, conn: Connection) -> None:
+        self._dirty.add(conn)
+
+    def end_turn(self, term: int) -> None:
+        """Answer what the core dropped, then write everything queued."""
+        if self._new_slots:
+            for conn, slot in self._new_slots:
+                if slot.data is None and not conn.closed:
+                    self._wire_of(conn).refuse(slot, term)
+                    self._dirty.add(conn)
+            self._new_slots.clear()
+        self.flush()
+
+    def flush(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for conn in dirty:
+            if conn.closed:
+                continue
+            conn.flush_slots()
+            if not conn.out:
+                continue
+            try:
+                done = conn.flush()
+            except OSError:
+                self.close(conn)
+                continue
+            if not done and not conn.writing:
+                conn.writing = True
+                self.selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
+                                     conn)
+
+    # -- requests from peers --------------------------------------------------------------
+    def note_peer(self, conn: Connection, peer_id: int) -> None:
+        if peer_id > 0:
+            if conn.peer_id is None:
+                conn.peer_id = peer_id
+            self.last_in[peer_id] = conn
+
+    def peer_request(self, conn: Connection, wire: RaftRequest) -> None:
+        """A paired peer request: promise an answer in order, then hand it to the core."""
+        key = (wire.last_log_index + 1, len(wire.entries)) \
+            if wire.message_type == MessageType.APPEND_ENTRIES_REQUEST else None
+        slot = jm.ResponseSlot(jm.RESPONSE_OF[wire.message_type], key, source=wire.source)
+        conn.slots.append(slot)
+        self._new_slots.append((conn, slot))
+        self.note_peer(conn, wire.source)
+        if wire.destination != self.node_id:
+            return              # refused at the end of the turn
+        try:
+            core = jm.request_from_wire(wire)
+        except ProtocolError as exc:
+            log.warning("refusing a malformed request from %s: %s", conn.label, exc)
+            return
+        self.on_core(core)
+
+    # -- sending core messages --------------------------------------------------------------
+    def send(self, msg: Message) -> None:
+        rtype = jm.fifo_response_type(msg)
+        if rtype is not None:
+            self._respond(msg, rtype)
+            return
+        dest = msg.destination
+        conn = None
+        if isinstance(msg, _RESPONSE_LIKE):
+            conn = self.last_in.get(dest)
+            if conn is not None and conn.closed:
+                conn = None
+        if conn is None:
+            conn = self._outgoing(dest)
+            if conn is None:
+                self._queue(dest, msg)
+                return
+        if self._wire_of(conn).send(conn, msg):
+            self._dirty.add(conn)
+
+    def _respond(self, msg: Message, rtype: int) -> None:
+        key = jm.slot_key(msg)
+        for conn in self._answering(msg.destination):
+            for slot in conn.slots:
+                if slot.data is None and slot.response_type == rtype and \
+                        (key is None or slot.key is None or slot.key == key):
+                    self._wire_of(conn).respond(slot, msg)
+                    self._dirty.add(conn)
+                    return
+        # the requester's connection is gone: Raft will ask again
+
+    def _answering(self, peer_id: int):
+        conn = self.last_in.get(peer_id)
+        if conn is not None and not conn.closed:
+            yield conn
+        for other in list(self.incoming):
+            if other.peer_id == peer_id and other is not conn and not other.closed:
+                yield other
+
+    def send_client_entries(self, peer_id: int, entries) -> bool:
+        """Send Application entries to `peer_id` (the leader) as a ClientRequest."""
+        conn = self._outgoing(peer_id)
+        if conn is None or conn.kind == "marker":
+            return False
+        self._wire_of(conn).send_client_entries(conn, entries)
+        self._dirty.add(conn)
+        return True
+
+    def reply(self, conn: Connection, data: bytes) -> None:
+        """Bytes for a client connection (service answers, events)."""
+        if not conn.closed:
+            conn.out += data
+            self._dirty.add(conn)
+
+    # -- outgoing connections -----------------------------------------------------------------
+    def _outgoing(self, peer_id: int) -> Connection | None:
+        conn = self.outgoing.get(peer_id)
+        if conn is not None and not conn.closed:
+            return conn
+        self._start_dial(peer_id)
+        return None
+
+    def _queue(self, peer_id: int, msg: Message) -> None:
+        state = self._dialing.get(peer_id)
+        if state is None or not state.in_progress:
+            return          # no dial under way (backing off): Raft retries on its own
+        if len(state.queue) >= MAX_QUEUED_PER_PEER:
+            state.queue.popleft()
+        state.queue.append(msg)
+
+    def _start_dial(self, peer_id: int) -> None:
+        state = self._dialing.setdefault(peer_id, _Dialing())
+        now = time.monotonic()
+        if state.in_progress or now < state.next_attempt or self._closing:
+            return
+        address = self.address_of(peer_id)
+        if address is None:
+            return
+        state.in_progress = True
+        threading.Thread(target=self._dial_worker, args=(peer_id, address), daemon=True,
+                         name=f"dial-{peer_id}").start()
+
+    def _dial_worker(self, peer_id: int, address: str) -> None:
+        try:
+            result: object = dial(address, self.security, wire=self.wire_name,
+                                  timeout=DIAL_TIMEOUT, node_id=self.node_id)
+        except Exception as exc:   # handed to the loop, which logs and backs off
+            result = exc
+        self._hand_off(("dialed", peer_id, address, result))
+
+    # -- incoming connections -----------------------------------------------------------------
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("accept failed: %s", exc)
+                return
+            if self._handshakes >= MAX_HANDSHAKES:
+                log.warning("refused connection from %s:%s: too many handshakes in progress",
+                            *addr[:2])
+                sock.close()
+                continue
+            self._handshakes += 1
+            sock.setblocking(True)
+            threading.Thread(target=self._accept_worker, args=(sock, addr), daemon=True,
+                             name="accept").start()
+
+    def _accept_worker(self, sock: socket.socket, addr) -> None:
+        label = f"{addr[0]}:{addr[1]}"
+        try:
+            result: object = accept_stream(sock, self.security, self.wire_name)
+        except Refusal as exc:
+            result = exc
+        except Exception as exc:
+            result = Refusal(f"{type(exc).__name__}: {exc}")
+        if not isinstance(result, AcceptedStream):
+            sock.close()
+        self._hand_off(("accepted", label, result))
+
+    def _hand_off(self, item) -> None:
+        with self._handoff_lock:
+            self._handoffs.append(item)
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _take_handoffs(self) -> None:
+        with self._handoff_lock:
+            items, self._handoffs = list(self._handoffs), deque()
+        for item in items:
+            if item[0] == "dialed":
+                self._dialed(*item[1:])
+            else:
+                self._handshakes -= 1
+                self._accepted(*item[1:])
+
+    def _dialed(self, peer_id: int, address: str, result) -> None:
+        state = self._dialing.setdefault(peer_id, _Dialing())
+        state.in_progress = False
+        if not isinstance(result, Dialed):
+            if state.backoff <= 0.05:
+                log.info("cannot reach node %d at %s: %s", peer_id, address, result)
+            state.next_attempt = time.monotonic() + state.backoff
+            state.backoff = min(1.0, state.backoff * 2)
+            state.queue.clear()
+            return
+        if self._closing:
+            result.sock.close()
+            return
+        state.backoff = 0.05
+        label = f"node {peer_id} ({address})"
+        wire = self.peer_wire
+        conn = Connection(result.sock, self.wire_name, wire.decoder(), outgoing=True,
+                          peer_id=peer_id, label=label)
+        old = self.outgoing.get(peer_id)
+        if old is not None:
+            self.close(old)
+        self.outgoing[peer_id] = conn
+        self.selector.register(conn.sock, selectors.EVENT_READ, conn)
+        if result.initial:
+            self._feed(conn, result.initial)
+        queued, state.queue = state.queue, deque()
+        for msg in queued:
+            if wire.send(conn, msg):
+                self._dirty.add(conn)
+
+    def _accepted(self, label: str, result) -> None:
+        if isinstance(result, Refusal):
+            log.warning("refused connection from %s: %s", label, result)
+            return
+        if result is None:
+            return
+        if self._closing:
+            result.sock.close()
+            return
+        stream: AcceptedStream = result
+        wire = self.marker if stream.kind == "marker" else \
+            (self.garlicfarm if stream.kind == "garlicfarm" else self.jraft)
+        conn = Connection(stream.sock, stream.kind, wire.decoder(), outgoing=False,
+                          peer_id=None, label=label, username=stream.username)
+        self.incoming.add(conn)
+        self.selector.register(conn.sock, selectors.EVENT_READ, conn)
+        if stream.initial:
+            self._feed(conn, stream.initial)
+
+    def _feed(self, conn: Connection, data: bytes) -> None:
+        try:
+            self._wire_of(conn).on_data(conn, data)
+        except ProtocolError as exc:
+            log.warning("closing %s: corrupt stream: %s", conn.label, exc)
+            self.close(conn)
+
+    # -- closing --------------------------------------------------------------------------------
+    def close(self, conn: Connection) -> None:
+        if conn.closed:
+            return
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+        self.incoming.discard(conn)
+        if conn.outgoing and self.outgoing.get(conn.peer_id) is conn:
+            del self.outgoing[conn.peer_id]
+        if conn.peer_id is not None and self.last_in.get(conn.peer_id) is conn:
+            del self.last_in[conn.peer_id]
+        self._dirty.discard(conn)
+        self.on_closed(conn)
+
+    def drop_peer(self, peer_id: int) -> None:
+        """Close our connection to a peer (its address changed, or it left)."""
+        conn = self.outgoing.get(peer_id)
+        if conn is not None:
+            self.close(conn)
+
+    def shutdown(self) -> None:
+        self._closing = True
+        for conn in list(self.outgoing.values()) + list(self.incoming):
+            try:
+                conn.flush()
+            except OSError:
+                pass
+            self.close(conn)
+        for sock in (self.listener, self._wake_r, self._wake_w):
+            try:
+                self.selector.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+        self.selector.close()
+
+    def wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
