@@ -267,13 +267,25 @@ class Node:
     # ----------------------------------------------------------------- discovery
     def _on_beacon(self, now: float) -> None:
         connect = self.beacon.handle(now)
-        if self.beacon.welcomed:
+        if self.beacon.welcomed and not self._welcomed.is_set():
             self._welcomed.set()
+            self._beacon_burst(now)
         for endpoint in connect:
             for sub in self._subs:
                 sub.connect(endpoint)
             self.peers_connected.add(endpoint)
             self._peer_connected(endpoint)
+
+    def _beacon_burst(self, welcomed_at: float) -> None:
+        """Beacon every 50 ms during the first interval after the welcome: the first
+        beacons are dropped until the tower's subscription reaches our PUB, and peers
+        should not wait a whole interval (1 s) to discover us."""
+        def burst(now: float) -> None:
+            if now - welcomed_at >= self.config.beacon_interval:
+                timer[0] = timer[1] = float("inf")    # done: the regular timer goes on
+            else:
+                self.beacon.send()
+        timer = self.add_timer(min(0.05, self.config.beacon_interval / 4), burst, first=0.0)
 
     def _expire_peers(self, now: float) -> None:
         for endpoint in self.beacon.table.expire(now):
