@@ -134,13 +134,13 @@ class Node:
         self.add_timer(min(1.0, self.config.beacon_timeout / 4), self._expire_peers)
         return self
 
-    # Whether start() also waits one beacon interval after the welcome, so that every
-    # live peer has beaconed and our SUBs are connected (see Producer).
-    SETTLE_ON_START = False
+    # How long start() waits after the welcome so that every live peer has beaconed and
+    # our SUBs are connected to it (see Producer); None: no wait.
+    settle: float | None = None
 
     def start(self, wait_for_tower: bool = True) -> "Node":
         """Run the node on its own thread; by default wait until a tower welcomed it
-        (and, for nodes with SETTLE_ON_START, one beacon interval more)."""
+        (and `settle` seconds more, when set)."""
         self.open()
         self._thread = threading.Thread(target=self._run, name=f"dafka-{self.ROLE}",
                                         daemon=True)
@@ -151,8 +151,8 @@ class Node:
                 f"{self.ROLE}: no tower answered at {', '.join(self.config.tower_pub)} "
                 f"within {self.config.tower_wait:g} s; start `garlicfarm dafka tower` "
                 f"or fix --tower")
-        if wait_for_tower and self.SETTLE_ON_START:
-            time.sleep(self.config.beacon_interval * 1.5)   # discovery is the behaviour
+        if wait_for_tower and self.settle:
+            time.sleep(self.settle)   # discovery by beacons is what we wait for
         return self
 
     def stop(self) -> None:

@@ -81,16 +81,17 @@ class Producer(Node):
 
     ROLE = "producer"
     PUB_TYPE = zmq.PUB
-    # Connect to every live store before the first record: a C store ACKs a record only
-    # once, when it stores it, so an ACK sent before our SUB reached that store would be
-    # lost for good (our stores also re-ACK on HEAD). The C console consumer sleeps 1 s
-    # after start for the same reason.
-    SETTLE_ON_START = True
 
     def __init__(self, config: DafkaConfig, topic: str, *, address: str | None = None,
-                 start_sequence: int = 0, limits: proto.Limits = proto.DEFAULT_LIMITS
-                 ) -> None:
+                 start_sequence: int = 0, settle: float | None = None,
+                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+        """`settle`: seconds `start` waits after the tower's welcome (default 1.5 beacon
+        intervals) to be connected to every live store before the first record: a C
+        store ACKs a record once, when it stores it, so an ACK sent before our SUB
+        reached that store is lost for good (our stores also re-ACK on HEAD). The C
+        console consumer sleeps 1 s after start for the same reason. 0: no wait."""
         super().__init__(config, address=address, limits=limits)
+        self.settle = self.config.beacon_interval * 1.5 if settle is None else settle
         if not topic or "\x00" in topic or len(topic.encode()) > 255:
             raise ValueError(f"topic {topic!r}: 1..255 bytes without NUL")
         if not 0 <= start_sequence <= proto.MAX_SEQUENCE:
