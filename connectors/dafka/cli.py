@@ -22,6 +22,7 @@ from connectors.dafka.node import TowerUnreachable
 from connectors.dafka.producer import BackpressureTimeout, Producer
 from connectors.dafka.store import Store
 from connectors.dafka.tower import Tower
+from consensus.storage import StorageError
 
 COMMANDS = ("tower", "store", "produce", "consume")
 
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
               "consume": run_consume}[args.command]
     try:
         return runner(args)
-    except (ConfigError, TowerUnreachable, OSError, ValueError) as exc:
+    except (ConfigError, TowerUnreachable, OSError, ValueError, StorageError) as exc:
         print(f"garlicfarm dafka {args.command}: {exc}", file=sys.stderr)
         return 2
 
