@@ -9,6 +9,12 @@ The library API the Spark source and sink program against:
 * `Consumer(config, topics)` with `poll`, iteration or `on_record`;
 * `StoreClient(config)` with `heads(topic)` and `read_range(topic, partition, a, b)`;
 * `Store(config, data_dir)` and `Tower(sub_bind, pub_bind)` to run a deployment.
+
+Mixed with the C implementation (zeromq/dafka c2dc88d, built by hand, all on 127.0.0.1)
+these worked: C tower + C producer -> our store (the C producer got our ACKs and exited),
+our consumer and the C console consumer reading it back from our store; our tower + our
+producer -> C store (ACKed), C and our consumers reading from the C store, a live C
+consumer following our producer; our consumer repairing from a C producer by FETCH.
 """
 from connectors.dafka.config import ConfigError, DafkaConfig, load_config, tower_endpoints
 from connectors.dafka.consumer import Consumer, ConsumerRecord
