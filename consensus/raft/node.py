@@ -180,6 +180,7 @@ class RaftNode:
             return
         self._reset_election_timer()
         self._boot_lease = False
+        self.leader_id = None       # silent for a whole timeout: its lease is over here
         if self._promotable():
             self._campaign(pre_vote=self.options.pre_vote)
 

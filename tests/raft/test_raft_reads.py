@@ -222,3 +222,18 @@ def test_check_quorum_makes_a_cut_off_leader_step_down():
     assert leader.role is Role.FOLLOWER
     with pytest.raises(NotLeader):
         leader.propose(b"x")
+
+
+def test_lease_lapses_at_a_non_voter_that_stops_hearing_the_leader():
+    """A node that cannot campaign (here: not a voter) still forgets a silent leader
+    after an election timeout, or its stale lease would refuse every vote and keep a
+    joint configuration that needs it from ever electing a leader (found by the
+    10,000-seed soak)."""
+    node = lone(2, voters=(1, 3), check_quorum=True)
+    node.step(AppendEntries(1, 1, 2, 0, 0, [], 0))
+    take(node)
+    for _ in range(OPTIONS.election_timeout_max):
+        node.tick()
+    assert node.leader_id is None and node.role is Role.FOLLOWER
+    node.step(RequestVote(2, 3, 2, 5, 1))
+    assert of_type(take(node), RequestVoteResponse)[0].granted
