@@ -52,14 +52,18 @@ def console_for(out: TextIO) -> Console:
                    width=None if out.isatty() else 200)
 
 
+# Off a terminal: aligned columns and a rule of dashes under the header, ASCII only
+# (rich's SIMPLE_HEAD with "-" for its box-drawing rule).
+_PLAIN_BOX = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+
+
 def print_table(console: Console, title: str | None, columns: Sequence[str],
                 rows: Iterable[Sequence[Any]], *, right: Iterable[str] = ()) -> None:
     """A table; numeric columns named in `right` are right-aligned. On a terminal it has
-    rounded boxes; otherwise only aligned columns and a rule under the header (easy to
-    read in logs and to grep)."""
+    rounded boxes; otherwise it is plain ASCII (easy to read in logs and to grep)."""
     terminal = console.is_terminal
     table = Table(title=title, title_justify="left", box=box.ROUNDED if terminal else
-                  box.SIMPLE_HEAD, show_edge=terminal, pad_edge=False)
+                  _PLAIN_BOX, show_edge=terminal, pad_edge=False)
     right = set(right)
     for name in columns:
         table.add_column(name, justify="right" if name in right else "left",

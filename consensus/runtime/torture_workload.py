@@ -241,14 +241,13 @@ class ClientPool:
 
 
 def final_reads(connect: Callable[[], KVClient], history: History, keys: Iterable[str],
-                deadline: float, *, process_base: int,
-                expected: type[BaseException]) -> dict[str, str]:
-    """Read every key once the farm is healed, recording each attempt; retry a key until
-    it is read or `deadline` (monotonic seconds) passes. Returns the values read; keys
-    missing from the result could not be read."""
+                deadline: float, *, expected: type[BaseException],
+                process: Hashable = "final") -> dict[str, str]:
+    """Read every key once the farm is healed, recording each attempt (as `process`);
+    retry a key until it is read or `deadline` (monotonic seconds) passes. Returns the
+    values read; keys missing from the result could not be read."""
     values: dict[str, str] = {}
     client: KVClient | None = None
-    process = process_base
     try:
         for key in keys:
             while time.monotonic() < deadline:

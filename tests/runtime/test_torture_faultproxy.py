@@ -304,7 +304,7 @@ def test_errors_name_the_link(proxy, target):
 def test_mesh_partition_and_one_way_drop():
     servers = {n: EchoServer() for n in (1, 2, 3)}
     try:
-        with ProxyNetwork({n: s.endpoint for n, s in servers.items()}) as net:
+        with ProxyNetwork.full({n: s.endpoint for n, s in servers.items()}) as net:
             assert set(net.peer_addresses(1)) == {2, 3}
             net.partition([1, 2], [3])
             blocked = LinkFaults(drop_forward=True, drop_backward=True)
@@ -337,6 +337,12 @@ def test_mesh_partition_and_one_way_drop():
                 (1, 3), (3, 1), (2, 3), (3, 2)}
             with pytest.raises(ValueError, match="not in this network"):
                 net.partition([1, 9])
+            # Links are idempotent, and refuse to change their target.
+            assert net.link(1, 2, servers[2].endpoint) == net.address(1, 2)
+            with pytest.raises(FaultProxyError, match="already leads to"):
+                net.link(1, 2, servers[3].endpoint)
+            with pytest.raises(ValueError, match="no link"):
+                net.link(1, 1, servers[1].endpoint)
     finally:
         for s in servers.values():
             s.close()

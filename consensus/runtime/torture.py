@@ -1,0 +1,455 @@
+"""``garlicfarm torture``: a real farm of node processes on loopback, KV clients, faults,
+a recorded history, and a verdict.
+
+    garlicfarm torture --nodes 5 --wire garlicfarm --duration 60 \\
+        --faults kill,partition,restart,pause --clients 5 --history run.edn
+
+1. Start `--nodes` node processes (`LocalCluster`); with partition or delay faults, every
+   link between two nodes goes through the fault-injecting proxy (`faultproxy`).
+2. Run `--clients` client threads (`torture_workload`): gets, puts, appends and
+   compare-and-sets on rotating keys, each recorded with invoke and completion times
+   and outcome (ok / fail / info) as EDN lines (`--history`, written as they happen;
+   nemesis lines are ``:process :nemesis`` and skipped by checkers).
+3. Inject faults one at a time (`torture_nemesis`) for `--duration` seconds.
+4. Heal everything, restart what is down, wait for a leader, read every key.
+5. Check: the history with the linearizability checker (kv model), and every
+   acknowledged append against the final values (nothing lost, nothing twice).
+
+Exit 0 only when the history is linearizable, nothing acknowledged was lost, the farm
+recovered, and no client call failed in an unexpected way; 1 when any of that failed;
+2 when the check could not decide (its time ran out, or no write was acknowledged at
+all); 3 for bad options or a farm that could not be started. The seed printed with the
+verdict replays the same fault schedule choices (not the same timing).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import enum
+import inspect
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
+
+from .admin import console_for, print_json, print_table
+from .faultproxy import ProxyNetwork
+from .torture_nemesis import Fault, Nemesis, NemesisLog
+from .torture_workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
+                               audit_appends, final_reads)
+
+EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN, EXIT_SETUP = 0, 1, 2, 3
+DEFAULT_FAULTS = (Fault.KILL, Fault.PARTITION, Fault.RESTART)
+
+
+class TortureSetupError(Exception):
+    """Bad options, or a farm that could not be started; names what to fix."""
+
+
+@dataclass(frozen=True)
+class TortureOptions:
+    nodes: int = 5
+    wire: str = "garlicfarm"
+    duration: float = 60.0
+    faults: tuple[Fault, ...] = DEFAULT_FAULTS
+    clients: int = 5
+    history: Path | None = None
+    seed: int | None = None
+    keys: int = 3                       # active keys per family
+    ops_per_key: int = 200
+    quiet: tuple[float, float] = (0.5, 1.5)
+    hold: tuple[float, float] = (1.0, 3.0)
+    client_timeout: float = 2.0
+    recovery_timeout: float = 30.0
+    check_timeout: float = 120.0
+    fsync: str = "batch"
+    cluster: str = "torture"
+    data_dir: Path | None = None
+    json: bool = False
+
+
+class Outcome(enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass
+class TortureResult:
+    outcome: Outcome
+    reasons: list[str]
+    seed: int
+    elapsed: float
+    check: CheckResult | None
+    audit: Audit
+    clients: ClientStats
+    faults: NemesisLog
+    history: str | None
+    explain: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return {Outcome.PASS: EXIT_PASS, Outcome.FAIL: EXIT_FAIL,
+                Outcome.UNKNOWN: EXIT_UNKNOWN}[self.outcome]
+
+
+# --- the farm under test --------------------------------------------------------------------
+
+class TortureFarm:
+    """A `LocalCluster` whose peer links go through a `ProxyNetwork` (when the faults need
+    it), plus what the nemesis needs: kill, stop, restart, pause, resume, the leader."""
+
+    def __init__(self, options: TortureOptions) -> None:
+        from consensus.runtime import LocalCluster
+
+        params = inspect.signature(LocalCluster).parameters
+        self.node_ids = list(range(1, options.nodes + 1))
+        self.network: ProxyNetwork | None = None
+        kwargs: dict[str, Any] = dict(nodes=options.nodes, wire=options.wire,
+                                      cluster=options.cluster, fsync=options.fsync,
+                                      data_dir=None if options.data_dir is None
+                                      else str(options.data_dir))
+        if any(f.needs_network for f in options.faults):
+            if "peer_address" not in params:
+                raise TortureSetupError(
+                    "--faults: partition and delay need LocalCluster(peer_address=...) to "
+                    "route peer links through the fault proxy, which this runtime lacks "
+                    "(docs/runtime-requests.md R1); choose among kill, restart, pause")
+            self.network = ProxyNetwork(self.node_ids)
+            kwargs["peer_address"] = self.network.link
+        self._cluster = LocalCluster(**kwargs)
+        self._client_timeout = options.client_timeout
+        self._admin = None
+        try:
+            self.farm = self._cluster.__enter__()
+        except BaseException:
+            self._close_network()
+            raise
+        if list(self.farm.node_ids) != self.node_ids:
+            self.close()
+            raise TortureSetupError(f"the cluster's node ids {list(self.farm.node_ids)} are "
+                                    f"not 1..{options.nodes}")
+        if Fault.PAUSE in options.faults and not self._can_pause():
+            self.close()
+            raise TortureSetupError("--faults: pause needs LocalCluster.pause/resume or "
+                                    ".pid (docs/runtime-requests.md R2)")
+
+    def _can_pause(self) -> bool:
+        return hasattr(self.farm, "pause") or hasattr(self.farm, "pid")
+
+    def client(self, **kw: Any):
+        kw.setdefault("timeout", self._client_timeout)
+        return self.farm.client(**kw)
+
+    def wait_for_leader(self, timeout: float) -> int:
+        return self.farm.wait_for_leader(timeout=timeout)
+
+    def kill(self, node_id: int) -> None:
+        self.farm.kill(node_id)
+
+    def stop(self, node_id: int) -> None:
+        self.farm.stop(node_id)
+
+    def restart(self, node_id: int) -> None:
+        self.farm.restart(node_id)
+
+    def pause(self, node_id: int) -> None:
+        self._signal(node_id, "pause", signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self._signal(node_id, "resume", signal.SIGCONT)
+
+    def _signal(self, node_id: int, method: str, sig: int) -> None:
+        if hasattr(self.farm, method):
+            getattr(self.farm, method)(node_id)
+            return
+        pid = self.farm.pid(node_id)
+        if pid is not None:
+            os.kill(pid, sig)
+
+    def leader(self) -> int | None:
+        """The leader a member names right now (short timeout; None when unknown)."""
+        if self._admin is None:
+            self._admin = self.client(timeout=1.0)
+        view = self._admin.get_servers()
+        leader = view.get("leader") if isinstance(view, dict) else \
+            getattr(view, "leader", getattr(view, "leader_id", None))
+        return leader if isinstance(leader, int) else None
+
+    def close(self) -> None:
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin.close()
+        for node_id in self.node_ids:       # a paused process would not stop
+            with contextlib.suppress(Exception):
+                self.resume(node_id)
+        try:
+            self._cluster.__exit__(None, None, None)
+        finally:
+            self._close_network()
+
+    def _close_network(self) -> None:
+        if self.network is not None:
+            self.network.close()
+
+
+# --- a run ----------------------------------------------------------------------------------
+
+def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureResult:
+    """One torture run, start to verdict. `progress` gets a line per phase."""
+    from consensus.runtime import FarmError
+
+    seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+
+    def say(text: str) -> None:
+        if progress is not None:
+            progress.write(text + "\n")
+            progress.flush()
+
+    started = time.monotonic()
+    history_file = open(options.history, "w", encoding="utf-8") if options.history else None
+    sink = SharedSink(history_file) if history_file else None
+    history = History(sink=sink)
+    workload = Workload(random.Random(rng.getrandbits(64)), keys=options.keys,
+                        ops_per_key=options.ops_per_key)
+    notes: list[str] = []
+    try:
+        say(f"starting {options.nodes} nodes ({options.wire}, fsync {options.fsync}), "
+            f"seed {seed}")
+        with contextlib.closing(TortureFarm(options)) as farm:
+            farm.wait_for_leader(timeout=options.recovery_timeout)
+            pool = ClientPool(farm.client, history, workload, options.clients, FarmError)
+            nemesis = Nemesis(farm, options.faults, random.Random(rng.getrandbits(64)),
+                              quiet=options.quiet, hold=options.hold,
+                              note=sink.note if sink else None)
+            say(f"{options.clients} clients, faults {','.join(f.value for f in options.faults)}"
+                f" for {options.duration:g} s")
+            pool.start()
+            nemesis.start()
+            try:
+                threading.Event().wait(options.duration)      # the run itself
+            finally:
+                nemesis.stop()                                 # heals everything
+                if not pool.stop(timeout=options.client_timeout * 3 + 10):
+                    notes.append("some client threads did not stop in time")
+            say("healed; waiting for the farm to recover")
+            deadline = time.monotonic() + options.recovery_timeout
+            try:
+                farm.wait_for_leader(timeout=options.recovery_timeout)
+            except Exception as exc:        # noqa: BLE001 - reported as no recovery
+                notes.append(f"no leader after healing: {exc}")
+            finals = final_reads(farm.client, history, workload.keys, deadline,
+                                 expected=FarmError)
+    except TortureSetupError:
+        raise
+    except FarmError as exc:
+        raise TortureSetupError(f"the farm did not start or answer: {exc}") from exc
+    finally:
+        if history_file:
+            history_file.flush()
+            os.fsync(history_file.fileno())
+            history_file.close()
+    say(f"checking {len(history.events) // 2} operations")
+    operations = history.operations()
+    audit = audit_appends(operations, finals)
+    result = check(operations, KVModel(), timeout=options.check_timeout)
+    return judge(TortureResult(
+        Outcome.PASS, [], seed, time.monotonic() - started, result, audit, pool.stats,
+        nemesis.log, str(options.history) if options.history else None,
+        result.explain(KVModel(), limit=5) if result.verdict is not Verdict.LINEARIZABLE
+        else "", notes))
+
+
+def judge(result: TortureResult) -> TortureResult:
+    """Fill in the outcome and the reasons from the findings."""
+    reasons, unknown = [], []
+    if result.check is not None and result.check.verdict is Verdict.NOT_LINEARIZABLE:
+        keys = [str(v.key) for v in result.check.violations]
+        reasons.append(f"not linearizable (keys {', '.join(keys)})")
+    if result.audit.lost:
+        reasons.append(f"{len(result.audit.lost)} acknowledged append(s) lost: "
+                       + ", ".join(f"{k}:{t}" for k, t in result.audit.lost[:10]))
+    if result.audit.duplicated:
+        reasons.append(f"{len(result.audit.duplicated)} append(s) applied twice: "
+                       + ", ".join(f"{k}:{t}" for k, t in result.audit.duplicated[:10]))
+    if result.audit.unreadable:
+        reasons.append(f"the farm did not recover: {len(result.audit.unreadable)} key(s) "
+                       f"unreadable after healing")
+    if result.clients.bugs:
+        reasons.append(f"{len(result.clients.bugs)} client call(s) raised an unexpected "
+                       f"exception (first: {result.clients.bugs[0].strip().splitlines()[-1]})")
+    if result.faults.errors():
+        reasons.append("faults could not be applied or healed: "
+                       + "; ".join(result.faults.errors()[:3]))
+    if result.check is not None and result.check.verdict is Verdict.UNKNOWN:
+        unknown.append("the linearizability check ran out of time (--check-timeout)")
+    acknowledged = sum(n for (f, kind), n in result.clients.outcomes.items()
+                       if kind == "ok" and f in ("put", "append", "cas"))
+    if acknowledged == 0:
+        unknown.append("no write was acknowledged: nothing was tested")
+    result.reasons = reasons or unknown
+    result.outcome = Outcome.FAIL if reasons else Outcome.UNKNOWN if unknown else Outcome.PASS
+    return result
+
+
+# --- report ---------------------------------------------------------------------------------
+
+def result_document(result: TortureResult) -> dict[str, Any]:
+    check_ = result.check
+    return {
+        "outcome": result.outcome.value, "reasons": result.reasons, "seed": result.seed,
+        "elapsed": round(result.elapsed, 3), "history": result.history,
+        "linearizability": None if check_ is None else {
+            "verdict": check_.verdict.value, "operations": check_.operations,
+            "keys": len(check_.partitions), "seconds": round(check_.elapsed, 3),
+            "explain": result.explain},
+        "appends": {"checked": result.audit.checked, "lost": list(result.audit.lost),
+                    "duplicated": list(result.audit.duplicated),
+                    "unreadable": list(result.audit.unreadable)},
+        "operations": {f"{f}:{kind}": n for (f, kind), n in
+                       sorted(result.clients.outcomes.items())},
+        "errors": dict(result.clients.errors),
+        "faults": [{"fault": r.action.fault.value, "what": r.action.description,
+                    "error": r.error} for r in result.faults.records],
+        "notes": result.notes,
+    }
+
+
+def render(result: TortureResult, out: TextIO) -> None:
+    console = console_for(out)
+    functions = sorted({f for f, _ in result.clients.outcomes})
+    print_table(console, "operations", ["f", "ok", "fail", "info"],
+                ([f, *(result.clients.outcomes.get((f, k), 0) for k in ("ok", "fail", "info"))]
+                 for f in functions), right=("ok", "fail", "info"))
+    counts = result.faults.counts()
+    print_table(console, f"faults ({len(result.faults.records)})", ["fault", "count"],
+                sorted(counts.items()), right=("count",))
+    if result.clients.errors:
+        print_table(console, "client errors", ["error", "count"],
+                    result.clients.errors.most_common(), right=("count",))
+    check_ = result.check
+    if check_ is not None:
+        console.print(f"linearizability: {check_.verdict.value} ({check_.operations} "
+                      f"operations, {len(check_.partitions)} keys, {check_.elapsed:.2f} s)")
+    console.print(f"appends: {result.audit.checked} acknowledged, "
+                  f"{len(result.audit.lost)} lost, {len(result.audit.duplicated)} "
+                  f"duplicated, {len(result.audit.unreadable)} keys unreadable")
+    if result.explain:
+        console.print(result.explain, markup=False)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False)
+    if result.history:
+        console.print(f"history: {result.history}", markup=False)
+    verdict = f"{result.outcome.value}: " + ("; ".join(result.reasons) or
+                                              "linearizable, nothing acknowledged lost")
+    console.print(f"{verdict} (seed {result.seed}, {result.elapsed:.1f} s)", markup=False)
+
+
+# --- command line ---------------------------------------------------------------------------
+
+def parse_faults(text: str) -> tuple[Fault, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {f.value: f for f in Fault}
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise TortureSetupError(f"--faults: {', '.join(bad) or 'nothing'} is not a fault; "
+                                f"choose from {','.join(known)}")
+    return tuple(dict.fromkeys(known[n] for n in names))
+
+
+def _span(text: str, option: str) -> tuple[float, float]:
+    low, _, high = text.partition(":")
+    try:
+        span = (float(low), float(high or low))
+    except ValueError:
+        raise TortureSetupError(f"{option}: {text!r} is not SECONDS or MIN:MAX") from None
+    if span[0] < 0 or span[1] < span[0]:
+        raise TortureSetupError(f"{option}: needs 0 <= MIN <= MAX, got {text!r}")
+    return span
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="garlicfarm torture", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Exit codes: 0 pass, 1 fail, 2 undecided, 3 setup.")
+    p.add_argument("--nodes", type=int, default=5, help="voters (default 5)")
+    p.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker"),
+                   help="the peers' wire protocol")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
+    p.add_argument("--faults", default=",".join(f.value for f in DEFAULT_FAULTS),
+                   help=f"comma-separated, from {','.join(f.value for f in Fault)}")
+    p.add_argument("--clients", type=int, default=5, help="concurrent client threads")
+    p.add_argument("--history", metavar="FILE", help="write the history (EDN lines) here")
+    p.add_argument("--seed", type=int, help="random seed of the workload and the faults")
+    p.add_argument("--keys", type=int, default=3, help="active keys per family")
+    p.add_argument("--ops-per-key", type=int, default=200,
+                   help="operations before a key is retired for a fresh one")
+    p.add_argument("--quiet", default="0.5:1.5", metavar="MIN:MAX",
+                   help="seconds between two faults")
+    p.add_argument("--hold", default="1:3", metavar="MIN:MAX", help="seconds a fault lasts")
+    p.add_argument("--client-timeout", type=float, default=2.0,
+                   help="seconds per client call before it counts as unknown")
+    p.add_argument("--recovery-timeout", type=float, default=30.0,
+                   help="seconds the farm gets to recover after healing")
+    p.add_argument("--check-timeout", type=float, default=120.0,
+                   help="seconds for the linearizability check")
+    p.add_argument("--fsync", default="batch", choices=("always", "batch", "never"))
+    p.add_argument("--cluster", default="torture", help="cluster name of the farm")
+    p.add_argument("--data-dir", metavar="DIR", help="keep the nodes' data here "
+                                                     "(default: a temporary directory)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def parse_options(argv: Sequence[str]) -> TortureOptions:
+    """Options from the command line; `TortureSetupError` names the bad one."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    for name, minimum in (("nodes", 1), ("clients", 1), ("keys", 1), ("ops_per_key", 1)):
+        if getattr(args, name) < minimum:
+            raise TortureSetupError(f"--{name.replace('_', '-')}: must be at least {minimum}")
+    for name in ("duration", "client_timeout", "recovery_timeout", "check_timeout"):
+        if getattr(args, name) <= 0:
+            raise TortureSetupError(f"--{name.replace('_', '-')}: must be positive seconds")
+    return TortureOptions(
+        nodes=args.nodes, wire=args.wire, duration=args.duration,
+        faults=parse_faults(args.faults), clients=args.clients,
+        history=Path(args.history) if args.history else None, seed=args.seed,
+        keys=args.keys, ops_per_key=args.ops_per_key, quiet=_span(args.quiet, "--quiet"),
+        hold=_span(args.hold, "--hold"), client_timeout=args.client_timeout,
+        recovery_timeout=args.recovery_timeout, check_timeout=args.check_timeout,
+        fsync=args.fsync, cluster=args.cluster,
+        data_dir=Path(args.data_dir) if args.data_dir else None, json=args.json)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        try:
+            options = parse_options(sys.argv[1:] if argv is None else argv)
+        except SystemExit as exit_:
+            return EXIT_PASS if exit_.code in (0, None) else EXIT_SETUP
+        result = run(options, progress=None if options.json else err)
+    except TortureSetupError as exc:
+        err.write(f"garlicfarm torture: {exc}\n")
+        return EXIT_SETUP
+    if options.json:
+        print_json(out, result_document(result))
+    else:
+        render(result, out)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The admin commands' parts that need no farm: connection options, the farm file, import
+plans, node configs, status rows and tables, and usage errors."""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import tomllib
+
+import pytest
+
+from consensus.runtime.admin import (EXIT_USAGE, FarmFile, UsageError, build_parser,
+                                     command_main, console_for, farm_from_view, member_rows,
+                                     node_configs, plan_import, plain, print_table,
+                                     render_status, resolve_connection, status_document)
+
+pytestmark = pytest.mark.timeout(30)
+
+NOW = 1_700_000_010_000
+
+VIEW = {
+    "cluster": "farm", "leader": 1, "term": 4, "commit": 120, "publisher": 2,
+    "voters": {"1": "127.0.0.1:9001", "2": "127.0.0.1:9002", "3": "127.0.0.1:9003"},
+    "observers": {"4": "127.0.0.1:9004"},
+    "members": {
+        "1": {"endpoint": "127.0.0.1:9001", "role": "leader", "voter": True, "match": 130,
+              "status": {"date": NOW - 2000, "config": {"wire": "garlicfarm",
+                                                        "statusInterval": 5.0},
+                         "raft": {"commit": 120, "last": 130, "logSize": 3 * 1024 * 1024},
+                         "router": {"uptime": 95_000}}},
+        "2": {"endpoint": "127.0.0.1:9002", "role": "follower", "voter": True, "match": 125,
+              "status": {"date": NOW - 500, "raft": {"commit": 120, "last": 126}}},
+        "3": {"endpoint": "127.0.0.1:9003", "role": "follower", "voter": True, "match": None,
+              "status": None},
+        "4": {"endpoint": "127.0.0.1:9004", "role": "observer", "voter": False, "match": 100,
+              "status": {"date": NOW - 3_600_000}},
+    },
+}
+
+
+def args_for(name: str, argv: list[str]) -> argparse.Namespace:
+    return build_parser(name).parse_args(argv)
+
+
+def test_connection_options_flags_file_env(tmp_path):
+    conf = tmp_path / "node.toml"
+    conf.write_text('id = 2\nlisten = "127.0.0.1:9002"\npeers = "1=127.0.0.1:9001,'
+                    '3=127.0.0.1:9003"\ncluster = "blue"\nuser = "ops"\npassword = "pw"\n'
+                    'data-dir = "/tmp/x"\n')
+    conn = resolve_connection(args_for("status", ["--config", str(conf)]), environ={})
+    assert conn.endpoints == ["127.0.0.1:9002", "127.0.0.1:9001", "127.0.0.1:9003"]
+    assert (conn.cluster, conn.username, conn.password) == ("blue", "ops", "pw")
+    # Flags win over the file; the environment fills what neither gives.
+    conn = resolve_connection(args_for("status", ["--config", str(conf), "--endpoints",
+                                                  "10.0.0.1:1", "--cluster", "red"]),
+                              environ={"GARLICFARM_ENDPOINTS": "10.9.9.9:9"})
+    assert conn.endpoints == ["10.0.0.1:1"] and conn.cluster == "red"
+    conn = resolve_connection(args_for("status", ["--user", "u"]),
+                              environ={"GARLICFARM_ENDPOINTS": "127.0.0.1:5,127.0.0.1:6",
+                                       "GARLICFARM_PASSWORD": "secret"})
+    assert conn.endpoints == ["127.0.0.1:5", "127.0.0.1:6"] and conn.password == "secret"
+    creds = tmp_path / "creds"
+    creds.write_text("# farm\nalice:wonder:land\nbob:b\n")
+    conn = resolve_connection(args_for("status", ["--endpoints", "127.0.0.1:7",
+                                                  "--credentials", str(creds)]), environ={})
+    assert (conn.username, conn.password) == ("alice", "wonder:land")
+
+
+@pytest.mark.parametrize("argv, option", [
+    ([], "--endpoints"),
+    (["--endpoints", "localhost"], "--endpoints"),
+    (["--endpoints", "127.0.0.1:99999"], "--endpoints"),
+    (["--endpoints", "127.0.0.1:1", "--user", "u"], "--password"),
+    (["--endpoints", "127.0.0.1:1", "--timeout", "0"], "--timeout"),
+])
+def test_connection_errors_name_the_option(argv, option):
+    with pytest.raises(UsageError) as info:
+        resolve_connection(args_for("status", argv), environ={})
+    assert info.value.option == option
+
+
+def test_usage_errors_exit_2_with_one_line():
+    err = io.StringIO()
+    assert command_main("status", [], out=io.StringIO(), err=err) == EXIT_USAGE
+    assert err.getvalue().startswith("garlicfarm status: --endpoints: no members")
+    err = io.StringIO()
+    assert command_main("remove-server", ["x", "--endpoints", "127.0.0.1:1"],
+                        out=io.StringIO(), err=err) == EXIT_USAGE
+    assert "ID: 'x' is not a node id" in err.getvalue()
+    assert command_main("transfer-leader", ["--endpoints", "127.0.0.1:1"],
+                        out=io.StringIO(), err=io.StringIO()) == EXIT_USAGE   # --to missing
+
+
+def test_member_rows_lag_and_ages():
+    rows = {r.id: r for r in member_rows(VIEW, NOW)}
+    assert rows[1].lag == 0 and rows[2].lag == 5 and rows[3].lag is None
+    assert rows[4].lag == 30 and rows[4].voter is False
+    assert rows[1].status_age == 2.0 and rows[3].status_age is None
+    assert rows[1].uptime == 95.0 and rows[1].log_size == 3 * 1024 * 1024
+    doc = status_document(VIEW, NOW)
+    assert doc["leader"] == 1 and [r["id"] for r in doc["rows"]] == [1, 2, 3, 4]
+    json.dumps(doc)
+
+
+def test_status_table_plain_when_not_a_terminal():
+    out = io.StringIO()
+    render_status(console_for(out), VIEW, NOW)
+    text = out.getvalue()
+    assert text.isascii() and "\x1b[" not in text            # no colours, no boxes
+    lines = text.splitlines()
+    assert lines[0] == ("cluster farm  leader n1  term 4  commit 120  publisher n2")
+    row2 = next(line for line in lines if "127.0.0.1:9002" in line).split()
+    assert row2[:5] == ["2", "127.0.0.1:9002", "follower", "*", "125"]  # publisher mark
+    row4 = next(line for line in lines if "127.0.0.1:9004" in line)
+    assert "60.0m" in row4 and "observer" in row4
+    assert "3.0 MiB" in text and "95.0s" in text              # log size, uptime
+
+
+def test_print_table_aligns_numbers_right():
+    out = io.StringIO()
+    print_table(console_for(out), None, ["name", "n"], [["a", 1], ["b", 1000]], right=["n"])
+    rows = [line for line in out.getvalue().splitlines() if line.strip()[:1] in "ab"]
+    assert rows[0].rstrip().endswith("   1") and rows[1].rstrip().endswith("1000")
+
+
+def test_plain_converts_client_results():
+    from dataclasses import dataclass
+
+    @dataclass
+    class View:
+        leader: int
+        voters: dict
+
+    assert plain(View(1, {2: "h:1"})) == {"leader": 1, "voters": {"2": "h:1"}}
+    assert plain({1: (b"\x01", {3})}) == {"1": ["01", [3]]}
+
+
+def test_farm_file_round_trip_and_validation(tmp_path):
+    farm = farm_from_view(VIEW)
+    assert farm.voters == {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
+    assert farm.observers == {4: "127.0.0.1:9004"} and farm.wire == "garlicfarm"
+    assert farm.options == {"status-interval": 5.0}
+    doc = farm.to_json({"leader": 1})
+    assert FarmFile.from_json(json.loads(json.dumps(doc))) == farm
+    path = tmp_path / "farm.json"
+    path.write_text(json.dumps(doc))
+    assert FarmFile.read(str(path)) == farm
+
+    def bad(change: dict, field: str) -> None:
+        with pytest.raises(UsageError) as info:
+            FarmFile.from_json({**doc, **change}, "farm.json")
+        assert info.value.option == f"farm.json: {field}", info.value
+
+    bad({"format": "v0"}, "format")
+    bad({"cluster": ""}, "cluster")
+    bad({"wire": "smoke"}, "wire")
+    bad({"voters": {}}, "voters")
+    bad({"voters": {"0": "h:1"}}, "voters")
+    bad({"voters": {"1": "nohost"}}, "voters: 1")
+    bad({"observers": {"1": "127.0.0.1:9999"}}, "observers")
+    bad({"observers": {"9": "127.0.0.1:9001"}}, "voters")       # endpoint used twice
+    bad({"options": []}, "options")
+    path.write_text("{not json")
+    with pytest.raises(UsageError, match="is not JSON"):
+        FarmFile.read(str(path))
+
+
+def test_import_plans():
+    current = FarmFile("farm", {1: "h:1", 2: "h:2", 3: "h:3"}, {4: "h:4"})
+    wanted = FarmFile("farm", {1: "h:1", 2: "h:2", 3: "h:3", 5: "h:5"}, {6: "h:6"})
+    plan = plan_import(current, wanted, prune=False)
+    assert plan.add_voters == {5: "h:5"} and plan.add_observers == {6: "h:6"}
+    assert plan.kept_extra == [4] and not plan.remove_observers
+    assert plan.steps() == ["add voter n5 h:5", "add observer n6 h:6"]
+    plan = plan_import(current, FarmFile("farm", {1: "h:1", 2: "h:2"}), prune=True)
+    assert plan.remove_voters == [3] and plan.remove_observers == [4]
+    assert plan_import(current, current, prune=True).empty
+    # An observer listed as a voter is promoted through AddServer.
+    assert plan_import(current, FarmFile("farm", {1: "h:1", 2: "h:2", 3: "h:3", 4: "h:4"}),
+                       prune=False).add_voters == {4: "h:4"}
+    with pytest.raises(UsageError, match="farm 'other'"):
+        plan_import(current, FarmFile("other", {1: "h:1"}), prune=False)
+    with pytest.raises(UsageError, match="n2 runs at h:2, the file says h:9"):
+        plan_import(current, FarmFile("farm", {1: "h:1", 2: "h:9"}), prune=False)
+    with pytest.raises(UsageError, match="n3 is a voter"):
+        plan_import(current, FarmFile("farm", {1: "h:1"}, {3: "h:3"}), prune=False)
+
+
+def test_node_configs_are_valid_node_settings(tmp_path):
+    from consensus.runtime.config import NodeConfig
+
+    farm = FarmFile("blue", {1: "127.0.0.1:9001", 2: "127.0.0.1:9002"},
+                    {3: "127.0.0.1:9003"}, "marker", {"fsync": "never", "status-interval": 2.0})
+    configs = node_configs(farm, data_root=str(tmp_path), credentials="/etc/gf/creds",
+                           join=[3])
+    assert sorted(configs) == [1, 2, 3]
+    for node_id, text in configs.items():
+        settings = tomllib.loads(text)
+        config = NodeConfig.from_mapping(settings)
+        assert config.id == node_id and config.cluster == "blue" and config.wire == "marker"
+        assert config.fsync == "never" and config.status_interval == 2.0
+        assert config.data_dir == str(tmp_path / f"node-{node_id}")
+        assert node_id not in config.peers
+        assert config.observer == (node_id == 3) and config.join == (node_id == 3)
+    one = NodeConfig.from_mapping(tomllib.loads(configs[1]))
+    assert one.peers == {2: "127.0.0.1:9002"} and one.observers == {3: "127.0.0.1:9003"}
+    assert one.credentials == "/etc/gf/creds"
+    with pytest.raises(UsageError, match="options"):
+        node_configs(FarmFile("x", {1: "h:1"}, options={"bad": [1]}), data_root="/d",
+                     credentials=None)
