@@ -177,11 +177,22 @@ def table(rows: list[tuple[str, float]], n: int, repeat: int) -> str:
     return "\n".join(lines)
 
 
+NOTES = """\
+Three processes (producer, server, client) share the 2 cores in the chp cases, two in
+the ceilings, and the machine is shared with other test runs: rates move by 2x between
+runs, ratios less. Per update, receiving the five frames costs most (a `zmq.Frame` per
+frame, for its `more` flag: pyzmq's `recv_multipart` asks ZMQ_RCVMORE through a slow
+getsockopt instead); the server then decodes, applies and sends five frames, the client
+decodes and applies. With `--data-dir` each drained batch is appended to the storage
+engine's log and fsynced before it is published (group commit: the batch grows with
+the load), so that case also measures the disk."""
+
+
 def update_results(text: str, command: str) -> None:
     path = ROOT / "benchmarks" / "RESULTS.md"
     content = path.read_text()
-    section = f"## chp (`benchmarks/chp.py`)\n`{command}`\n\n{text}\n"
-    new, count = re.subn(r"## chp \(`benchmarks/chp\.py`\)\n.*?(?=\n## |\Z)", section.rstrip("\n"),
+    section = f"## chp (`benchmarks/chp.py`)\n`{command}`\n\n{text}\n\n{NOTES}\n"
+    new, count = re.subn(r"## chp \(`benchmarks/chp\.py`\)\n.*?(?=\n## |\Z)", section,
                          content, flags=re.S)
     if count != 1:
         raise SystemExit("benchmarks/RESULTS.md has no chp section to update")

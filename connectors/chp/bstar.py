@@ -27,6 +27,7 @@ Times are monotonic seconds supplied by the caller.
 """
 from __future__ import annotations
 
+from .periodic import Periodic
 from .proto import BstarState, BstarStatus
 
 HEARTBEAT = 1.0      # seconds between state messages
@@ -51,7 +52,7 @@ class BinaryStar:
         self.peer_timeout = peer_timeout
         self.peer_expiry = now + peer_timeout
         self.peer_state: BstarState | None = None
-        self._next_heartbeat = now
+        self._heartbeats = Periodic(heartbeat, now)
 
     @property
     def active(self) -> bool:
@@ -105,16 +106,11 @@ class BinaryStar:
 
     def heartbeat_due(self, now: float) -> BstarStatus | None:
         """The state message to send now, if a heartbeat is due."""
-        if now < self._next_heartbeat:
-            return None
-        self._next_heartbeat += self.heartbeat
-        if self._next_heartbeat <= now:   # we were late: do not send a burst
-            self._next_heartbeat = now + self.heartbeat
-        return BstarStatus(self.state)
+        return BstarStatus(self.state) if self._heartbeats.due(now) else None
 
     def next_deadline(self) -> float:
         """When `heartbeat_due` next has something to send."""
-        return self._next_heartbeat
+        return self._heartbeats.deadline
 
     def _become(self, state: BstarState) -> BstarState:
         self.state = state

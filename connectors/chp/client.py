@@ -342,6 +342,9 @@ class CloneClient:
 
     # ----------------------------------------------------------------- lifecycle
     def close(self) -> None:
+        """Stop the background thread and close every socket; ends open watches."""
+        if self._ctx.closed:
+            return
         if self._thread.is_alive():
             with self._pipe_lock:
                 self._pipe.send(_STOP)

@@ -44,6 +44,7 @@ from .bstar import HEARTBEAT, PEER_TIMEOUT, BinaryStar, SplitBrain
 from .errors import ConfigError, DataDirError
 from .kvmap import CloneMap
 from .pending import HORIZON, PendingUpdates
+from .periodic import Periodic
 from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Kvset, Limits,
                     Message, decode, encode, pack_sequence)
@@ -153,8 +154,8 @@ class CloneServer:
         self._peer_sub: zmq.Socket | None = None
         self._peer_snapshot: zmq.Socket | None = None
         self._sync_started = 0.0
-        self._next_hugz = 0.0
-        self._next_prune = 0.0
+        self._hugz = Periodic(config.hugz_interval, 0.0)
+        self._prune = Periodic(1.0, 0.0)
         try:
             self._bind()
         except BaseException:
@@ -219,7 +220,6 @@ class CloneServer:
                  "sequence %d, %d keys", self.state, cfg.bind, cfg.port, cfg.port + 1,
                  cfg.port + 2, self.map.sequence, len(self.map))
         self.stats.states.append(self.state)
-        self._next_hugz = time.monotonic()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -236,7 +236,7 @@ class CloneServer:
             self._close()
 
     def _next_deadline(self, now: float) -> float:
-        deadline = self._next_hugz
+        deadline = self._hugz.deadline
         if self.bstar is not None:
             deadline = min(deadline, self.bstar.next_deadline())
         expiry = self.map.next_expiry() if self.serving else None
@@ -246,9 +246,8 @@ class CloneServer:
 
     def _on_timers(self) -> None:
         now = time.monotonic()
-        if now >= self._next_hugz:
+        if self._hugz.due(now):
             self._send_hugz()
-            self._next_hugz = max(self._next_hugz + self.config.hugz_interval, now)
         if self.bstar is not None:
             status = self.bstar.heartbeat_due(now)
             if status is not None:
@@ -258,9 +257,8 @@ class CloneServer:
                 log.warning("chp server: no snapshot from the active %s after %.1fs; "
                             "asking again", self.config.peer, self.config.sync_timeout)
                 self._start_following(now)
-            if now >= self._next_prune:
+            if self._prune.due(now):
                 self.pending.prune(now)
-                self._next_prune = now + 1.0
         if self.serving:
             deletes = self.map.expire(time.time())
             if deletes:
