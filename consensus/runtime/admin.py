@@ -228,7 +228,7 @@ class MemberRow:
     role: str
     voter: bool
     match: int | None
-    lag: int | None
+    lag: int | None                # entries behind the commit index
     status_age: float | None       # seconds since the member's last status entry
     commit: int | None             # from its last status
     last: int | None
@@ -237,23 +237,18 @@ class MemberRow:
 
 
 def member_rows(view: Mapping[str, Any], now_ms: int) -> list[MemberRow]:
-    """One row per member of a status view: lag is the leader's last index (its own
-    match) minus the member's match index."""
+    """One row per member of a `FarmStatus` (as `plain` gives it)."""
     members = view.get("members") or {}
-    leader = view.get("leader")
-    head = None
-    if leader is not None and str(leader) in members:
-        head = members[str(leader)].get("match")
+    lag = view.get("lag") or {}
     rows = []
     for key, m in sorted(members.items(), key=lambda kv: int(kv[0])):
         status = m.get("status") or {}
         raft = status.get("raft") or {}
-        match = m.get("match")
         date = status.get("date")
         uptime = (status.get("router") or {}).get("uptime")
         rows.append(MemberRow(
             int(key), m.get("endpoint") or "", m.get("role") or "?", bool(m.get("voter")),
-            match, head - match if head is not None and match is not None else None,
+            m.get("match_index"), lag.get(str(key)),
             (now_ms - date) / 1e3 if isinstance(date, int) else None,
             raft.get("commit"), raft.get("last"),
             uptime / 1e3 if isinstance(uptime, (int, float)) else None, raft.get("logSize")))
@@ -261,7 +256,7 @@ def member_rows(view: Mapping[str, Any], now_ms: int) -> list[MemberRow]:
 
 
 def status_document(view: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
-    """What `status --json` prints: the farm's view plus the derived per-member rows."""
+    """What `status --json` prints: the `FarmStatus` plus the derived per-member rows."""
     doc = dict(view)
     doc["rows"] = [dataclasses.asdict(r) for r in member_rows(view, now_ms)]
     return doc
@@ -270,8 +265,9 @@ def status_document(view: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
 def render_status(console: Console, view: Mapping[str, Any], now_ms: int) -> None:
     publisher = view.get("publisher")
     console.print(f"cluster {view.get('cluster', '?')}  leader "
-                  f"{_node(view.get('leader'))}  term {view.get('term', '?')}  commit "
-                  f"{view.get('commit', '?')}  publisher {_node(publisher)}")
+                  f"{_node(view.get('leader_id'))}  term {view.get('term', '?')}  commit "
+                  f"{view.get('commit_index', '?')}  publisher {_node(publisher)}",
+                  markup=False)
     rows = member_rows(view, now_ms)
     print_table(console, None,
                 ["id", "endpoint", "role", "match", "lag", "status age", "commit", "last",
@@ -339,18 +335,17 @@ def cmd_add_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> i
 def cmd_remove_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     node_id = parse_node_id(args.id, "ID")
     with conn.client() as client:
-        view = plain(client.get_servers())
-        if str(node_id) in (view.get("observers") or {}):
+        view = client.get_servers()
+        if node_id in view.observers:
             client.update_observers(remove=[node_id])
             kind = "observer"
-        elif str(node_id) in (view.get("voters") or {}) or args.force:
+        elif node_id in view.voters or args.force:
             client.remove_server(node_id, force=args.force)
             kind = "voter"
         else:
             raise UsageError("ID", f"n{node_id} is not a member of the farm (voters "
-                                   f"{sorted(map(int, view.get('voters') or {}))}, observers "
-                                   f"{sorted(map(int, view.get('observers') or {}))}); "
-                                   "--force removes it anyway")
+                                   f"{sorted(view.voters)}, observers {sorted(view.observers)});"
+                                   " --force removes it anyway")
     _done(out, args, {"removed": node_id, "as": kind, "forced": args.force},
           f"n{node_id} removed ({kind}{', forced' if args.force else ''})")
     return EXIT_OK
@@ -455,21 +450,25 @@ def _members(value: Any, where: str) -> dict[int, str]:
     return members
 
 
-def farm_from_view(view: Mapping[str, Any]) -> FarmFile:
-    """The farm file of a running farm (`get_servers`/`status` view). Options come from
-    the leader's (else any member's) last status: its wire and status interval."""
-    members = view.get("members") or {}
-    leader = view.get("leader")
-    statuses = [m.get("status") for k, m in members.items() if m.get("status")]
-    own = (members.get(str(leader)) or {}).get("status") if leader is not None else None
-    config = ((own or (statuses[0] if statuses else None)) or {}).get("config") or {}
+def farm_from_view(cluster: str, servers: Any) -> FarmFile:
+    """The farm file of a running farm, from its cluster name and `get_servers()` view.
+    Options come from the leader's (else any member's) last status: its wire and its
+    status interval."""
+    members = servers.members
+    own = members.get(servers.leader_id)
+    statuses = [m.status for m in ([own] if own else []) + list(members.values()) if m.status]
+    config = (statuses[0].get("config") if statuses else None) or {}
     options = {}
     if "statusInterval" in config:
         options["status-interval"] = config["statusInterval"]
-    return FarmFile(str(view.get("cluster") or "farm"),
-                    {int(k): v for k, v in (view.get("voters") or {}).items()},
-                    {int(k): v for k, v in (view.get("observers") or {}).items()},
+    return FarmFile(cluster, dict(servers.voters), dict(servers.observers),
                     str(config.get("wire") or "garlicfarm"), options)
+
+
+def read_farm(client: Any) -> tuple[FarmFile, Any]:
+    """The running farm as a farm file, and its `get_servers()` view."""
+    servers = client.get_servers()
+    return farm_from_view(client.status().cluster, servers), servers
 
 
 @dataclass
@@ -566,10 +565,9 @@ def cmd_config(conn_args: argparse.Namespace, out: TextIO) -> int:
     if conn_args.action == "export":
         conn = resolve_connection(conn_args)
         with conn.client() as client:
-            view = plain(client.status())
-        farm = farm_from_view(view)
-        doc = farm.to_json({"date": int(time.time() * 1000), "leader": view.get("leader"),
-                            "term": view.get("term"), "commit": view.get("commit")})
+            farm, servers = read_farm(client)
+        doc = farm.to_json({"date": int(time.time() * 1000), "leader": servers.leader_id,
+                            "term": servers.term, "commit": servers.commit_index})
         text = json.dumps(doc, indent=2) + "\n"
         if conn_args.output and conn_args.output != "-":
             _write_atomically(conn_args.output, text)
@@ -590,7 +588,7 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
     from consensus.runtime import FarmError
     try:
         with conn.client() as client:
-            current = farm_from_view(plain(client.status()))
+            current, _ = read_farm(client)
     except FarmError as exc:
         if not args.node_configs:
             raise

@@ -9,6 +9,7 @@ import tomllib
 
 import pytest
 
+from consensus.runtime import ClusterView, FarmStatus, MemberView
 from consensus.runtime.admin import (EXIT_USAGE, FarmFile, UsageError, build_parser,
                                      command_main, console_for, farm_from_view, member_rows,
                                      node_configs, plan_import, plain, print_table,
@@ -18,24 +19,20 @@ pytestmark = pytest.mark.timeout(30)
 
 NOW = 1_700_000_010_000
 
-VIEW = {
-    "cluster": "farm", "leader": 1, "term": 4, "commit": 120, "publisher": 2,
-    "voters": {"1": "127.0.0.1:9001", "2": "127.0.0.1:9002", "3": "127.0.0.1:9003"},
-    "observers": {"4": "127.0.0.1:9004"},
-    "members": {
-        "1": {"endpoint": "127.0.0.1:9001", "role": "leader", "voter": True, "match": 130,
-              "status": {"date": NOW - 2000, "config": {"wire": "garlicfarm",
-                                                        "statusInterval": 5.0},
-                         "raft": {"commit": 120, "last": 130, "logSize": 3 * 1024 * 1024},
-                         "router": {"uptime": 95_000}}},
-        "2": {"endpoint": "127.0.0.1:9002", "role": "follower", "voter": True, "match": 125,
-              "status": {"date": NOW - 500, "raft": {"commit": 120, "last": 126}}},
-        "3": {"endpoint": "127.0.0.1:9003", "role": "follower", "voter": True, "match": None,
-              "status": None},
-        "4": {"endpoint": "127.0.0.1:9004", "role": "observer", "voter": False, "match": 100,
-              "status": {"date": NOW - 3_600_000}},
-    },
+MEMBERS = {
+    1: MemberView(1, "127.0.0.1:9001", "leader", True, 130,
+                  {"date": NOW - 2000, "config": {"wire": "marker", "statusInterval": 5.0},
+                   "raft": {"commit": 120, "last": 130, "logSize": 3 * 1024 * 1024},
+                   "router": {"uptime": 95_000}}),
+    2: MemberView(2, "127.0.0.1:9002", "follower", True, 115,
+                  {"date": NOW - 500, "raft": {"commit": 120, "last": 126}}),
+    3: MemberView(3, "127.0.0.1:9003", "follower", True, None, None),
+    4: MemberView(4, "127.0.0.1:9004", "observer", False, None, {"date": NOW - 3_600_000}),
 }
+STATUS = FarmStatus("farm", 1, 4, 120, 2, MEMBERS, {1: 0, 2: 5, 4: 30})
+SERVERS = ClusterView(1, 4, 120, {1: "127.0.0.1:9001", 2: "127.0.0.1:9002",
+                                  3: "127.0.0.1:9003"}, {4: "127.0.0.1:9004"}, {}, MEMBERS)
+VIEW = plain(STATUS)
 
 
 def args_for(name: str, argv: list[str]) -> argparse.Namespace:
@@ -95,10 +92,11 @@ def test_member_rows_lag_and_ages():
     rows = {r.id: r for r in member_rows(VIEW, NOW)}
     assert rows[1].lag == 0 and rows[2].lag == 5 and rows[3].lag is None
     assert rows[4].lag == 30 and rows[4].voter is False
+    assert rows[1].match == 130 and rows[3].match is None
     assert rows[1].status_age == 2.0 and rows[3].status_age is None
     assert rows[1].uptime == 95.0 and rows[1].log_size == 3 * 1024 * 1024
     doc = status_document(VIEW, NOW)
-    assert doc["leader"] == 1 and [r["id"] for r in doc["rows"]] == [1, 2, 3, 4]
+    assert doc["leader_id"] == 1 and [r["id"] for r in doc["rows"]] == [1, 2, 3, 4]
     json.dumps(doc)
 
 
@@ -110,9 +108,9 @@ def test_status_table_plain_when_not_a_terminal():
     lines = text.splitlines()
     assert lines[0] == ("cluster farm  leader n1  term 4  commit 120  publisher n2")
     row2 = next(line for line in lines if "127.0.0.1:9002" in line).split()
-    assert row2[:5] == ["2", "127.0.0.1:9002", "follower", "*", "125"]  # publisher mark
+    assert row2[:6] == ["2", "127.0.0.1:9002", "follower", "*", "115", "5"]  # publisher
     row4 = next(line for line in lines if "127.0.0.1:9004" in line)
-    assert "60.0m" in row4 and "observer" in row4
+    assert "60.0m" in row4 and "observer" in row4 and " 30 " in row4
     assert "3.0 MiB" in text and "95.0s" in text              # log size, uptime
 
 
@@ -136,9 +134,9 @@ def test_plain_converts_client_results():
 
 
 def test_farm_file_round_trip_and_validation(tmp_path):
-    farm = farm_from_view(VIEW)
+    farm = farm_from_view("farm", SERVERS)
     assert farm.voters == {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
-    assert farm.observers == {4: "127.0.0.1:9004"} and farm.wire == "garlicfarm"
+    assert farm.observers == {4: "127.0.0.1:9004"} and farm.wire == "marker"
     assert farm.options == {"status-interval": 5.0}
     doc = farm.to_json({"leader": 1})
     assert FarmFile.from_json(json.loads(json.dumps(doc))) == farm
