@@ -61,10 +61,9 @@ class TaskTag:
                 "this Spark task carries no streaming query id / batch id "
                 f"({QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY}); the garlicfarm stream writer "
                 "must run inside a streaming query")
-        # A stage retry restarts attemptNumber at 0: fold the stage attempt in, so two
-        # attempts of one partition never share a tag.
-        attempt = context.stageAttemptNumber() * 1_000 + context.attemptNumber()
-        return cls(query_id, batch_id, context.partitionId(), attempt)
+        # The attempt is informational (a stage retry restarts it at 0): staged output is
+        # identified by its log position, and a commit names exact positions.
+        return cls(query_id, batch_id, context.partitionId(), context.attemptNumber())
 
 
 @dataclass
