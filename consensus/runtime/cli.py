@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="HOST:PORT peers use to reach this node "
                    "(default: --listen)")
     p.add_argument("--peers", help="the other voters: ID=HOST:PORT,...")
+    p.add_argument("--peer-address", action="append", help="ID=HOST:PORT: dial peer ID "
+                   "there instead of its configured endpoint (a proxy; repeatable)")
     p.add_argument("--observers", help="observers of the initial configuration: "
                    "ID=HOST:PORT,...")
     p.add_argument("--data-dir", help="where the log, hard state and snapshots live")

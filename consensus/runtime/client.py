@@ -25,7 +25,8 @@ import msgpack
 from consensus.raft import Configuration, Entry, EntryType
 from consensus.runtime import extensions as ext
 from consensus.runtime.dial import dial
-from consensus.runtime.envelope import CommandKind, encode_command, log_record, new_request_id
+from consensus.runtime.envelope import (CommandKind, described, encode_command,
+                                        new_request_id, record_from_header)
 from consensus.runtime.errors import (ConfigError, FarmError, NotLeaderError,
                                       ProtocolMismatch, RetryableWrite, Unavailable,
                                       error_from_wire)
@@ -283,33 +284,33 @@ class FarmClient:
         return self._with_retries(operation, leader=leader, endpoint=endpoint, timeout=total)
 
     def _write_many(self, payloads: list[tuple[bytes, bytes]]) -> list[ext.WriteResult]:
-        """Send farm commands (request id, bytes), pipelined; their WriteResults in order."""
+        """Send farm commands (request id, bytes) pipelined, at most `_MAX_PIPELINE` in
+        flight; their WriteResults in order. Each answer must come within the timeout."""
         results: dict[bytes, ext.WriteResult] = {}
 
         def operation(link: _Link, deadline: float):
-            todo = [(rid, data) for rid, data in payloads if rid not in results]
-            for start in range(0, len(todo), _MAX_PIPELINE):
-                chunk = todo[start:start + _MAX_PIPELINE]
-                link.send(b"".join(encode(RaftRequest(
-                    MessageType.CLIENT_REQUEST,
-                    entries=(LogEntry(0, ValueType.APPLICATION, data),)), GARLICFARM_REGISTRY)
-                    for _, data in chunk))
-                waiting = {rid for rid, _ in chunk}
-                retry: Exception | None = None
-                while waiting:
-                    frame = link.next_frame(deadline)
-                    if not isinstance(frame, ext.WriteResult) or frame.request_id not in waiting:
-                        continue
-                    waiting.discard(frame.request_id)
-                    if frame.code:
-                        error = error_from_wire(frame.code, frame.message, frame.detail)
-                        if isinstance(error, _RETRYABLE):
-                            retry = retry or error
-                            continue
+            todo = deque((rid, data) for rid, data in payloads if rid not in results)
+            outstanding: set[bytes] = set()
+            retry: Exception | None = None
+            while todo or outstanding:
+                if todo and len(outstanding) <= _MAX_PIPELINE // 2:
+                    batch = [todo.popleft()
+                             for _ in range(min(len(todo), _MAX_PIPELINE - len(outstanding)))]
+                    link.send(b"".join(_client_request(data) for _, data in batch))
+                    outstanding.update(rid for rid, _ in batch)
+                frame = link.next_frame(time.monotonic() + self.timeout)
+                if not isinstance(frame, ext.WriteResult) or frame.request_id not in outstanding:
+                    continue
+                outstanding.discard(frame.request_id)
+                if frame.code:
+                    error = error_from_wire(frame.code, frame.message, frame.detail)
+                    if not isinstance(error, _RETRYABLE):
                         raise error
-                    results[frame.request_id] = frame
-                if retry is not None:
-                    raise retry
+                    retry = retry or error
+                    continue
+                results[frame.request_id] = frame
+            if retry is not None:
+                raise retry
             return [results[rid] for rid, _ in payloads]
 
         return self._with_retries(operation, leader=True)
@@ -345,8 +346,11 @@ class FarmClient:
         return bool(self._write(CommandKind.KV_CAS, _text(key, "key"), expected,
                                 _text(new, "new")).result)
 
-    def kv_get(self, key: str) -> str | None:
-        return self._query_builtin(["kv_get", _text(key, "key")])
+    def kv_get(self, key: str, *, consistency: str = "lease") -> str | None:
+        """The value, or None for a key never written. `consistency`: "lease" (leader,
+        JournalKeeper's lease check), "read_index" (leader, a heartbeat round) or
+        "sequential" (the member answering, possibly stale)."""
+        return self._query_builtin(["kv_get", _text(key, "key")], consistency=consistency)
 
     # -- the sink ledger ---------------------------------------------------------------------------
     def stage(self, query_id: str, batch_id: int, partition: int, attempt: int,
@@ -389,9 +393,9 @@ class FarmClient:
                                query_id, int(batch_id)).result)
 
     # -- reads --------------------------------------------------------------------------------------
-    def _query_builtin(self, request: list) -> Any:
-        return msgpack.unpackb(self.query(msgpack.packb(request, use_bin_type=True)),
-                               raw=False, strict_map_key=False)
+    def _query_builtin(self, request: list, consistency: str = "lease") -> Any:
+        answer = self.query(msgpack.packb(request, use_bin_type=True), consistency=consistency)
+        return msgpack.unpackb(answer, raw=False, strict_map_key=False)
 
     def last_applied(self) -> int:
         return int(self._call("last_applied"))
@@ -402,22 +406,21 @@ class FarmClient:
         return int(first), int(commit), int(snapshot)
 
     def read_entries(self, start: int, stop: int, *, max_bytes: int = 8 << 20,
-                     endpoint: str | None = None) -> list[LogRecord]:
+                     endpoint: str | None = None, payloads: bool = True) -> list[LogRecord]:
         """Committed entries [start, stop) of one member (default: any); may end before
-        `stop` when `max_bytes` is reached (at least one entry when start < stop)."""
+        `stop` when `max_bytes` is reached (at least one entry when start < stop). With
+        ``payloads=False`` records carry their headers only (type, count, staged and
+        commit info; no journal records or payloads)."""
         answer = self._call("read_entries", {"start": int(start), "stop": int(stop),
-                                             "max_bytes": int(max_bytes)},
+                                             "max_bytes": int(max_bytes),
+                                             "payloads": bool(payloads)},
                             leader=False, endpoint=endpoint)
+        if not payloads:
+            return [record_from_header(h) for h in answer["headers"]]
         verdicts = answer["verdicts"]
-        records = []
-        for index, term, kind, data in answer["entries"]:
-            verdict = verdicts.get(index, True)
-            record = log_record(Entry(term, index, _ENTRY_TYPES[kind], data),
-                                effective=verdict)
-            if verdict is False and record.commit is None:
-                record = _with_duplicate(record)
-            records.append(record)
-        return records
+        return [described(Entry(term, index, _ENTRY_TYPES[kind], data),
+                          verdicts.get(index, True))
+                for index, term, kind, data in answer["entries"]]
 
     def read_committed(self, start: int, stop: int, **kw: Any) -> Iterator[VisibleRecords]:
         """The read-committed view of [start, stop) (see docs/runtime.md)."""
@@ -589,6 +592,12 @@ class _Subscription:
             self.link.close()
 
 
+def _client_request(data: bytes) -> bytes:
+    return encode(RaftRequest(MessageType.CLIENT_REQUEST,
+                              entries=(LogEntry(0, ValueType.APPLICATION, data),)),
+                  GARLICFARM_REGISTRY)
+
+
 def _records(records: Sequence[bytes]) -> list[bytes]:
     if isinstance(records, (bytes, bytearray)):
         raise TypeError("records is a sequence of bytes records, not one bytes object: "
@@ -605,11 +614,6 @@ def _text(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be str, not {type(value).__name__}")
     return value
-
-
-def _with_duplicate(record: LogRecord) -> LogRecord:
-    from dataclasses import replace
-    return replace(record, duplicate=True)
 
 
 def _cluster_view(view: dict) -> ClusterView:

@@ -71,6 +71,7 @@ class NodeConfig:
     join: bool = False                          #: no bootstrap: wait to be added
     advertise: str | None = None                #: the endpoint peers use (default: listen)
     listen_fd: int | None = None                #: an inherited listening socket
+    peer_address: dict[int, str] = field(default_factory=dict)  #: dial these instead
     status_interval: float = 5.0
     tick: float = 0.01                          #: seconds per Raft tick
     election_ticks: int = 15                    #: election timeout in [n, 2n) ticks
@@ -129,9 +130,12 @@ class NodeConfig:
             if name not in known:
                 raise ConfigError(key, f"unknown setting (known: {', '.join(sorted(known))})")
             kwargs[name] = value
-        for option in ("peers", "observers"):
+        if isinstance(kwargs.get("peer_address"), (list, tuple)):
+            kwargs["peer_address"] = ",".join(kwargs["peer_address"])
+        for option in ("peers", "observers", "peer_address"):
             if option in kwargs:
-                kwargs[option] = parse_members(kwargs[option], f"--{option}")
+                kwargs[option] = parse_members(kwargs[option],
+                                               f"--{option.replace('_', '-')}")
         for name in ("data_dir", "credentials", "tls_cert", "tls_key", "tls_ca"):
             if kwargs.get(name):
                 kwargs[name] = os.path.expanduser(str(kwargs[name]))
@@ -139,6 +143,13 @@ class NodeConfig:
             return cls(**kwargs)
         except TypeError as exc:
             raise ConfigError("config", str(exc)) from None
+
+
+def load_config(path: str, **overrides: Any) -> NodeConfig:
+    """A node's settings from its config file (options given as `overrides` win)."""
+    values = load_config_file(path)
+    values.update(overrides)
+    return NodeConfig.from_mapping(values)
 
 
 def load_config_file(path: str) -> dict[str, Any]:

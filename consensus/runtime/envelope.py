@@ -21,7 +21,7 @@ import enum
 import json
 import struct
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import msgpack
@@ -178,7 +178,7 @@ def log_record(entry: Entry, effective: bool | None = None) -> LogRecord:
         return LogRecord(index, term, "control", None, data, 0)
     kind, args, ts = command.kind, command.args, command.timestamp_ms
     if kind is CommandKind.JOURNAL:
-        return LogRecord(index, term, "journal", list(args[0]), b"", ts)
+        return LogRecord(index, term, "journal", list(args[0]), b"", ts, count=len(args[0]))
     if kind is CommandKind.STAGE:
         query_id, batch_id, partition, attempt, content_type, payload = args
         return LogRecord(index, term, "staged", None, payload, ts,
@@ -198,3 +198,32 @@ def _status_date(data: bytes) -> int:
     except (ValueError, AttributeError):
         return 0
     return date if isinstance(date, int) else 0
+
+
+def described(entry: Entry, verdict: bool | None) -> LogRecord:
+    """`log_record` with a member's verdict: False marks a COMMIT that did not take
+    effect, or any other command that was a retry of one applied before (duplicate)."""
+    record = log_record(entry, effective=verdict)
+    if verdict is False and record.commit is None:
+        record = replace(record, duplicate=True)
+    return record
+
+
+def header_of(record: LogRecord) -> list:
+    """A record without its payloads, as `read_entries(payloads=False)` ships it."""
+    staged = record.staged
+    commit = record.commit
+    return [record.index, record.term, record.type, record.count, record.timestamp_ms,
+            None if staged is None else [staged.query_id, staged.batch_id, staged.partition,
+                                         staged.attempt, staged.content_type],
+            None if commit is None else [commit.query_id, commit.batch_id, list(commit.staged),
+                                         commit.metadata, commit.effective],
+            record.duplicate]
+
+
+def record_from_header(header: list) -> LogRecord:
+    index, term, kind, count, ts, staged, commit, duplicate = header
+    return LogRecord(index, term, kind, None, b"", ts,
+                     StagedInfo(*staged) if staged is not None else None,
+                     CommitInfo(commit[0], commit[1], tuple(commit[2]), commit[3], commit[4])
+                     if commit is not None else None, duplicate, count)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from consensus.runtime.client import FarmClient
 from consensus.runtime.errors import FarmError, Unavailable
@@ -35,7 +35,10 @@ class LocalCluster:
     def __init__(self, nodes: int = 3, data_dir: str | None = None, wire: str = "garlicfarm",
                  cluster: str = "farm", username: str = "farm", password: str | None = None,
                  fsync: str = "batch", observers: int = 0, extra_args: Sequence[str] = (),
-                 status_interval: float = 2.0) -> None:
+                 status_interval: float = 2.0,
+                 peer_address: Callable[[int, int, str], str] | None = None) -> None:
+        """`peer_address(source, target, target_endpoint)`, when given, is asked at every
+        (re)start of `source` where it must dial `target` (e.g. a fault proxy)."""
         if nodes < 1:
             raise ValueError("a LocalCluster needs at least one node")
         self.wire, self.cluster, self.fsync = wire, cluster, fsync
@@ -43,6 +46,7 @@ class LocalCluster:
         self.password = password if password is not None else secrets.token_hex(12)
         self.extra_args = list(extra_args)
         self.status_interval = status_interval
+        self.peer_address = peer_address
         self._temp = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="garlicfarm-")
         self.voter_ids = list(range(1, nodes + 1))
@@ -142,6 +146,17 @@ class LocalCluster:
             raise RuntimeError(f"node {node_id} is still running: stop or kill it first")
         self._start(node_id, self._args[node_id])
 
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP: the process keeps its sockets but does nothing (a stalled node)."""
+        os.kill(self._procs[node_id].pid, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        os.kill(self._procs[node_id].pid, signal.SIGCONT)
+
+    def pid(self, node_id: int) -> int | None:
+        proc = self._procs.get(node_id)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def running(self, node_id: int) -> bool:
         proc = self._procs.get(node_id)
         return proc is not None and proc.poll() is None
@@ -166,6 +181,7 @@ class LocalCluster:
     def close(self) -> None:
         for node_id, proc in list(self._procs.items()):
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)        # a paused node must hear SIGTERM
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE
         for proc in self._procs.values():
@@ -208,11 +224,22 @@ class LocalCluster:
             args.append("--observer")
         return args
 
+    def _peer_address_args(self, node_id: int) -> list[str]:
+        if self.peer_address is None:
+            return []
+        args = []
+        for target in sorted(self._sockets):
+            if target != node_id:
+                address = self.peer_address(node_id, target, self.endpoint_of(target))
+                args += ["--peer-address", f"{target}={address}"]
+        return args
+
     def _start(self, node_id: int, args: list[str]) -> None:
         self._args[node_id] = args
         sock = self._sockets[node_id]
         command = [sys.executable, "-m", "consensus.cli", "node", *args,
-                   "--listen-fd", str(sock.fileno()), *self.extra_args]
+                   "--listen-fd", str(sock.fileno()), *self._peer_address_args(node_id),
+                   *self.extra_args]
         log = self._logs.get(node_id)
         if log is None:
             log = self._logs[node_id] = open(self.log_path(node_id), "ab")

@@ -105,10 +105,13 @@ class Ledger:
         return index
 
     def commit(self, index: int, query: str, batch: int, staged: list[int], meta: dict) -> list:
-        """[committed, index of the batch's (first) commit, duplicate]."""
+        """[committed, index of the batch's (first) commit, duplicate]. Either way the
+        batch's other staged entries, and those of older batches of the query, become
+        garbage: Spark never commits a batch older than the last one it planned."""
         batches = self.commits.setdefault(query, OrderedDict())
         first = batches.get(batch)
         if first is not None:
+            self._drop_garbage(query, batch)
             return [False, first[0], True]
         for s in staged:
             owner = self.staged.get(s)
@@ -122,12 +125,29 @@ class Ledger:
             raise CommandError("a staged entry is named twice")
         for s in staged:
             self._drop_staged(s)
-        for leftover in self.by_batch.pop((query, batch), []):   # other attempts: garbage
-            self.staged.pop(leftover, None)
+        self._drop_garbage(query, batch)
         batches[batch] = [index, list(staged), meta]
         while len(batches) > BATCHES_KEPT_PER_QUERY:
             batches.popitem(last=False)
         return [True, index, False]
+
+    def _drop_garbage(self, query: str, batch: int) -> None:
+        for key in [k for k in self.by_batch if k[0] == query and k[1] <= batch]:
+            for leftover in self.by_batch.pop(key):
+                self.staged.pop(leftover, None)
+
+    def referenced_floor(self, from_index: int) -> int:
+        """The lowest log index still needed to read committed batches whose COMMIT entry
+        is at or after `from_index`, and the staged entries not yet committed: compaction
+        keeps the log from there."""
+        floor = min(self.staged, default=from_index)
+        for batches in self.commits.values():
+            for commit_index, staged, _ in reversed(batches.values()):
+                if commit_index < from_index:
+                    break
+                if staged:
+                    floor = min(floor, min(staged))
+        return min(floor, from_index)
 
     def _drop_staged(self, index: int) -> None:
         owner = self.staged.pop(index)

@@ -27,7 +27,7 @@ import time
 from typing import Callable
 
 from consensus.raft import (Configuration, Message, RaftError, RaftNode, RaftOptions,
-                            Role, SoftState, StateMachine)
+                            ReadIndexRequest, Role, SoftState, StateMachine)
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.service import Service
@@ -71,12 +71,13 @@ class FarmNode:
         self.transport = Transport(
             node_id=config.id, wire=config.wire, security=self.security, listen=config.listen,
             listen_fd=config.listen_fd,
-            address_of=self.address_of, on_core=self._inbox_append,
+            address_of=self.dial_address_of, on_core=self._inbox_append,
             on_client=self._on_client, on_closed=self._on_closed,
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack)
         self.port = self.transport.port
         self.service = Service(self)
         self._inbox: list[Message] = []
+        self._client_inbox: list = []
         self._stop = threading.Event()
         self._soft: SoftState | None = None
         self._leader_hint: int | None = None
@@ -95,9 +96,14 @@ class FarmNode:
 
     # -- addresses ------------------------------------------------------------------------
     def address_of(self, node_id: int) -> str | None:
+        """Where peers and clients reach `node_id` (the configuration's endpoint)."""
         address = self.raft.configuration.addresses.get(node_id) if hasattr(self, "raft") \
             else None
         return address or self.addresses.get(node_id)
+
+    def dial_address_of(self, node_id: int) -> str | None:
+        """Where we dial `node_id`: --peer-address when given (a proxy), else its endpoint."""
+        return self.config.peer_address.get(node_id) or self.address_of(node_id)
 
     def learn_address(self, node_id: int, address: str) -> None:
         if self.addresses.get(node_id) != address:
@@ -109,7 +115,7 @@ class FarmNode:
         self._inbox.append(msg)
 
     def _on_client(self, conn, wire, slot) -> None:
-        self.service.on_client(conn, wire, slot)
+        self._client_inbox.append((conn, wire, slot))
 
     def _on_closed(self, conn) -> None:
         self.service.on_closed(conn)
@@ -151,8 +157,13 @@ class FarmNode:
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                busy = raft.has_ready() or self._inbox
+                busy = raft.has_ready() or self._inbox or self._client_inbox
                 transport.poll(0.0 if busy else max(0.0, next_tick - now))
+                # Peers' messages first, then the ticks that came due meanwhile: a stall
+                # then never makes a leader miss the answers waiting in its sockets.
+                # Lease-checked reads come after the ticks, so a lease is never judged
+                # by a clock that lags (docs/raft-core.md).
+                reads = self._step_inbox()
                 now = time.monotonic()
                 if now >= next_tick:
                     due = int((now - next_tick) / tick) + 1
@@ -160,9 +171,13 @@ class FarmNode:
                         raft.tick()
                     next_tick += due * tick
                     service.on_tick(now)
-                if self._inbox:
-                    inbox, self._inbox = self._inbox, []
-                    self._step(inbox)
+                if reads:
+                    self._step(reads)
+                if self._client_inbox:
+                    frames, self._client_inbox = self._client_inbox, []
+                    for conn, wire, slot in frames:
+                        if not conn.closed:
+                            service.on_client(conn, wire, slot)
                 service.propose_pending()
                 self._process_ready()
                 if now >= next_status:
@@ -175,6 +190,17 @@ class FarmNode:
                     break
         finally:
             self._shutdown()
+
+    def _step_inbox(self) -> list[Message]:
+        """Step the peers' messages; return the lease-sensitive ones (read requests)."""
+        if not self._inbox:
+            return []
+        inbox, self._inbox = self._inbox, []
+        reads = [m for m in inbox if type(m) is ReadIndexRequest]
+        if reads:
+            inbox = [m for m in inbox if type(m) is not ReadIndexRequest]
+        self._step(inbox)
+        return reads
 
     def _step(self, inbox: list[Message]) -> None:
         me = self.id
@@ -242,7 +268,8 @@ class FarmNode:
             return
         self.storage.save_snapshot(snapshot)
         self._snapshot_index = index
-        self.storage.compact(index + 1 - self.config.retain_entries)
+        keep_from = index + 1 - self.config.retain_entries
+        self.storage.compact(self.machine.ledger.referenced_floor(keep_from))
 
     def _on_soft_state(self, soft: SoftState) -> None:
         old = self._soft

@@ -1,7 +1,7 @@
 """The values the farm's client API returns (plain dataclasses, picklable, no sockets)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -47,6 +47,7 @@ class LogRecord:
     staged: StagedInfo | None = None
     commit: CommitInfo | None = None
     duplicate: bool = False     #: a retried write applied before: the state ignored it
+    count: int = 0              #: records of a journal entry (also without payloads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,10 @@ class ClusterView:
     def leader_endpoint(self) -> str | None:
         return self.voters.get(self.leader_id) if self.leader_id is not None else None
 
+    def to_dict(self) -> dict:
+        """JSON-ready (member ids become strings, as JSON object keys must)."""
+        return _json_ready(asdict(self))
+
 
 @dataclass(frozen=True, slots=True)
 class FarmStatus:
@@ -111,6 +116,10 @@ class FarmStatus:
     members: dict[int, MemberView]
     lag: dict[int, int]         #: commit index - member's match (or status commit)
 
+    def to_dict(self) -> dict:
+        """JSON-ready (member ids become strings, as JSON object keys must)."""
+        return _json_ready(asdict(self))
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -121,3 +130,13 @@ class Event:
     term: int
     leader_id: int | None
     data: dict[str, Any] = field(default_factory=dict)
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value

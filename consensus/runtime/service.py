@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from consensus.raft import (Entry, EntryType, MembershipChangeError, NotLeader, ProposalDropped,
                             PullStatus, ReadStatus, Role)
 from consensus.runtime import extensions as ext
-from consensus.runtime.envelope import decode_command, is_command, request_id_of, stamp
+from consensus.runtime.envelope import (decode_command, described, header_of, is_command,
+                                        request_id_of, stamp)
 from consensus.runtime.errors import (FarmError, IndexOverflow, IndexUnderflow,
                                       NotLeaderError, RetryableWrite, Unavailable, error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
@@ -479,6 +480,9 @@ class Service:
             verdict = machine.effective(entry)
             if verdict is not True:
                 verdicts[entry.index] = verdict
+        if not args.get("payloads", True):
+            return {"headers": [header_of(described(e, verdicts.get(e.index, True)))
+                                for e in entries]}
         return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],
                 "verdicts": verdicts}
 
