@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.chp.bstar import BinaryStar, SplitBrain
+from connectors.chp.periodic import Periodic
 from connectors.chp.proto import BstarState, BstarStatus
 
 P, B, A, S = BstarState.PRIMARY, BstarState.BACKUP, BstarState.ACTIVE, BstarState.PASSIVE
@@ -70,3 +71,12 @@ def test_heartbeats_are_due_every_interval_without_bursts_after_a_stall():
 def test_timeouts_must_make_sense():
     with pytest.raises(ValueError, match="peer_timeout"):
         BinaryStar(True, 0.0, heartbeat=1.0, peer_timeout=1.0)
+
+
+def test_periodic_deadlines():
+    tick = Periodic(0.5, 10.0)
+    assert not tick.due(9.99) and tick.due(10.0) and not tick.due(10.2)
+    assert tick.deadline == 10.5 and tick.due(10.5)
+    assert tick.due(13.2) and tick.deadline == pytest.approx(13.7)   # once, no burst
+    with pytest.raises(ValueError):
+        Periodic(0, 0.0)

@@ -181,7 +181,7 @@ def test_malformed_frames_are_survived(servers):
         ctx.destroy(linger=0)
 
 
-def test_client_errors_name_what_is_wrong(servers):
+def test_client_errors_name_what_is_wrong():
     with pytest.raises(ConfigError, match="HOST:PORT"):
         CloneClient("localhost")
     port = free_port_span()
