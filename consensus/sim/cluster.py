@@ -150,18 +150,19 @@ class SimCluster:
         self.restart(node_id)
 
     def make_observer(self, node_id: int) -> None:
-        """A fresh observer server: new disk (keeping the hard state), observer role."""
+        """Restart a server as an observer (RaftOptions.observer), keeping its disk: a
+        server that ever voted must never come back under the same id with a wiped log
+        (Raft's safety rests on what its log acknowledged; like etcd, a server that lost
+        its disk needs a new id)."""
         host = self.hosts[node_id]
         if host.up:
             host.crash(self.rng)
-        hard = host.disk.initial_state()
         leader = self.leader()
-        members = leader.node.configuration if leader else None
-        host.wipe(self._options(node_id, observer=True), members)
-        host.disk.set_hard_state(replace(hard, commit=0))
+        bootstrap = host.bootstrap or (leader.node.configuration if leader else None)
+        host.reconfigure(self._options(node_id, observer=True), bootstrap)
         self.nemesis.restarts.pop(node_id, None)
         host.start()
-        self.note(f"node {node_id} starts as a fresh observer")
+        self.note(f"node {node_id} restarts as an observer")
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self, *, faults: bool = True) -> None:

@@ -57,9 +57,8 @@ class SimHost:
         self._pending = None
         return self.disk.crash(rng)
 
-    def wipe(self, options: RaftOptions, bootstrap: Configuration | None) -> None:
-        """Decommission: a fresh disk and identity settings, as for a new server."""
-        self.disk = SimDisk()
+    def reconfigure(self, options: RaftOptions, bootstrap: Configuration | None) -> None:
+        """New settings for the next start (the disk stays)."""
         self.options = options
         self.bootstrap = bootstrap
 
