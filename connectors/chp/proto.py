@@ -337,6 +337,9 @@ _NOT_KVMSG = (Channel.SNAPSHOT_REQUEST, Channel.BSTAR)
 def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
                   limits: Limits) -> Message:
     key, seq, uuid, properties, body = frames
+    if not (type(key) is bytes and type(uuid) is bytes and type(properties) is bytes
+            and type(body) is bytes):   # bytearray, memoryview, zmq.Frame...
+        key, seq, uuid, properties, body = (bytes(f) for f in frames)
     if len(key) > limits.max_key_bytes:
         raise LimitExceeded("key", f"{len(key)} bytes > limit {limits.max_key_bytes}",
                             protocol=PROTOCOL)
@@ -355,9 +358,9 @@ def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
     if key in RESERVED_KEYS:
         for cls in _COMMANDS_ALLOWED[channel]:
             if key == cls.KEY:
-                return cls(sequence, bytes(uuid), bytes(properties), bytes(body))
+                return cls(sequence, uuid, properties, body)
         if channel is not Channel.COLLECTOR:
-            raise UnknownMessageType("key", f"{bytes(key)!r} is not sent on the "
+            raise UnknownMessageType("key", f"{key!r} is not sent on the "
                                      f"{channel.value if channel else 'this'} channel",
                                      protocol=PROTOCOL)
     # Identity tests, not a dict keyed by Channel: Enum.__hash__ is Python code.
@@ -369,10 +372,7 @@ def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
         cls = Kvsync
     else:
         cls = Kvset if sequence == 0 else Kvpub
-    if type(key) is bytes and type(uuid) is bytes and type(properties) is bytes \
-            and type(body) is bytes:
-        return cls(key, sequence, uuid, properties, body)
-    return cls(bytes(key), sequence, bytes(uuid), bytes(properties), bytes(body))
+    return cls(key, sequence, uuid, properties, body)
 
 
 def _decode_icanhaz(frames: Sequence[bytes], limits: Limits) -> Icanhaz:

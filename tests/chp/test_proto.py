@@ -238,6 +238,13 @@ def test_fuzz_random_frames_raise_only_protocol_errors(frames, channel):
     assert proto.encode(msg) == frames
 
 
+def test_frames_may_be_any_bytes_like_object():
+    frames = [bytearray(b"/k"), memoryview(bytes(8)), bytearray(16), b"a=1\n", bytearray(b"v")]
+    assert proto.decode(frames) == proto.Kvset(b"/k", 0, bytes(16), b"a=1\n", b"v")
+    assert proto.decode([memoryview(b"ICANHAZ?"), bytearray(b"/a/")]) == proto.Icanhaz(b"/a/")
+    assert proto.decode([bytearray(b"3")]) == proto.BstarStatus(proto.BstarState.ACTIVE)
+
+
 def test_fuzz_mutated_vectors_raise_only_protocol_errors():
     rng = random.Random(12)
     originals = [_frames(v) for v in VECTORS_CHP]
@@ -258,6 +265,10 @@ def test_fuzz_mutated_vectors_raise_only_protocol_errors():
                 del frames[rng.randrange(len(frames))]
         wire = [bytes(f) for f in frames]
         for channel in (None, *Channel):
+            try:
+                proto.decode(frames, channel)   # the bytearrays themselves too
+            except ProtocolError:
+                pass
             try:
                 msg = proto.decode(wire, channel)
             except ProtocolError:
