@@ -214,7 +214,8 @@ class CloneServer:
         self._stop.set()
 
     def run(self) -> None:
-        """Serve until `stop()` (or a fatal split brain, see `exit_reason`)."""
+        """Serve until `stop()` (or a fatal split brain, see `exit_reason`); then every
+        socket is closed: a server runs once."""
         cfg = self.config
         log.info("chp server %s on %s: snapshot %d, publisher %d, collector %d, "
                  "sequence %d, %d keys", self.state, cfg.bind, cfg.port, cfg.port + 1,
@@ -234,6 +235,9 @@ class CloneServer:
             log.error("chp server: %s", exc)
         finally:
             self._close()
+            log.info("chp server stopped at sequence %d, %d keys; %d published, %d "
+                     "malformed messages dropped", self.map.sequence, len(self.map),
+                     self.stats.published, self.stats.rejected)
 
     def _next_deadline(self, now: float) -> float:
         deadline = self._hugz.deadline
