@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 5)")
     p.add_argument("--tick", type=float, help="seconds per Raft tick (default 0.01)")
     p.add_argument("--election-ticks", type=int, help="election timeout in [n, 2n) ticks "
-                   "(default 15)")
+                   "(default 30: 300-600 ms)")
     p.add_argument("--snapshot-interval", type=int, help="applied entries between "
                    "snapshots (default 10000)")
     p.add_argument("--retain-entries", type=int, help="log entries kept below the latest "

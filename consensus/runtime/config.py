@@ -74,7 +74,7 @@ class NodeConfig:
     peer_address: dict[int, str] = field(default_factory=dict)  #: dial these instead
     status_interval: float = 5.0
     tick: float = 0.01                          #: seconds per Raft tick
-    election_ticks: int = 15                    #: election timeout in [n, 2n) ticks
+    election_ticks: int = 30                    #: election timeout in [n, 2n) ticks
     snapshot_interval: int = 10_000             #: entries between snapshots
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
     max_connections: int = 1024

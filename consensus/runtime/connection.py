@@ -21,7 +21,7 @@ MAX_READ_PER_TURN = 8 << 20
 class Connection:
     __slots__ = ("sock", "fd", "kind", "outgoing", "peer_id", "label", "out", "echoes",
                  "slots", "extensions", "subscriptions", "closed", "writing", "decoder",
-                 "client_id", "username", "marker_state")
+                 "client_id", "username", "marker_state", "last_answer")
 
     def __init__(self, sock: socket.socket, kind: str, decoder: Any, *, outgoing: bool,
                  peer_id: int | None, label: str, username: str | None = None) -> None:
@@ -43,6 +43,7 @@ class Connection:
         self.client_id: bytes | None = None
         self.username = username
         self.marker_state: Any = None    #: the marker wire's per-connection state
+        self.last_answer = b""           #: the last answer written (marker: R repeats it)
 
     def __repr__(self) -> str:
         return f"<Connection {self.kind} {'out' if self.outgoing else 'in'} {self.label}>"
@@ -85,7 +86,8 @@ class Connection:
         """Queue the answers owed, in request order, up to the first one not known yet."""
         slots, out = self.slots, self.out
         while slots and slots[0].data is not None:
-            out += slots.popleft().data
+            self.last_answer = data = slots.popleft().data
+            out += data
 
     def close(self) -> None:
         if not self.closed:

@@ -40,6 +40,7 @@ from consensus.wire.jraft import LogEntry, ValueType
 log = logging.getLogger("garlicfarm.node")
 
 MAX_CATCH_UP_TICKS = 1000
+SLOW_TURN = 0.1             #: log loop turns slower than this (seconds)
 
 
 class FarmNode:
@@ -184,6 +185,10 @@ class FarmNode:
                     next_status = now + config.status_interval
                     self._publish_status()
                 transport.end_turn(raft.term)
+                took = time.monotonic() - now
+                if took > SLOW_TURN:
+                    log.warning("node %d: a loop turn took %.0f ms (ticks wait meanwhile; "
+                                "applied %d)", self.id, took * 1000, self.machine.applied)
                 if raft.removed:
                     self.stopped_reason = "removed from the cluster"
                     log.info("node %d: removed from the cluster; stopping", self.id)
@@ -230,8 +235,8 @@ class FarmNode:
                 self.machine.restore(rd.snapshot.data)
                 self._snapshot_index = rd.snapshot.index
                 self.service.on_restored(rd.snapshot.index)
-            if rd.entries:
-                storage.append(rd.entries)
+            if rd.entries and storage.append(rd.entries):
+                self.service.on_truncated(rd.entries[0].index)
             if rd.must_sync:
                 if self.fsyncs:
                     transport.flush()       # followers persist while we fsync

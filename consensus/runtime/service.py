@@ -243,8 +243,17 @@ class Service:
     def on_applied(self, entry: Entry, outcome: Outcome | None) -> None:
         index = entry.index
         request_id = self._inflight_at.pop(index, None)
-        if request_id is not None and self._inflight.get(request_id) == index:
-            del self._inflight[request_id]
+        if request_id is not None:
+            if self._inflight.get(request_id) == index:
+                del self._inflight[request_id]
+            if outcome is None or outcome.request_id != request_id:
+                # the entry that carried this request id here was replaced (a leader
+                # change): whoever waits for the id must send it again
+                for waiter in list(self._by_request.get(request_id, ())):
+                    if not waiter.done:
+                        self._fail_waiter(waiter, RetryableWrite(
+                            f"the write at index {index} was replaced after a leader "
+                            f"change; send it again"))
         if outcome is not None:
             for waiter in self._by_request.pop(outcome.request_id, ()):
                 if not waiter.done:
@@ -260,6 +269,37 @@ class Service:
             elif waiter.request_id is None:
                 waiter.done = True
                 self._ack(waiter, entry)
+
+    def on_truncated(self, first: int) -> None:
+        """Our log lost its entries from `first` on (a new leader's differ): the writes
+        waiting there whose entry is gone must be sent again."""
+        log_ = self.node.raft.log
+        for index in [i for i in self._by_index if i >= first]:
+            term = log_.term(index)
+            for waiter in self._by_index[index]:
+                if not waiter.done and waiter.term != term:
+                    self._fail_waiter(waiter, RetryableWrite(
+                        f"the write at index {index} was dropped by a new leader; send it "
+                        f"again"))
+        for index in [i for i in self._inflight_at if i >= first]:
+            request_id = self._inflight_at[index]
+            if self._request_id_at(index) != request_id:
+                del self._inflight_at[index]
+                if self._inflight.get(request_id) == index:
+                    del self._inflight[request_id]
+                for waiter in list(self._by_request.get(request_id, ())):
+                    if not waiter.done:
+                        self._fail_waiter(waiter, RetryableWrite(
+                            f"the write at index {index} was dropped by a new leader; send "
+                            f"it again"))
+
+    def _request_id_at(self, index: int) -> bytes | None:
+        log_ = self.node.raft.log
+        if not log_.first_index() <= index <= log_.last_index():
+            return None
+        entry = log_.slice(index, index + 1)[0]
+        found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
+        return found[1] if found else None
 
     def _ack(self, waiter: _Waiter, entry: Entry) -> None:
         """A write without a request id was applied."""
@@ -417,6 +457,8 @@ class Service:
             self.publish_event("state-changed", {"applied": applied})
 
     def on_restored(self, index: int) -> None:
+        """A snapshot from the leader replaced our log: pending writes are unknown here."""
+        self.on_truncated(0)
         self.on_state_changed(index)
 
     def _c_last_applied(self, conn, call, args):
@@ -563,7 +605,14 @@ class Service:
         return self._wait(conn, call, args, check,
                           f"the voters did not become {sorted(voters)} in time")
 
+    def _needs(self, what: str, wires: tuple[str, ...], instead: str) -> None:
+        wire = self.node.config.wire
+        if wire not in wires:
+            raise FarmError(f"{what} cannot travel on --wire {wire} ({instead})")
+
     def _c_update_observers(self, conn, call, args):
+        self._needs("observers' pulls", ("garlicfarm",), "observers need the garlicfarm "
+                    "wire's extensions")
         raft = self._leader()
         add = self._addresses(args)
         remove = {int(r) for r in args.get("remove") or ()}
@@ -577,6 +626,8 @@ class Service:
         return self._wait(conn, call, args, check, "the observer change did not commit in time")
 
     def _c_add_server(self, conn, call, args):
+        self._needs("JRaft's AddServer flow", ("garlicfarm", "jraft"),
+                    "use update_voters, which needs only AppendEntries")
         raft = self._leader()
         node_id, endpoint = int(args["id"]), str(args["endpoint"])
         self.node.learn_address(node_id, endpoint)
@@ -597,7 +648,7 @@ class Service:
         elif node_id not in config.members:
             raise FarmError(f"node {node_id} is not a member (members: "
                             f"{sorted(config.members)})")
-        elif args.get("force"):
+        elif args.get("force") or self.node.config.wire == "marker":
             raft.change_voters(config.voters - {node_id})
         else:
             raft.remove_server(node_id)
@@ -609,6 +660,8 @@ class Service:
         return self._wait(conn, call, args, check, f"node {node_id} was not removed in time")
 
     def _c_transfer_leader(self, conn, call, args):
+        self._needs("TimeoutNow (leader transfer)", ("garlicfarm",), "it is a garlicfarm "
+                    "extension")
         raft = self._leader()
         target = int(args["to"])
         raft.transfer_leader(target)

@@ -187,17 +187,20 @@ class DiskStorage:
             self._latest = snapshot
         self.snapshots.prune(self.keep_snapshots)
 
-    def append(self, entries: Sequence[Entry]) -> None:
-        """Append entries, first dropping what the log holds at or after the first one."""
+    def append(self, entries: Sequence[Entry]) -> bool:
+        """Append entries, first dropping what the log holds at or after the first one;
+        True when something was dropped."""
         first = entries[0].index
         last = self.last_index()
-        if first <= last:
+        truncated = first <= last
+        if truncated:
             self.log.truncate_after(first - 1)
             del self._terms[first - self._first:]
         elif first != last + 1:
             raise CorruptLogError(self.log.directory, 0, f"gap: appending {first} after {last}")
         self.log.append_many([encode_record(e) for e in entries])
         self._terms.extend(e.term for e in entries)
+        return truncated
 
     def sync(self) -> None:
         self.log.sync()

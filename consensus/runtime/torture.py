@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import enum
-import inspect
 import os
 import random
-import signal
 import sys
 import threading
 import time
@@ -65,11 +63,12 @@ class TortureOptions:
     keys: int = 3                       # active keys per family
     ops_per_key: int = 200
     quiet: tuple[float, float] = (0.5, 1.5)
-    hold: tuple[float, float] = (1.0, 3.0)
-    client_timeout: float = 2.0
+    hold: tuple[float, float] = (1.0, 4.0)
+    client_timeout: float = 1.0
     recovery_timeout: float = 30.0
     check_timeout: float = 120.0
     fsync: str = "batch"
+    reads: str = "lease"                # kv_get consistency of the clients
     cluster: str = "torture"
     data_dir: Path | None = None
     json: bool = False
@@ -110,44 +109,34 @@ class TortureFarm:
     def __init__(self, options: TortureOptions) -> None:
         from consensus.runtime import LocalCluster
 
-        params = inspect.signature(LocalCluster).parameters
         self.node_ids = list(range(1, options.nodes + 1))
         self.network: ProxyNetwork | None = None
-        kwargs: dict[str, Any] = dict(nodes=options.nodes, wire=options.wire,
-                                      cluster=options.cluster, fsync=options.fsync,
-                                      data_dir=None if options.data_dir is None
-                                      else str(options.data_dir))
         if any(f.needs_network for f in options.faults):
-            if "peer_address" not in params:
-                raise TortureSetupError(
-                    "--faults: partition and delay need LocalCluster(peer_address=...) to "
-                    "route peer links through the fault proxy, which this runtime lacks "
-                    "(docs/runtime-requests.md R1); choose among kill, restart, pause")
             self.network = ProxyNetwork(self.node_ids)
-            kwargs["peer_address"] = self.network.link
-        self._cluster = LocalCluster(**kwargs)
         self._client_timeout = options.client_timeout
+        self._reads = options.reads
         self._admin = None
+        if options.data_dir is not None:
+            options.data_dir.mkdir(parents=True, exist_ok=True)
+        self._cluster = LocalCluster(
+            nodes=options.nodes, wire=options.wire, cluster=options.cluster,
+            fsync=options.fsync, data_dir=None if options.data_dir is None
+            else str(options.data_dir), peer_address=self.network and self.network.link)
         try:
             self.farm = self._cluster.__enter__()
         except BaseException:
             self._close_network()
             raise
-        if list(self.farm.node_ids) != self.node_ids:
-            self.close()
-            raise TortureSetupError(f"the cluster's node ids {list(self.farm.node_ids)} are "
-                                    f"not 1..{options.nodes}")
-        if Fault.PAUSE in options.faults and not self._can_pause():
-            self.close()
-            raise TortureSetupError("--faults: pause needs LocalCluster.pause/resume or "
-                                    ".pid (docs/runtime-requests.md R2)")
 
-    def _can_pause(self) -> bool:
-        return hasattr(self.farm, "pause") or hasattr(self.farm, "pid")
-
-    def client(self, **kw: Any):
-        kw.setdefault("timeout", self._client_timeout)
-        return self.farm.client(**kw)
+    def client(self, index: int) -> "TortureClient":
+        """Client `index`, bound to a home member (round robin), as jepsen binds clients
+        to nodes: its reads go there (a member that believes it still leads answers them
+        itself, so a stale leader is seen); its writes start there and follow the
+        redirects to the leader (a separate connection, so reads stay home)."""
+        home = self.farm.endpoint_of(self.node_ids[index % len(self.node_ids)])
+        return TortureClient(self.farm.client(timeout=self._client_timeout, endpoints=home),
+                             self.farm.client(timeout=self._client_timeout, endpoints=home),
+                             self._reads)
 
     def wait_for_leader(self, timeout: float) -> int:
         return self.farm.wait_for_leader(timeout=timeout)
@@ -162,35 +151,25 @@ class TortureFarm:
         self.farm.restart(node_id)
 
     def pause(self, node_id: int) -> None:
-        self._signal(node_id, "pause", signal.SIGSTOP)
+        self.farm.pause(node_id)
 
     def resume(self, node_id: int) -> None:
-        self._signal(node_id, "resume", signal.SIGCONT)
-
-    def _signal(self, node_id: int, method: str, sig: int) -> None:
-        if hasattr(self.farm, method):
-            getattr(self.farm, method)(node_id)
-            return
-        pid = self.farm.pid(node_id)
-        if pid is not None:
-            os.kill(pid, sig)
+        self.farm.resume(node_id)
 
     def leader(self) -> int | None:
         """The leader a member names right now (short timeout; None when unknown)."""
         if self._admin is None:
-            self._admin = self.client(timeout=1.0)
-        view = self._admin.get_servers()
-        leader = view.get("leader") if isinstance(view, dict) else \
-            getattr(view, "leader", getattr(view, "leader_id", None))
-        return leader if isinstance(leader, int) else None
+            self._admin = self.farm.client(timeout=1.0)
+        return self._admin.get_servers().leader_id
 
     def close(self) -> None:
         if self._admin is not None:
             with contextlib.suppress(Exception):
                 self._admin.close()
         for node_id in self.node_ids:       # a paused process would not stop
-            with contextlib.suppress(Exception):
-                self.resume(node_id)
+            if self.farm.pid(node_id) is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.farm.resume(node_id)
         try:
             self._cluster.__exit__(None, None, None)
         finally:
@@ -199,6 +178,32 @@ class TortureFarm:
     def _close_network(self) -> None:
         if self.network is not None:
             self.network.close()
+
+
+class TortureClient:
+    """The kv calls of one torture client: writes through `writer`, reads through
+    `reader` with the run's consistency (`--reads`)."""
+
+    def __init__(self, writer: Any, reader: Any, consistency: str) -> None:
+        self._writer = writer
+        self._reader = reader
+        self._consistency = consistency
+
+    def kv_get(self, key: str) -> str | None:
+        return self._reader.kv_get(key, consistency=self._consistency)
+
+    def kv_put(self, key: str, value: str) -> None:
+        self._writer.kv_put(key, value)
+
+    def kv_append(self, key: str, value: str) -> None:
+        self._writer.kv_append(key, value)
+
+    def kv_cas(self, key: str, expected: str, new: str) -> bool:
+        return self._writer.kv_cas(key, expected, new)
+
+    def close(self) -> None:
+        self._writer.close()
+        self._reader.close()
 
 
 # --- a run ----------------------------------------------------------------------------------
@@ -247,8 +252,8 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
                 farm.wait_for_leader(timeout=options.recovery_timeout)
             except Exception as exc:        # noqa: BLE001 - reported as no recovery
                 notes.append(f"no leader after healing: {exc}")
-            finals = final_reads(farm.client, history, workload.keys, deadline,
-                                 expected=FarmError)
+            finals = final_reads(lambda: farm.farm.client(timeout=options.client_timeout),
+                                 history, workload.keys, deadline, expected=FarmError)
     except TortureSetupError:
         raise
     except FarmError as exc:
@@ -395,14 +400,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="operations before a key is retired for a fresh one")
     p.add_argument("--quiet", default="0.5:1.5", metavar="MIN:MAX",
                    help="seconds between two faults")
-    p.add_argument("--hold", default="1:3", metavar="MIN:MAX", help="seconds a fault lasts")
-    p.add_argument("--client-timeout", type=float, default=2.0,
+    p.add_argument("--hold", default="1:4", metavar="MIN:MAX", help="seconds a fault lasts")
+    p.add_argument("--client-timeout", type=float, default=1.0,
                    help="seconds per client call before it counts as unknown")
     p.add_argument("--recovery-timeout", type=float, default=30.0,
                    help="seconds the farm gets to recover after healing")
     p.add_argument("--check-timeout", type=float, default=120.0,
                    help="seconds for the linearizability check")
     p.add_argument("--fsync", default="batch", choices=("always", "batch", "never"))
+    p.add_argument("--reads", default="lease", choices=("lease", "read_index", "sequential"),
+                   help="consistency of the clients' reads; 'sequential' lets a deposed "
+                        "leader answer without checking its lease, which is not "
+                        "linearizable: a run with it must FAIL (a self-test); the final "
+                        "reads always use lease")
     p.add_argument("--cluster", default="torture", help="cluster name of the farm")
     p.add_argument("--data-dir", metavar="DIR", help="keep the nodes' data here "
                                                      "(default: a temporary directory)")
@@ -427,7 +437,7 @@ def parse_options(argv: Sequence[str]) -> TortureOptions:
         keys=args.keys, ops_per_key=args.ops_per_key, quiet=_span(args.quiet, "--quiet"),
         hold=_span(args.hold, "--hold"), client_timeout=args.client_timeout,
         recovery_timeout=args.recovery_timeout, check_timeout=args.check_timeout,
-        fsync=args.fsync, cluster=args.cluster,
+        fsync=args.fsync, reads=args.reads, cluster=args.cluster,
         data_dir=Path(args.data_dir) if args.data_dir else None, json=args.json)
 
 

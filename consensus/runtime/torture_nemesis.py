@@ -70,10 +70,11 @@ def _partition(rng: random.Random, nodes: Sequence[int],
                leader: int | None) -> tuple[set[tuple[int, int]], str]:
     nodes = list(nodes)
     minority = (len(nodes) - 1) // 2
-    schemes = ["isolate", "split", "leader-minority", "one-way"]
+    # Weighted towards cutting the leader off: that is where a stale leader shows.
+    schemes = {"isolate": 3, "leader-minority": 3, "split": 2, "one-way": 2}
     if len(nodes) >= 5:
-        schemes.append("bridge")
-    scheme = rng.choice(schemes)
+        schemes["bridge"] = 2
+    scheme = rng.choices(list(schemes), weights=list(schemes.values()))[0]
     if scheme == "leader-minority" and leader is None:
         scheme = "split"
     if scheme == "isolate":

@@ -168,12 +168,13 @@ class ClientStats:
 class ClientPool:
     """`count` client threads running the workload against the farm until `stop`.
 
-    `connect()` builds one client (a `FarmClient`); each thread owns one and builds a new
-    one after an unexpected exception. `expected` is the exception class that means the
+    `connect(index)` builds client `index` (0 <= index < count); each thread owns one and
+    builds a new one after any failed call (a client stuck to a member that stalled or
+    was cut off would otherwise never see the rest of the farm). `expected` is the exception class that means the
     farm refused or did not answer (`FarmError`); anything else is reported as a bug.
     """
 
-    def __init__(self, connect: Callable[[], KVClient], history: History,
+    def __init__(self, connect: Callable[[int], KVClient], history: History,
                  workload: Workload, count: int, expected: type[BaseException]) -> None:
         self._connect = connect
         self._history = history
@@ -213,7 +214,7 @@ class ClientPool:
             while not self._stop.is_set():
                 if client is None:
                     try:
-                        client = self._connect()
+                        client = self._connect(index)
                     except self._expected as error:      # the farm is down: try again
                         self._count_outcome("connect", "fail", error)
                         self._stop.wait(0.1)
@@ -232,9 +233,9 @@ class ClientPool:
                     self._workload.observe(op.key, value)
                 if kind == "info":
                     process += self._count            # the old process may still act
-                if error is not None and not isinstance(error, self._expected):
-                    client.close()
-                    client = None
+                if error is not None:                 # reconnect, as applications do:
+                    client.close()                    # the new client starts at its
+                    client = None                     # home member again
         finally:
             if client is not None:
                 client.close()

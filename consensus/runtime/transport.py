@@ -126,6 +126,10 @@ class JRaftWire:
             conn.echoes.append(echo)
         return True
 
+    def matches(self, slot: jm.ResponseSlot, msg: Message, rtype: int, key) -> bool:
+        return slot.response_type == rtype and (key is None or slot.key is None
+                                                or slot.key == key)
+
     def respond(self, slot: jm.ResponseSlot, msg: Message) -> None:
         slot.data = encode(jm.response_to_wire(msg), self.registry)
 
@@ -178,8 +182,10 @@ class Transport:
         self._handoffs: deque = deque()
         self._handoff_lock = threading.Lock()
         self._handshakes = 0
-        self.outgoing: dict[int, Connection] = {}
-        self._dialing: dict[int, _Dialing] = {}
+        # (peer id, wire) -> connection we dialed; the wire is ours, except the
+        # garlicfarm side connections a marker node uses for client requests (status)
+        self.outgoing: dict[tuple[int, str], Connection] = {}
+        self._dialing: dict[tuple[int, str], _Dialing] = {}
         self.incoming: set[Connection] = set()
         self.last_in: dict[int, Connection] = {}
         self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
@@ -193,14 +199,13 @@ class Transport:
         self._closing = False
 
     # -- wiring of the wires --------------------------------------------------------------
-    def _wire_of(self, conn: Connection):
-        if conn.kind == "marker":
+    def _wire_of_kind(self, kind: str):
+        if kind == "marker":
             return self.marker
-        return self.garlicfarm if conn.kind == "garlicfarm" else self.jraft
+        return self.garlicfarm if kind == "garlicfarm" else self.jraft
 
-    @property
-    def peer_wire(self):
-        return self.marker if self.wire_name == "marker" else self.jraft
+    def _wire_of(self, conn: Connection):
+        return self._wire_of_kind(conn.kind)
 
     # -- the loop -------------------------------------------------------------------------
     def poll(self, timeout: float) -> None:
@@ -282,13 +287,18 @@ class Transport:
                 conn.peer_id = peer_id
             self.last_in[peer_id] = conn
 
+    def owe(self, conn: Connection, slot: jm.ResponseSlot) -> None:
+        """Promise an answer to a request just received, in order; the end of the turn
+        refuses it if the core gave none."""
+        conn.slots.append(slot)
+        self._new_slots.append((conn, slot))
+
     def peer_request(self, conn: Connection, wire: RaftRequest) -> None:
         """A paired peer request: promise an answer in order, then hand it to the core."""
         key = (wire.last_log_index + 1, len(wire.entries)) \
             if wire.message_type == MessageType.APPEND_ENTRIES_REQUEST else None
         slot = jm.ResponseSlot(jm.RESPONSE_OF[wire.message_type], key, source=wire.source)
-        conn.slots.append(slot)
-        self._new_slots.append((conn, slot))
+        self.owe(conn, slot)
         self.note_peer(conn, wire.source)
         if wire.destination != self.node_id:
             return              # refused at the end of the turn
@@ -312,9 +322,9 @@ class Transport:
             if conn is not None and conn.closed:
                 conn = None
         if conn is None:
-            conn = self._outgoing(dest)
+            conn = self._outgoing(dest, self.wire_name)
             if conn is None:
-                self._queue(dest, msg)
+                self._queue((dest, self.wire_name), msg)
                 return
         if self._wire_of(conn).send(conn, msg):
             self._dirty.add(conn)
@@ -322,10 +332,10 @@ class Transport:
     def _respond(self, msg: Message, rtype: int) -> None:
         key = jm.slot_key(msg)
         for conn in self._answering(msg.destination):
+            wire = self._wire_of(conn)
             for slot in conn.slots:
-                if slot.data is None and slot.response_type == rtype and \
-                        (key is None or slot.key is None or slot.key == key):
-                    self._wire_of(conn).respond(slot, msg)
+                if slot.data is None and wire.matches(slot, msg, rtype, key):
+                    wire.respond(slot, msg)
                     self._dirty.add(conn)
                     return
         # the requester's connection is gone: Raft will ask again
@@ -340,8 +350,11 @@ class Transport:
 
     def send_client_entries(self, peer_id: int, entries) -> bool:
         """Send Application entries to `peer_id` (the leader) as a ClientRequest."""
-        conn = self._outgoing(peer_id)
-        if conn is None or conn.kind == "marker":
+        kind = "garlicfarm" if self.wire_name == "marker" else self.wire_name
+        if kind == "garlicfarm" and self.security.username is None:
+            return False
+        conn = self._outgoing(peer_id, kind)
+        if conn is None:
             return False
         self._wire_of(conn).send_client_entries(conn, entries)
         self._dirty.add(conn)
@@ -354,40 +367,40 @@ class Transport:
             self._dirty.add(conn)
 
     # -- outgoing connections -----------------------------------------------------------------
-    def _outgoing(self, peer_id: int) -> Connection | None:
-        conn = self.outgoing.get(peer_id)
+    def _outgoing(self, peer_id: int, kind: str) -> Connection | None:
+        conn = self.outgoing.get((peer_id, kind))
         if conn is not None and not conn.closed:
             return conn
-        self._start_dial(peer_id)
+        self._start_dial((peer_id, kind))
         return None
 
-    def _queue(self, peer_id: int, msg: Message) -> None:
-        state = self._dialing.get(peer_id)
+    def _queue(self, key: tuple[int, str], msg: Message) -> None:
+        state = self._dialing.get(key)
         if state is None or not state.in_progress:
             return          # no dial under way (backing off): Raft retries on its own
         if len(state.queue) >= MAX_QUEUED_PER_PEER:
             state.queue.popleft()
         state.queue.append(msg)
 
-    def _start_dial(self, peer_id: int) -> None:
-        state = self._dialing.setdefault(peer_id, _Dialing())
+    def _start_dial(self, key: tuple[int, str]) -> None:
+        state = self._dialing.setdefault(key, _Dialing())
         now = time.monotonic()
         if state.in_progress or now < state.next_attempt or self._closing:
             return
-        address = self.address_of(peer_id)
+        address = self.address_of(key[0])
         if address is None:
             return
         state.in_progress = True
-        threading.Thread(target=self._dial_worker, args=(peer_id, address), daemon=True,
-                         name=f"dial-{peer_id}").start()
+        threading.Thread(target=self._dial_worker, args=(key, address), daemon=True,
+                         name=f"dial-{key[0]}").start()
 
-    def _dial_worker(self, peer_id: int, address: str) -> None:
+    def _dial_worker(self, key: tuple[int, str], address: str) -> None:
         try:
-            result: object = dial(address, self.security, wire=self.wire_name,
-                                  timeout=DIAL_TIMEOUT, node_id=self.node_id)
+            result: object = dial(address, self.security, wire=key[1], timeout=DIAL_TIMEOUT,
+                                  node_id=self.node_id)
         except Exception as exc:   # handed to the loop, which logs and backs off
             result = exc
-        self._hand_off(("dialed", peer_id, address, result))
+        self._hand_off(("dialed", key, address, result))
 
     # -- incoming connections -----------------------------------------------------------------
     def _accept(self) -> None:
@@ -439,8 +452,9 @@ class Transport:
                 self._handshakes -= 1
                 self._accepted(*item[1:])
 
-    def _dialed(self, peer_id: int, address: str, result) -> None:
-        state = self._dialing.setdefault(peer_id, _Dialing())
+    def _dialed(self, key: tuple[int, str], address: str, result) -> None:
+        peer_id, kind = key
+        state = self._dialing.setdefault(key, _Dialing())
         state.in_progress = False
         if not isinstance(result, Dialed):
             if state.backoff <= 0.05:
@@ -454,13 +468,13 @@ class Transport:
             return
         state.backoff = 0.05
         label = f"node {peer_id} ({address})"
-        wire = self.peer_wire
-        conn = Connection(result.sock, self.wire_name, wire.decoder(), outgoing=True,
-                          peer_id=peer_id, label=label)
-        old = self.outgoing.get(peer_id)
+        wire = self._wire_of_kind(kind)
+        conn = Connection(result.sock, kind, wire.decoder(), outgoing=True, peer_id=peer_id,
+                          label=label)
+        old = self.outgoing.get(key)
         if old is not None:
             self.close(old)
-        self.outgoing[peer_id] = conn
+        self.outgoing[key] = conn
         self.selector.register(conn.sock, selectors.EVENT_READ, conn)
         if result.initial:
             self._feed(conn, result.initial)
@@ -479,8 +493,7 @@ class Transport:
             result.sock.close()
             return
         stream: AcceptedStream = result
-        wire = self.marker if stream.kind == "marker" else \
-            (self.garlicfarm if stream.kind == "garlicfarm" else self.jraft)
+        wire = self._wire_of_kind(stream.kind)
         conn = Connection(stream.sock, stream.kind, wire.decoder(), outgoing=False,
                           peer_id=None, label=label, username=stream.username)
         self.incoming.add(conn)
@@ -505,8 +518,8 @@ class Transport:
             pass
         conn.close()
         self.incoming.discard(conn)
-        if conn.outgoing and self.outgoing.get(conn.peer_id) is conn:
-            del self.outgoing[conn.peer_id]
+        if conn.outgoing and self.outgoing.get((conn.peer_id, conn.kind)) is conn:
+            del self.outgoing[(conn.peer_id, conn.kind)]
         if conn.peer_id is not None and self.last_in.get(conn.peer_id) is conn:
             del self.last_in[conn.peer_id]
         self._dirty.discard(conn)
@@ -514,9 +527,8 @@ class Transport:
 
     def drop_peer(self, peer_id: int) -> None:
         """Close our connection to a peer (its address changed, or it left)."""
-        conn = self.outgoing.get(peer_id)
-        if conn is not None:
-            self.close(conn)
+        for key in [k for k in self.outgoing if k[0] == peer_id]:
+            self.close(self.outgoing[key])
 
     def shutdown(self) -> None:
         self._closing = True
