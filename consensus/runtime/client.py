@@ -407,14 +407,15 @@ class FarmClient:
 
     def read_entries(self, start: int, stop: int, *, max_bytes: int = 8 << 20,
                      endpoint: str | None = None, payloads: bool = True) -> list[LogRecord]:
-        """Committed entries [start, stop) of one member (default: any); may end before
+        """Committed entries [start, stop) of one member (default: the leader, so a reader
+        sees its own acknowledged writes); may end before
         `stop` when `max_bytes` is reached (at least one entry when start < stop). With
         ``payloads=False`` records carry their headers only (type, count, staged and
         commit info; no journal records or payloads)."""
         answer = self._call("read_entries", {"start": int(start), "stop": int(stop),
                                              "max_bytes": int(max_bytes),
                                              "payloads": bool(payloads)},
-                            leader=False, endpoint=endpoint)
+                            leader=endpoint is None, endpoint=endpoint)
         if not payloads:
             return [record_from_header(h) for h in answer["headers"]]
         verdicts = answer["verdicts"]

@@ -83,7 +83,7 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
             raise ConfigError("--id", f"must be a positive integer, got {self.id!r}")
-        split_endpoint(self.listen, "--listen")
+        split_endpoint(self.listen, "--listen", any_port=True)
         if self.wire not in WIRES:
             raise ConfigError("--wire", f"{self.wire!r} is not one of {', '.join(WIRES)}")
         try:

@@ -158,10 +158,13 @@ def parse_proxy(value: str) -> str:
     return rest
 
 
-def split_endpoint(endpoint: str, option: str = "endpoint") -> tuple[str, int]:
-    """``host:port`` (or ``tcp://host:port``) -> (host, port)."""
+def split_endpoint(endpoint: str, option: str = "endpoint",
+                   any_port: bool = False) -> tuple[str, int]:
+    """``host:port`` (or ``tcp://host:port``) -> (host, port); port 0 only with
+    `any_port` (a listening address: the OS picks)."""
     text = endpoint.split("://", 1)[1] if "://" in endpoint else endpoint
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or \
+            not (0 if any_port else 1) <= int(port) < 65536:
         raise ConfigError(option, f"{endpoint!r} is not HOST:PORT")
     return host.strip("[]"), int(port)

@@ -167,7 +167,7 @@ class Transport:
         if listen_fd is not None:
             self.listener = socket.socket(fileno=listen_fd)
         else:
-            host, port = split_endpoint(listen, "--listen")
+            host, port = split_endpoint(listen, "--listen", any_port=True)
             self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.listener.bind((host, port))

@@ -1,0 +1,72 @@
+"""DiskStorage: the core's Storage over real files (log, hard state, snapshots, log-base)."""
+from __future__ import annotations
+
+import pytest
+
+from consensus.raft import (CompactedError, Configuration, Entry, EntryType, HardState,
+                            RaftNode, RaftOptions, Snapshot, UnavailableError)
+from consensus.runtime.storage import DiskStorage
+
+CONFIG = Configuration.of([1, 2, 3], addresses={1: "h:1"})
+
+
+def entries(first, last, term=1):
+    return [Entry(term, i, EntryType.APPLICATION, b"e%d" % i) for i in range(first, last + 1)]
+
+
+def test_entries_and_terms_survive_a_restart(tmp_path):
+    storage = DiskStorage(str(tmp_path), fsync="always")
+    storage.append(entries(1, 5, term=1))
+    assert storage.append(entries(4, 6, term=2)) is True      # 4.. replaced
+    storage.save_hard_state(HardState(2, 1, 6), urgent=True)
+    storage.close()
+    again = DiskStorage(str(tmp_path))
+    assert (again.first_index(), again.last_index()) == (1, 6)
+    assert [again.term(i) for i in range(0, 7)] == [0, 1, 1, 1, 2, 2, 2]
+    assert [e.data for e in again.entries(2, 5)] == [b"e2", b"e3", b"e4"]
+    assert again.initial_state() == HardState(2, 1, 6)
+    with pytest.raises(UnavailableError):
+        again.term(7)
+    again.close()
+
+
+def test_a_moved_commit_index_alone_is_saved_lazily(tmp_path):
+    storage = DiskStorage(str(tmp_path), commit_save_interval=3600)
+    storage.append(entries(1, 3))
+    storage.save_hard_state(HardState(1, None, 1), urgent=True)
+    storage.save_hard_state(HardState(1, None, 3), urgent=False)
+    assert storage.hard_state_file.load().commit == 1           # not yet
+    storage.close()                                              # saved on close
+    assert DiskStorage(str(tmp_path)).initial_state().commit == 3
+
+
+def test_compaction_keeps_the_base_term_and_a_node_restarts_on_it(tmp_path):
+    storage = DiskStorage(str(tmp_path), segment_bytes=200)
+    storage.append(entries(1, 40, term=3))
+    storage.save_snapshot(Snapshot(30, 3, CONFIG, b"state-30"))
+    storage.compact(25)
+    first = storage.first_index()
+    assert 1 < first <= 25
+    assert storage.term(first - 1) == 3
+    with pytest.raises(CompactedError):
+        storage.entries(first - 1, first)
+    storage.save_hard_state(HardState(3, 1, 40), urgent=True)
+    storage.close()
+    again = DiskStorage(str(tmp_path), segment_bytes=200)
+    assert again.first_index() == first and again.term(first - 1) == 3
+    node = RaftNode(1, again, RaftOptions(), applied=30)
+    assert node.commit_index == 40 and node.configuration == CONFIG
+    again.close()
+
+
+def test_an_installed_snapshot_replaces_the_log(tmp_path):
+    storage = DiskStorage(str(tmp_path))
+    storage.append(entries(1, 5))
+    storage.install_snapshot(Snapshot(100, 7, CONFIG, b"big state"))
+    assert (storage.first_index(), storage.last_index(), storage.term(100)) == (101, 100, 7)
+    storage.append(entries(101, 102, term=7))
+    storage.close()
+    again = DiskStorage(str(tmp_path))
+    assert again.snapshot().data == b"big state" and again.snapshot().configuration == CONFIG
+    assert (again.first_index(), again.last_index()) == (101, 102)
+    again.close()

@@ -1,0 +1,280 @@
+"""The runtime's sans-I/O parts: entry envelopes, the built-in state machines, the
+publisher rule, the extension codec, the JRaft and marker mappings, the settings."""
+from __future__ import annotations
+
+import json
+
+import msgpack
+import pytest
+
+from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration, Entry,
+                            EntryType, InstallSnapshot, PullEntriesResponse, PullStatus,
+                            RequestVote)
+from consensus.runtime import envelope, extensions as ext, jraft_mapping as jm
+from consensus.runtime.config import NodeConfig, parse_members
+from consensus.runtime.errors import ConfigError, ErrorCode
+from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.marker_wire import entry_bytes, entry_from_bytes
+from consensus.runtime.status import choose_publisher, parse_status, status_json
+from consensus.wire.errors import InvalidField, LimitExceeded, ProtocolError, Truncated
+from consensus.wire.jraft import JRaftDecoder, JRaftLimits, MessageType, encode
+
+
+def command(kind, *args, rid=b"r1", ts=0):
+    return envelope.stamp(envelope.encode_command(kind, rid, *args), ts)
+
+
+def app(index, data, term=1):
+    return Entry(term, index, EntryType.APPLICATION, data)
+
+
+# -- envelopes ------------------------------------------------------------------------------
+
+def test_envelope_round_trip_and_stamp():
+    data = envelope.encode_journal([b"a", b"b"], b"rid")
+    assert data[0] == envelope.MAGIC and not envelope.is_status(data)
+    stamped = envelope.stamp(data, 1234)
+    command_ = envelope.decode_command(stamped)
+    assert (command_.kind, command_.request_id, command_.timestamp_ms, command_.args) == \
+        (envelope.CommandKind.JOURNAL, b"rid", 1234, ([b"a", b"b"],))
+    assert envelope.request_id_of(stamped) == (envelope.CommandKind.JOURNAL, b"rid")
+    assert envelope.stamp(b'{"id":1}', 5) == b'{"id":1}'
+
+
+@pytest.mark.parametrize("data, field", [
+    (b"\xc1\x01", "header"),
+    (b"\xc1\x02" + bytes(8) + msgpack.packb([1, b"r", []]), "version"),
+    (b"\xc1\x01" + bytes(8) + b"\xff\xff", "body"),
+    (b"\xc1\x01" + bytes(8) + msgpack.packb([99, b"r"]), "kind"),
+    (b"\xc1\x01" + bytes(8) + msgpack.packb([1, "text-id", []]), "request_id"),
+    (b"\xc1\x01" + bytes(8) + msgpack.packb([2, b"r", "k"]), "kv_put"),
+    (b"\xc1\x01" + bytes(8) + msgpack.packb([1, b"r", ["not bytes"]]), "records"),
+    (b"\xc1\x01" + bytes(8) + msgpack.packb([6, b"r", "q", 1, [0], {}]), "staged"),
+    (b"\xc1\x01" + bytes(8) + msgpack.packb([8, b"r", "k", 0, "q", 1]), "count"),
+])
+def test_malformed_commands_name_the_field(data, field):
+    with pytest.raises(ProtocolError) as info:
+        envelope.decode_command(data)
+    assert info.value.field == field
+
+
+def test_log_record_views():
+    stage = app(5, command(envelope.CommandKind.STAGE, "q", 1, 2, 0, "arrow", b"payload", ts=7))
+    record = envelope.log_record(stage)
+    assert record.type == "staged" and record.payload == b"payload" and record.timestamp_ms == 7
+    assert record.staged.partition == 2
+    commit = app(6, command(envelope.CommandKind.COMMIT, "q", 1, [5], {"n": 1}))
+    assert envelope.log_record(commit, effective=False).commit.effective is False
+    status = app(7, b'{"cluster":"farm","date":99,"id":1}')
+    assert envelope.log_record(status).type == "status"
+    assert envelope.log_record(status).timestamp_ms == 99
+    assert envelope.log_record(Entry(1, 8, EntryType.NOOP)).type == "noop"
+    header = envelope.header_of(envelope.described(commit, True))
+    assert envelope.record_from_header(header).commit.staged == (5,)
+    journal = envelope.described(app(9, command(envelope.CommandKind.JOURNAL, [b"x"])), False)
+    assert journal.duplicate and journal.count == 1
+
+
+# -- state machines ---------------------------------------------------------------------------
+
+def test_request_ids_apply_once_across_snapshots():
+    machine = FarmStateMachine()
+    first = machine.apply(app(1, command(envelope.CommandKind.KV_APPEND, "k", "a", rid=b"x")))
+    again = machine.apply(app(2, command(envelope.CommandKind.KV_APPEND, "k", "a", rid=b"x")))
+    assert machine.kv["k"] == "a"
+    assert (again.index, again.result, again.duplicate) == (1, first.result, True)
+    assert machine.effective(app(2, command(envelope.CommandKind.KV_APPEND, "k", "a",
+                                            rid=b"x"))) is False
+    restored = FarmStateMachine()
+    restored.restore(machine.snapshot())
+    third = restored.apply(app(3, command(envelope.CommandKind.KV_APPEND, "k", "a", rid=b"x")))
+    assert third.index == 1 and restored.kv == {"k": "a"} and restored.applied == 3
+
+
+def test_ledger_rules():
+    m = FarmStateMachine()
+    m.apply(app(1, command(envelope.CommandKind.STAGE, "q", 1, 0, 0, "arrow", b"a", rid=b"1")))
+    m.apply(app(2, command(envelope.CommandKind.STAGE, "q", 1, 0, 1, "arrow", b"b", rid=b"2")))
+    m.apply(app(3, command(envelope.CommandKind.STAGE, "q", 0, 0, 0, "arrow", b"c", rid=b"3")))
+    done = m.apply(app(4, command(envelope.CommandKind.COMMIT, "q", 1, [1], {}, rid=b"4")))
+    assert done.result == [True, 4, False]
+    assert m.ledger.staged == {}            # attempt 1 and the older batch are garbage
+    dup = m.apply(app(5, command(envelope.CommandKind.COMMIT, "q", 1, [2], {}, rid=b"5")))
+    assert dup.result == [False, 4, True]
+    assert m.ledger.commit_effective(4, "q", 1) and not m.ledger.commit_effective(5, "q", 1)
+    bad = m.apply(app(6, command(envelope.CommandKind.COMMIT, "q", 2, [2], {}, rid=b"6")))
+    assert bad.error[0] == ErrorCode.FAILED and "unknown" in bad.error[1]
+    start = m.apply(app(7, command(envelope.CommandKind.ALLOCATE, "seq", 3, "q", 1, rid=b"7")))
+    same = m.apply(app(8, command(envelope.CommandKind.ALLOCATE, "seq", 3, "q", 1, rid=b"8")))
+    nxt = m.apply(app(9, command(envelope.CommandKind.ALLOCATE, "seq", 2, "q", 2, rid=b"9")))
+    assert (start.result, same.result, nxt.result) == (0, 0, 3)
+    copy = FarmStateMachine()
+    copy.restore(m.snapshot())
+    assert copy.ledger.dump() == m.ledger.dump()
+
+
+def test_compaction_keeps_what_committed_batches_need():
+    m = FarmStateMachine()
+    m.apply(app(10, command(envelope.CommandKind.STAGE, "q", 1, 0, 0, "arrow", b"a", rid=b"1")))
+    m.apply(app(20, command(envelope.CommandKind.COMMIT, "q", 1, [10], {}, rid=b"2")))
+    m.apply(app(30, command(envelope.CommandKind.STAGE, "q", 2, 0, 0, "arrow", b"b", rid=b"3")))
+    assert m.ledger.referenced_floor(15) == 10      # the commit at 20 names 10
+    assert m.ledger.referenced_floor(25) == 25      # pending staged 30 is above
+    assert m.ledger.referenced_floor(40) == 30      # pending staged entry 30
+
+
+def test_queries():
+    m = FarmStateMachine()
+    m.apply(app(1, command(envelope.CommandKind.KV_PUT, "k", "v")))
+    assert msgpack.unpackb(m.query(msgpack.packb(["kv_get", "k"]))) == "v"
+    with pytest.raises(Exception, match="not a built-in query"):
+        m.query(b"free-form")
+
+
+# -- status and the publisher ------------------------------------------------------------------
+
+def _status(node_id, date, commit, last=None, interval=1.0, publish="auto"):
+    return parse_status(status_json(cluster="farm", date_ms=date, node_id=node_id,
+                                    config={"statusInterval": interval},
+                                    raft={"commit": commit, "last": last or commit},
+                                    uptime_ms=5, publishing=False, publish_config=publish))
+
+
+def test_publisher_is_the_freshest_best_status():
+    statuses = {1: _status(1, 10_000, 50), 2: _status(2, 10_500, 60), 3: _status(3, 4_000, 90)}
+    assert choose_publisher(statuses) == 2          # 3 is stale (more than 3 intervals)
+    statuses[2] = _status(2, 10_500, 60, publish="off")
+    assert choose_publisher(statuses) == 1
+    assert choose_publisher({}) is None
+    assert parse_status(b"not json") is None and parse_status(b'{"id":"x"}') is None
+    body = json.loads(status_json(cluster="c", date_ms=1, node_id=4, config={}, raft={},
+                                  uptime_ms=2, publishing=True))
+    assert body["router"]["uptime"] == 2 and body["meta"]["publishing"] is True
+
+
+# -- extension frames --------------------------------------------------------------------------
+
+def test_extension_frames_round_trip_in_any_chunking():
+    frames = [ext.Hello(0, 0, 0, b"client", 1),
+              ext.Call(0, 0, 0, 7, "query", {"query": b"\x01", "n": [1, 2]}),
+              ext.WriteResult(1, 0, 3, b"rid", 10, 3, 0, [True, 10, False], "", {}),
+              ext.PullEntriesResponse(2, 3, 4, 0, 5, [[4, 1, b"x"]], 1, 5)]
+    data = b"".join(encode(f, ext.GARLICFARM_REGISTRY) for f in frames)
+    decoder = JRaftDecoder(registry=ext.GARLICFARM_REGISTRY)
+    out = []
+    for i in range(0, len(data), 3):
+        out += decoder.feed(data[i:i + 3])
+    assert out == frames
+
+
+@pytest.mark.parametrize("mutate, error, field", [
+    (lambda f: f[:17] + b"\x7f\xff\xff\xff" + f[21:], LimitExceeded, "bodySize"),
+    (lambda f: f[:17] + b"\xff\xff\xff\xff" + f[21:], InvalidField, "bodySize"),
+    (lambda f: f[:21] + b"\xc1" + f[22:], InvalidField, "body"),
+])
+def test_corrupt_extension_frames_are_typed_errors(mutate, error, field):
+    frame = encode(ext.Call(0, 0, 0, 7, "ping", {}), ext.GARLICFARM_REGISTRY)
+    decoder = JRaftDecoder(JRaftLimits(max_log_data_size=1 << 20), ext.GARLICFARM_REGISTRY)
+    with pytest.raises(error) as info:
+        decoder.feed(mutate(frame))
+    assert info.value.field == field
+
+
+def test_wrong_field_type_names_the_field():
+    body = msgpack.packb([7, "ping", "not a map"])
+    frame = bytes([ext.ExtType.CALL]) + bytes(16) + len(body).to_bytes(4, "big") + body
+    with pytest.raises(InvalidField) as info:
+        JRaftDecoder(registry=ext.GARLICFARM_REGISTRY).feed(frame)
+    assert info.value.field == "args"
+
+
+def test_a_truncated_frame_is_reported_at_end_of_stream():
+    frame = encode(ext.Call(0, 0, 0, 7, "ping", {}), ext.GARLICFARM_REGISTRY)
+    decoder = JRaftDecoder(registry=ext.GARLICFARM_REGISTRY)
+    assert decoder.feed(frame[:-1]) == []
+    with pytest.raises(Truncated):
+        decoder.eof()
+
+
+# -- JRaft mapping ------------------------------------------------------------------------------
+
+CONFIG = Configuration(frozenset({1, 2}), frozenset({1, 3}), frozenset({4}),
+                       {1: "h:1", 2: "h:2", 3: "h:3", 4: "h:4"})
+
+
+def test_entries_survive_the_jraft_wire():
+    entries = [Entry(2, 5, EntryType.NOOP), Entry(2, 6, EntryType.APPLICATION, b"data"),
+               Entry(3, 7, EntryType.CONFIGURATION, CONFIG.encode())]
+    msg = AppendEntries(3, 1, 2, 4, 2, entries, 4, ctx=99)
+    wire, echo = jm.to_wire(msg, extensions=True)
+    back = jm.request_from_wire(JRaftDecoder(registry=ext.GARLICFARM_REGISTRY).feed(
+        encode(wire, ext.GARLICFARM_REGISTRY))[0])
+    assert back.entries == entries and back.prev_log_index == 4 and back.commit == 4
+    assert Configuration.decode(back.entries[2].data) == CONFIG
+    response = jm.response_from_wire(
+        jm.response_to_wire(AppendEntriesResponse(3, 2, 1, True, 8, 5, 3)), echo)
+    assert (response.log_index, response.entry_count, response.ctx) == (5, 3, 99)
+    plain, _ = jm.to_wire(msg, extensions=False)
+    voters_only = jm.entries_from_wire(plain.entries, 5)[2]
+    assert Configuration.decode(voters_only.data).voters == {1, 2}
+
+
+def test_only_the_garlicfarm_wire_carries_extensions():
+    pre_vote = RequestVote(4, 1, 2, 10, 3, pre_vote=True)
+    assert jm.to_wire(pre_vote, extensions=False) is None
+    wire, echo = jm.to_wire(pre_vote, extensions=True)
+    assert wire.message_type == ext.ExtType.PRE_VOTE_REQUEST and echo is None
+    pulled = PullEntriesResponse(1, 2, 3, PullStatus.SUCCESS, 7, [Entry(1, 7, EntryType.NOOP)],
+                                 1, 7)
+    assert jm.to_wire(pulled, extensions=False) is None
+    wire, _ = jm.to_wire(pulled, extensions=True)
+    assert jm.self_contained_from_wire(wire) == pulled
+
+
+def test_snapshot_chunks_carry_the_configuration():
+    chunk = InstallSnapshot(5, 1, 2, 40, 4, CONFIG, 0, b"state", True, 40)
+    wire, echo = jm.to_wire(chunk, extensions=True)
+    assert jm.request_from_wire(wire) == chunk and echo.done
+    assert wire.message_type == MessageType.INSTALL_SNAPSHOT_REQUEST
+
+
+def test_a_response_of_the_wrong_type_is_refused():
+    _, echo = jm.to_wire(RequestVote(1, 1, 2, 0, 0), extensions=True)
+    wrong = jm.response_to_wire(AppendEntriesResponse(1, 2, 1, True, 1, 1, 0))
+    with pytest.raises(InvalidField):
+        jm.response_from_wire(wrong, echo)
+
+
+# -- marker entries ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("entry", [
+    Entry(1, 3, EntryType.NOOP), Entry(1, 3, EntryType.APPLICATION, b"plain"),
+    Entry(1, 3, EntryType.APPLICATION, b"\xc2looks like a tag"),
+    Entry(1, 3, EntryType.APPLICATION, b"\xc3escaped"),
+    Entry(2, 3, EntryType.CONFIGURATION, CONFIG.encode())])
+def test_marker_entry_kinds_round_trip(entry):
+    assert entry_from_bytes(entry.term, entry.index, entry_bytes(entry)) == entry
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+def test_settings_name_the_option_at_fault(tmp_path):
+    assert parse_members("2=127.0.0.1:9002, 3=h:9003", "--peers") == {2: "127.0.0.1:9002",
+                                                                       3: "h:9003"}
+    for text, option in (("x=h:1", "--peers"), ("2=nohost", "--peers"), ("0=h:1", "--peers")):
+        with pytest.raises(ConfigError) as info:
+            parse_members(text, option)
+        assert info.value.option == option
+    base = dict(id=1, listen="127.0.0.1:0", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="--wire"):
+        NodeConfig(**base, wire="udp")
+    with pytest.raises(ConfigError, match="--fsync"):
+        NodeConfig(**base, fsync="sometimes")
+    with pytest.raises(ConfigError, match="--user"):
+        NodeConfig(**base).security()
+    with pytest.raises(ConfigError, match="unknown setting"):
+        NodeConfig.from_mapping({**base, "colour": "blue"})
+    config = NodeConfig.from_mapping({**base, "peers": "2=h:2", "user": "u", "password": "p",
+                                      "peer-address": ["2=127.0.0.1:7"]})
+    assert config.peers == {2: "h:2"} and config.peer_address == {2: "127.0.0.1:7"}
+    assert config.security().password_of("u") == "p"
