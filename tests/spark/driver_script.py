@@ -1,0 +1,70 @@
+"""A streaming driver run as its own process by test_raft_faults (so it can be SIGKILLed).
+
+    python driver_script.py OPTIONS_JSON INBOX CHECKPOINT [--crash-after-commit BATCH]
+
+Streams the JSON files of INBOX (one per micro-batch) into the farm with the garlicfarm
+sink, Trigger.AvailableNow, from CHECKPOINT. With --crash-after-commit, the sink's driver
+commit SIGKILLs this whole process group (driver, JVM, workers) right after the farm
+accepted the commit of BATCH: the moment between the sink's commit and Spark's own
+commit log, where a restart re-runs a batch the sink has already made visible.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from pyspark_farm import spark_session
+from pyspark_farm.datasource import GarlicFarmDataSource
+from pyspark_farm.sink import FarmStreamWriter
+
+
+class CrashingWriter(FarmStreamWriter):
+    def commit(self, messages, batchId):
+        super().commit(messages, batchId)
+        if batchId == int(os.environ["CRASH_AFTER_COMMIT"]):
+            os.killpg(int(os.environ["DRIVER_PGID"]), signal.SIGKILL)
+
+
+class CrashingSource(GarlicFarmDataSource):
+    @classmethod
+    def name(cls):
+        return "garlicfarm_crashing"
+
+    def streamWriter(self, schema, overwrite):
+        plain = super().streamWriter(schema, overwrite)
+        return CrashingWriter(plain.backend, plain.value_format)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("options")
+    parser.add_argument("inbox")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--crash-after-commit", type=int)
+    args = parser.parse_args()
+    os.environ["DRIVER_PGID"] = str(os.getpgid(0))
+    if args.crash_after_commit is not None:
+        os.environ["CRASH_AFTER_COMMIT"] = str(args.crash_after_commit)
+    spark = spark_session("garlicfarm-driver", "local[2]", conf={
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+    spark.sparkContext.setLogLevel("ERROR")
+    fmt = "garlicfarm"
+    if args.crash_after_commit is not None:
+        spark.dataSource.register(CrashingSource)   # a test double; the plain run registers nothing
+        fmt = "garlicfarm_crashing"
+    query = (spark.readStream.schema("value string").option("maxFilesPerTrigger", 1)
+             .json(args.inbox)
+             .writeStream.format(fmt).options(**json.loads(args.options))
+             .option("checkpointLocation", args.checkpoint)
+             .trigger(availableNow=True).start())
+    print(json.dumps({"query_id": query.id}), flush=True)
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
