@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "snapshots (default 10000)")
     p.add_argument("--retain-entries", type=int, help="log entries kept below the latest "
                    "snapshot (default 100000)")
+    p.add_argument("--segment-bytes", type=int, help="log segment size; compaction drops "
+                   "whole segments (default 64 MiB)")
     p.add_argument("--state-machine", help="module:factory of a pluggable application "
                    "state machine for entries that are not farm commands")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))

@@ -77,6 +77,7 @@ class NodeConfig:
     election_ticks: int = 30                    #: election timeout in [n, 2n) ticks
     snapshot_interval: int = 10_000             #: entries between snapshots
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
+    segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024
     log_level: str = "info"
 
@@ -98,7 +99,7 @@ class NodeConfig:
         for name, minimum in (("status_interval", 0.05), ("tick", 0.001)):
             if getattr(self, name) < minimum:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"must be at least {minimum}")
-        for name in ("snapshot_interval", "retain_entries", "election_ticks"):
+        for name in ("snapshot_interval", "retain_entries", "election_ticks", "segment_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")
         if self.election_ticks < 4:

@@ -53,7 +53,8 @@ class FarmNode:
         self.security = config.security()
         self.started = time.monotonic()
         self.app_factory = app_factory
-        self.storage = DiskStorage(config.data_dir, fsync=config.fsync)
+        self.storage = DiskStorage(config.data_dir, fsync=config.fsync,
+                                   segment_bytes=config.segment_bytes)
         self.fsyncs = FsyncPolicy.parse(config.fsync).fsyncs
         self.machine = self.new_machine()
         snapshot = self.storage.snapshot()
@@ -66,8 +67,11 @@ class FarmNode:
         options = RaftOptions(election_timeout_min=ticks, election_timeout_max=2 * ticks,
                               heartbeat_interval=max(1, ticks // 3),
                               pre_vote=config.wire == "garlicfarm", observer=config.observer)
-        self.raft = RaftNode(config.id, self.storage, options,
-                             configuration=None if config.join else self._bootstrap(),
+        # A joining voter starts with no configuration (the leader sends it one); a
+        # joining observer starts from --peers so that it knows whom to pull from (it
+        # never votes, so a stale guess cannot hurt).
+        bootstrap = None if config.join and not config.observer else self._bootstrap()
+        self.raft = RaftNode(config.id, self.storage, options, configuration=bootstrap,
                              applied=self._snapshot_index)
         self.transport = Transport(
             node_id=config.id, wire=config.wire, security=self.security, listen=config.listen,
