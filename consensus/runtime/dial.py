@@ -50,6 +50,15 @@ def _recv(sock: socket.socket, deadline: float, what: str) -> bytes:
         return sock.recv(65536)
     except socket.timeout:
         raise Unavailable(f"timed out {what}") from None
+    except OSError as exc:
+        raise Unavailable(f"the connection broke while {what}: {exc}") from None
+
+
+def _send(sock: socket.socket, data: bytes, target: str) -> None:
+    try:
+        sock.sendall(data)
+    except OSError as exc:
+        raise Unavailable(f"the connection to {target} broke: {exc}") from None
 
 
 def _proxy_connect(sock: socket.socket, target: str, deadline: float) -> bytes:
@@ -122,7 +131,7 @@ def dial(endpoint: str, security: Security, *, wire: str = "garlicfarm",
 
 
 def _marker_connect(sock: socket.socket, node_id: int, endpoint: str, deadline: float) -> bytes:
-    sock.sendall(marker.encode(marker.ConnectRequest(node_id)))
+    _send(sock, marker.encode(marker.ConnectRequest(node_id)), endpoint)
     decoder = marker.MarkerDecoder()
     while True:
         data = _recv(sock, deadline, f"waiting for {endpoint} to accept the marker connection")
@@ -155,7 +164,7 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
         request = initiator.start(time.monotonic())
     sock = open_stream(host, port, security, deadline)
     try:
-        sock.sendall(request)
+        _send(sock, request, target)
         while True:
             try:
                 with security.cache_lock:
@@ -169,7 +178,7 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
             elif isinstance(event, Reconnect):
                 sock.close()
                 sock = open_stream(host, port, security, deadline)
-                sock.sendall(event.request)
+                _send(sock, event.request, target)
             elif isinstance(event, Established):
                 return Dialed(sock, event.trailing_data)
     except BaseException:
