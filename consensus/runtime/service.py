@@ -592,6 +592,9 @@ class Service:
         return added
 
     def _c_update_voters(self, conn, call, args):
+        self._needs("joint consensus", ("garlicfarm", "marker"), "JRaft's configuration "
+                    "entries hold voters only: change one server at a time with add_server "
+                    "and remove_server")
         raft = self._leader()
         add = self._addresses(args)
         remove = {int(r) for r in args.get("remove") or ()}
@@ -648,8 +651,9 @@ class Service:
         elif node_id not in config.members:
             raise FarmError(f"node {node_id} is not a member (members: "
                             f"{sorted(config.members)})")
-        elif args.get("force") or self.node.config.wire == "marker":
-            raft.change_voters(config.voters - {node_id})
+        elif self.node.config.wire == "marker" or \
+                (args.get("force") and self.node.config.wire == "garlicfarm"):
+            raft.change_voters(config.voters - {node_id})   # joint consensus
         else:
             raft.remove_server(node_id)
 
