@@ -44,6 +44,7 @@ from .torture_workload import (Audit, ClientPool, ClientStats, SharedSink, Workl
                                audit_appends, final_reads)
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN, EXIT_SETUP = 0, 1, 2, 3
+EXPLAIN_LINES = 40          # of the checker's explanation in the text report
 DEFAULT_FAULTS = (Fault.KILL, Fault.PARTITION, Fault.RESTART)
 
 
@@ -134,9 +135,15 @@ class TortureFarm:
         itself, so a stale leader is seen); its writes start there and follow the
         redirects to the leader (a separate connection, so reads stay home)."""
         home = self.farm.endpoint_of(self.node_ids[index % len(self.node_ids)])
-        return TortureClient(self.farm.client(timeout=self._client_timeout, endpoints=home),
-                             self.farm.client(timeout=self._client_timeout, endpoints=home),
-                             self._reads)
+        timeout = self.client_timeout(index)
+        return TortureClient(self.farm.client(timeout=timeout, endpoints=home),
+                             self.farm.client(timeout=timeout, endpoints=home), self._reads)
+
+    def client_timeout(self, index: int) -> float:
+        """Odd clients wait three times longer: short calls give up on a stalled or cut
+        off member soon (and meet the rest of the farm), long ones retry the same request
+        across a leader change (and meet the de-duplication of retried writes)."""
+        return self._client_timeout * (3 if index % 2 else 1)
 
     def wait_for_leader(self, timeout: float) -> int:
         return self.farm.wait_for_leader(timeout=timeout)
@@ -244,7 +251,7 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
                 threading.Event().wait(options.duration)      # the run itself
             finally:
                 nemesis.stop()                                 # heals everything
-                if not pool.stop(timeout=options.client_timeout * 3 + 10):
+                if not pool.stop(timeout=options.client_timeout * 6 + 10):
                     notes.append("some client threads did not stop in time")
             say("healed; waiting for the farm to recover")
             deadline = time.monotonic() + options.recovery_timeout
@@ -317,6 +324,7 @@ def result_document(result: TortureResult) -> dict[str, Any]:
             "verdict": check_.verdict.value, "operations": check_.operations,
             "keys": len(check_.partitions), "seconds": round(check_.elapsed, 3),
             "explain": result.explain},
+        "client_bugs": result.clients.bugs,
         "appends": {"checked": result.audit.checked, "lost": list(result.audit.lost),
                     "duplicated": list(result.audit.duplicated),
                     "unreadable": list(result.audit.unreadable)},
@@ -349,7 +357,15 @@ def render(result: TortureResult, out: TextIO) -> None:
                   f"{len(result.audit.lost)} lost, {len(result.audit.duplicated)} "
                   f"duplicated, {len(result.audit.unreadable)} keys unreadable")
     if result.explain:
-        console.print(result.explain, markup=False)
+        lines = result.explain.splitlines()
+        shown = lines[:EXPLAIN_LINES] + ([f"... ({len(lines) - EXPLAIN_LINES} more lines: "
+                                          "check the --history file with `python -m "
+                                          "consensus.linearizability FILE`)"]
+                                         if len(lines) > EXPLAIN_LINES else [])
+        console.print("\n".join(shown), markup=False)
+    if result.clients.bugs:
+        console.print("first unexpected exception of a client call:\n"
+                      + result.clients.bugs[0].rstrip(), markup=False)
     for note in result.notes:
         console.print(f"note: {note}", markup=False)
     if result.history:
@@ -402,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between two faults")
     p.add_argument("--hold", default="1:4", metavar="MIN:MAX", help="seconds a fault lasts")
     p.add_argument("--client-timeout", type=float, default=1.0,
-                   help="seconds per client call before it counts as unknown")
+                   help="seconds per client call before it counts as unknown (odd clients "
+                        "wait three times as long)")
     p.add_argument("--recovery-timeout", type=float, default=30.0,
                    help="seconds the farm gets to recover after healing")
     p.add_argument("--check-timeout", type=float, default=120.0,

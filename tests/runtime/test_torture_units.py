@@ -75,7 +75,7 @@ def run_pool(kv: DictKV, ops: int, clients: int = 4, seed: int = 1):
     stats."""
     history = History()
     workload = Workload(random.Random(seed), keys=2, ops_per_key=40)
-    pool = ClientPool(lambda: kv, history, workload, clients, FarmDown)
+    pool = ClientPool(lambda index: kv, history, workload, clients, FarmDown)
     pool.start()
     from tests.support import wait_until
     wait_until(lambda: len(history.events) >= 2 * ops, timeout=30, message=f"{ops} ops")
