@@ -198,15 +198,19 @@ def _config_endpoints(conf: Mapping[str, Any]) -> str | None:
 
 
 def split_endpoints(text: str, option: str) -> list[str]:
-    """``host:port,host:port`` -> the list, each checked."""
+    """``host:port,host:port`` -> the list, each checked (by the node's own rule)."""
+    from consensus.runtime.errors import ConfigError
+    from consensus.runtime.security import split_endpoint
+
     endpoints = [e.strip() for e in text.split(",") if e.strip()]
-    for e in endpoints:
-        host, sep, port = e.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(option, f"{e!r} is not HOST:PORT")
     if not endpoints:
         raise UsageError(option, "no HOST:PORT given")
-    return endpoints
+    try:
+        for e in endpoints:
+            split_endpoint(e, option)
+        return endpoints
+    except ConfigError as exc:
+        raise UsageError(option, str(exc).split(": ", 1)[1]) from None
 
 
 def parse_node_id(text: str, option: str) -> int:

@@ -35,6 +35,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Coroutine, Hashable, Iterable, Mapping, TypeVar
 
+from .security import split_endpoint
+
 T = TypeVar("T")
 
 _CHUNK = 64 * 1024          # bytes read per chunk
@@ -122,13 +124,11 @@ class _Link:
 
 
 def parse_endpoint(endpoint: "str | tuple[str, int]") -> tuple[str, int]:
-    """("127.0.0.1", 9001) from "127.0.0.1:9001" or the tuple itself."""
+    """("127.0.0.1", 9001) from "127.0.0.1:9001" or the tuple itself; a bad endpoint
+    raises `ConfigError` (a ValueError)."""
     if isinstance(endpoint, tuple):
         return endpoint
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"endpoint {endpoint!r} is not HOST:PORT")
-    return host, int(port)
+    return split_endpoint(endpoint, "endpoint")
 
 
 class FaultProxy:
