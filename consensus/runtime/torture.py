@@ -447,6 +447,10 @@ def parse_options(argv: Sequence[str]) -> TortureOptions:
     for name in ("duration", "client_timeout", "recovery_timeout", "check_timeout"):
         if getattr(args, name) <= 0:
             raise TortureSetupError(f"--{name.replace('_', '-')}: must be positive seconds")
+    if args.data_dir and os.path.isdir(args.data_dir) and os.listdir(args.data_dir):
+        raise TortureSetupError(f"--data-dir: {args.data_dir} is not empty; a farm that "
+                                "starts from an earlier run's state would make its history "
+                                "meaningless: give a new or empty directory")
     return TortureOptions(
         nodes=args.nodes, wire=args.wire, duration=args.duration,
         faults=parse_faults(args.faults), clients=args.clients,

@@ -155,6 +155,7 @@ class FaultRecord:
 @dataclass
 class NemesisLog:
     records: list[FaultRecord] = field(default_factory=list)
+    heal_errors: list[str] = field(default_factory=list)    # of the final healing
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -163,7 +164,8 @@ class NemesisLog:
         return out
 
     def errors(self) -> list[str]:
-        return [f"{r.action.description}: {r.error}" for r in self.records if r.error]
+        return [f"{r.action.description}: {r.error}" for r in self.records if r.error] \
+            + self.heal_errors
 
 
 class Nemesis:
@@ -194,10 +196,23 @@ class Nemesis:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop injecting and heal everything (joins the thread first)."""
+        """Stop injecting and heal everything (joins the thread first). A step that
+        fails is recorded in the log and the others still run."""
         self._stop.set()
         self._thread.join()
-        self._heal_all()
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if self._farm.network is not None:
+            steps.append(("heal the network", self._farm.network.heal))
+        farm = self._farm
+        steps += [(f"resume n{n}", lambda n=n: farm.resume(n)) for n in sorted(self._paused)]
+        steps += [(f"restart n{n}", lambda n=n: farm.restart(n)) for n in sorted(self._down)]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as error:      # noqa: BLE001 - reported with the verdict
+                self.log.heal_errors.append(f"{what}: {type(error).__name__}: {error}")
+        self._paused.clear()
+        self._down.clear()
 
     def _run(self) -> None:
         while not self._stop.wait(self._rng.uniform(*self._quiet)):
@@ -255,16 +270,6 @@ class Nemesis:
         elif action.fault.needs_network:
             assert self._farm.network is not None
             self._farm.network.heal()
-
-    def _heal_all(self) -> None:
-        if self._farm.network is not None:
-            self._farm.network.heal()
-        for node in sorted(self._paused):
-            self._farm.resume(node)
-        for node in sorted(self._down):
-            self._farm.restart(node)
-        self._paused.clear()
-        self._down.clear()
 
 
 def connectivity(nodes: Sequence[int], drops: frozenset[tuple[int, int]]) -> dict[int, set[int]]:

@@ -170,8 +170,9 @@ class ClientPool:
 
     `connect(index)` builds client `index` (0 <= index < count); each thread owns one and
     builds a new one after any failed call (a client stuck to a member that stalled or
-    was cut off would otherwise never see the rest of the farm). `expected` is the exception class that means the
-    farm refused or did not answer (`FarmError`); anything else is reported as a bug.
+    was cut off would otherwise never see the rest of the farm). `expected` is the
+    exception class that means the farm refused or did not answer (`FarmError`);
+    anything else is reported as a bug.
     """
 
     def __init__(self, connect: Callable[[int], KVClient], history: History,

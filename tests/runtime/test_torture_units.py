@@ -322,3 +322,61 @@ def test_options_and_errors_name_the_option():
     err = io.StringIO()
     assert main(["--faults", "flood"], err=err) == EXIT_SETUP
     assert "--faults: flood is not a fault" in err.getvalue()
+
+
+def test_refuses_a_used_data_dir(tmp_path):
+    (tmp_path / "node-1").mkdir()
+    with pytest.raises(TortureSetupError, match="--data-dir: .* is not empty"):
+        parse_options(["--data-dir", str(tmp_path)])
+    assert parse_options(["--data-dir", str(tmp_path / "new")]).data_dir == tmp_path / "new"
+
+
+class BrokenRestarts:
+    """A farm whose restarts fail (a real one cannot be made to fail on demand): the
+    nemesis must record the failure, go on healing, and never raise."""
+
+    network = None
+    node_ids = [1, 2, 3]
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def kill(self, n):
+        self.calls.append(f"kill {n}")
+
+    def stop(self, n):
+        self.calls.append(f"stop {n}")
+
+    def restart(self, n):
+        self.calls.append(f"restart {n}")
+        raise OSError("port in use")
+
+    def pause(self, n):
+        self.calls.append(f"pause {n}")
+
+    def resume(self, n):
+        self.calls.append(f"resume {n}")
+
+    def leader(self):
+        return 1
+
+
+def test_nemesis_records_failures_and_heals_the_rest():
+    from consensus.runtime.torture_nemesis import Nemesis
+
+    farm = BrokenRestarts()
+    nemesis = Nemesis(farm, [Fault.KILL, Fault.PAUSE], random.Random(4), quiet=(0, 0),
+                      hold=(0.05, 0.05))
+    nemesis.start()
+    from tests.support import wait_until
+    wait_until(lambda: len(nemesis.log.records) >= 6, message="six faults")
+    nemesis.stop()
+    kills = [r for r in nemesis.log.records if r.action.fault is Fault.KILL]
+    assert kills and all("OSError: port in use" in r.error for r in kills if r.ended)
+    assert all(r.ended is not None for r in nemesis.log.records)
+    # Every pause was resumed; the killed nodes were restarted (and failed, recorded).
+    assert farm.calls.count("pause 1") + farm.calls.count("pause 2") + \
+        farm.calls.count("pause 3") == sum(c.startswith("resume") for c in farm.calls)
+    assert len(nemesis.log.errors()) >= len(kills)
+    with pytest.raises(ValueError, match="fault proxy"):
+        Nemesis(farm, [Fault.PARTITION], random.Random(1))
