@@ -236,22 +236,19 @@ class FarmClient:
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
         last: Exception | None = None
         with self._lock:
+            # the common case first: the member we used last is there and answers
+            first = endpoint or (self._leader if leader else None)
+            link = self._links.get(first) if first is not None else None
+            if link is not None and not link.closed:
+                try:
+                    return operation(link, deadline)
+                except (NotLeaderError, Unavailable, ProtocolMismatch, RetryableWrite) as exc:
+                    last = self._failed(first, exc, leader, endpoint)
             for candidate in self._attempts(deadline, leader, endpoint):
                 try:
-                    link = self._link(candidate, deadline)
-                    return operation(link, deadline)
-                except NotLeaderError as exc:
-                    last = exc
-                    if endpoint is not None or not leader:
-                        raise
-                    self._redirect(exc)
-                except (Unavailable, ProtocolMismatch, RetryableWrite) as exc:
-                    last = exc
-                    if isinstance(exc, (Unavailable, ProtocolMismatch)) and \
-                            (candidate not in self._links or self._links[candidate].closed):
-                        self._drop(candidate)
-                    if isinstance(exc, ProtocolMismatch) and endpoint is not None:
-                        raise
+                    return operation(self._link(candidate, deadline), deadline)
+                except (NotLeaderError, Unavailable, ProtocolMismatch, RetryableWrite) as exc:
+                    last = self._failed(candidate, exc, leader, endpoint)
         if isinstance(last, NotLeaderError) and endpoint is None:
             raise Unavailable(f"no leader answered within the timeout (last: {last})")
         if isinstance(last, (Unavailable, NotLeaderError)) or last is None:
@@ -259,6 +256,22 @@ class FarmClient:
                               f"request within the timeout (last: {last}); check that a "
                               f"majority of the voters runs") from None
         raise last
+
+    def _failed(self, candidate: str, exc: Exception, leader: bool,
+                endpoint: str | None) -> Exception:
+        """Learn from a failed attempt (redirect, drop a dead link); re-raise what
+        retrying cannot fix. Returns the error to report if nothing succeeds."""
+        if isinstance(exc, NotLeaderError):
+            if endpoint is not None or not leader:
+                raise exc
+            self._redirect(exc)
+        elif isinstance(exc, (Unavailable, ProtocolMismatch)):
+            link = self._links.get(candidate)
+            if link is None or link.closed:
+                self._drop(candidate)
+            if isinstance(exc, ProtocolMismatch) and endpoint is not None:
+                raise exc
+        return exc
 
     # -- calls ------------------------------------------------------------------------------------
     def _call(self, op: str, args: dict | None = None, *, leader: bool = True,

@@ -212,15 +212,22 @@ EXTENSION_CLASSES: tuple[type[ExtensionMessage], ...] = (
     EventMessage)
 
 
-def _check_kind(name: str, kind: Any, value: Any) -> None:
+def _checker(kind: Any) -> tuple[tuple[type, ...], bool] | None:
+    """(types isinstance must accept, whether bool is refused) for a field kind; None
+    for ANY."""
     if kind is ANY:
+        return None
+    types = kind if isinstance(kind, tuple) else (kind,)
+    return types, int in types
+
+
+def _check_kind(name: str, kind: Any, value: Any) -> None:
+    check = _checker(kind)
+    if check is None:
         return
-    if kind is int or kind == OPT_INT:
-        if isinstance(value, bool) or not isinstance(value, kind):
-            raise _bad(name, f"{value!r} is not an integer")
-        return
-    if not isinstance(value, kind):
-        raise _bad(name, f"{type(value).__name__} is not the field's type")
+    types, no_bool = check
+    if not isinstance(value, types) or (no_bool and value.__class__ is bool):
+        raise _bad(name, f"{value!r} is not the field's type")
 
 
 class ExtensionCodec(MessageCodec):
@@ -230,6 +237,9 @@ class ExtensionCodec(MessageCodec):
     def __init__(self, cls: type[ExtensionMessage]) -> None:
         self.message_class = cls
         self._names = [f.name for f in fields(cls)][3:]
+        self._checks = [(i, name, *check) for i, (name, kind) in
+                        enumerate(zip(self._names, cls.KINDS))
+                        if (check := _checker(kind)) is not None]
 
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
         (size,) = struct.unpack_from(">i", head, 17)
@@ -247,11 +257,13 @@ class ExtensionCodec(MessageCodec):
                                    use_list=True)
         except Exception as exc:    # msgpack raises ExtraData, ValueError, FormatError...
             raise _bad("body", f"not msgpack ({exc})", self.head_size) from None
-        if not isinstance(body, list) or len(body) != len(self._names):
+        if body.__class__ is not list or len(body) != len(self._names):
             raise _bad("body", f"must be an array of {len(self._names)} fields "
                        f"({', '.join(self._names)})", self.head_size)
-        for name, kind, value in zip(self._names, self.message_class.KINDS, body):
-            _check_kind(name, kind, value)
+        for i, name, types, no_bool in self._checks:
+            value = body[i]
+            if not isinstance(value, types) or (no_bool and value.__class__ is bool):
+                raise _bad(name, f"{value!r} is not the field's type")
         return self.message_class(source, destination, term, *body)
 
     def encode(self, message: ExtensionMessage) -> bytes:

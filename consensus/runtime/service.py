@@ -44,7 +44,7 @@ from consensus.runtime.machines import CommandError, Outcome
 from consensus.runtime.storage import SnapshotView
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
-                                  check_shape, encode)
+                                  ValueType, check_shape, encode)
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection
@@ -154,11 +154,14 @@ class Service:
     # -- writes ---------------------------------------------------------------------------
     def _client_request(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
         raft = self.node.raft
-        try:
-            check_shape(wire)
-        except ProtocolError as exc:
-            self._refuse_write(conn, wire, slot, FarmError(f"malformed ClientRequest: {exc}"))
-            return
+        entries = wire.entries
+        if not entries or any(e.value_type != ValueType.APPLICATION for e in entries):
+            try:                    # the common shape passes the quick test; say what is
+                check_shape(wire)   # wrong with the others
+            except ProtocolError as exc:
+                self._refuse_write(conn, wire, slot,
+                                   FarmError(f"malformed ClientRequest: {exc}"))
+                return
         if raft.role is not Role.LEADER:
             self._refuse_write(conn, wire, slot, self.not_leader())
             return

@@ -14,15 +14,18 @@ reads the disk: the leader asks for it on every AppendEntries it builds.
 
 Hard state: a new term or vote is saved (fsynced) at once, before the messages that
 depend on it leave. A commit index that moved alone is saved at most every
-`commit_save_interval` seconds and on close: the commit index is not needed for safety
-(a restarted node relearns it from the leader), and saving it on every Ready would cost
-an fsync per Ready even with ``--fsync never``.
+`commit_save_interval` seconds, by a background thread, and on close: the commit index
+is not needed for safety (a restarted node relearns it from the leader), and saving it
+on every Ready would cost an fsync per Ready even with ``--fsync never``. Saves take
+turns under a lock and never replace a newer term, vote or commit by an older one.
 """
 from __future__ import annotations
 
 import array
+import logging
 import os
 import struct
+import threading
 import time
 import zlib
 from typing import Sequence
@@ -34,6 +37,7 @@ from consensus.storage import (CorruptLogError, HardStateFile, SegmentedLog, Sna
 from consensus.storage import HardState as StoredHardState
 from consensus.storage.files import replace_atomically
 
+log = logging.getLogger("garlicfarm.storage")
 RECORD_HEAD = struct.Struct(">QB")
 _BASE = struct.Struct(">4sQQI")     # magic, index, term, crc
 _ENTRY_TYPES = {t.value: t for t in EntryType}
@@ -72,6 +76,14 @@ class DiskStorage:
         self._hard = HardState(stored.term, stored.vote, stored.commit)
         self._saved_hard = self._hard
         self._saved_at = time.monotonic()
+        self._file_lock = threading.Lock()
+        self._lazy: tuple[HardState, int] | None = None
+        self._version = self._saved_version = 0
+        self._lazy_ready = threading.Condition()
+        self._closing = False
+        self._saver = threading.Thread(target=self._lazy_saver, daemon=True,
+                                       name="hardstate-saver")
+        self._saver.start()
         self._latest = self._load_latest_snapshot()
         self._first = self._recover_first_index()
         self._base_term = self._term_before_first()
@@ -206,19 +218,43 @@ class DiskStorage:
         self.log.sync()
 
     def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
-        """Save a new term or vote now (`urgent`); a new commit index alone lazily."""
+        """Save a new term or vote now (`urgent`); a new commit index alone lazily, at
+        most every `commit_save_interval`, by a background thread (the save fsyncs, and
+        the loop must not stall on it)."""
         self._hard = state
-        if urgent or time.monotonic() - self._saved_at >= self.commit_save_interval:
-            self._save_hard()
+        self._version += 1
+        if urgent:
+            self._save_hard(state, self._version)
+        elif time.monotonic() - self._saved_at >= self.commit_save_interval:
+            self._saved_at = time.monotonic()
+            with self._lazy_ready:
+                self._lazy = (state, self._version)
+                self._lazy_ready.notify()
 
-    def _save_hard(self) -> None:
-        if self._hard != self._saved_hard:
-            hard = self._hard
+    def _save_hard(self, state: HardState, version: int) -> None:
+        """Write `state` unless a later one (by `version`) was written: saves take turns,
+        and a lazy save never replaces a vote cast meanwhile."""
+        with self._file_lock:
+            if version <= self._saved_version or state == self._saved_hard:
+                return
             # never save a commit beyond what the log holds (the core refuses to start)
-            commit = min(hard.commit, self.last_index())
-            self.hard_state_file.save(StoredHardState(hard.term, hard.vote, commit))
-            self._saved_hard = hard
-        self._saved_at = time.monotonic()
+            commit = min(state.commit, self.last_index())
+            self.hard_state_file.save(StoredHardState(state.term, state.vote, commit))
+            self._saved_hard, self._saved_version = state, version
+
+    def _lazy_saver(self) -> None:
+        while True:
+            with self._lazy_ready:
+                while self._lazy is None and not self._closing:
+                    self._lazy_ready.wait()
+                state, self._lazy = self._lazy, None
+            if state is not None:
+                try:
+                    self._save_hard(*state)
+                except OSError as exc:      # the next save tries again; the commit index
+                    log.warning("saving the commit index failed: %s", exc)  # is optional
+            if self._closing:
+                return
 
     def compact(self, keep_from: int) -> None:
         """Drop whole segments below `keep_from`, which the latest snapshot must cover."""
@@ -248,8 +284,12 @@ class DiskStorage:
                    if not name.endswith(".lock"))
 
     def close(self) -> None:
+        with self._lazy_ready:
+            self._closing = True
+            self._lazy_ready.notify()
+        self._saver.join()
         try:
-            self._save_hard()
+            self._save_hard(self._hard, self._version + 1)
         finally:
             self.log.close()
 
