@@ -20,12 +20,16 @@ if TYPE_CHECKING:
 
 
 class LocalFarm:
-    """A Raft farm of `nodes` local processes (a temporary data dir unless one is given)."""
+    """A Raft farm of `nodes` local processes (a temporary data dir unless one is given).
+
+    `extra_args` go to every `garlicfarm node` (e.g. ``("--snapshot-interval", "100")``);
+    other keyword arguments to LocalCluster (e.g. ``status_interval``)."""
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, *,
                  cluster: str = "farm", username: str = "spark", password: str | None = None,
                  wire: str = "garlicfarm", observers: int = 0, fsync: str = "batch",
-                 leader_timeout: float = 30.0, extra_args: Sequence[str] = ()) -> None:
+                 leader_timeout: float = 30.0, extra_args: Sequence[str] = (),
+                 **cluster_options: Any) -> None:
         if nodes < 1:
             raise ValueError("LocalFarm needs nodes >= 1")
         self.nodes = nodes
@@ -36,7 +40,7 @@ class LocalFarm:
         self._settings: dict[str, Any] = dict(
             nodes=nodes, data_dir=None if data_dir is None else str(data_dir), wire=wire,
             cluster=cluster, username=username, password=self.password, fsync=fsync,
-            observers=observers, extra_args=tuple(extra_args))
+            observers=observers, extra_args=tuple(extra_args), **cluster_options)
         self._cluster: "LocalCluster | None" = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -45,6 +49,8 @@ class LocalFarm:
         if self._cluster is not None:
             return self
         from consensus.runtime import LocalCluster
+        if self._settings["data_dir"] is not None:
+            Path(self._settings["data_dir"]).mkdir(parents=True, exist_ok=True)
         cluster = LocalCluster(**self._settings)
         cluster.__enter__()
         self._cluster = cluster
