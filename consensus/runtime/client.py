@@ -560,10 +560,13 @@ class FarmClient:
 
 
 class _Subscription:
+    """The iterator `FarmClient.subscribe` returns; `close()` ends it (from any thread)."""
+
     def __init__(self, client: FarmClient, events: tuple[str, ...]) -> None:
         self.client = client
         self.events = events
         self.link: _Link | None = None
+        self.closed = False
 
     def __iter__(self) -> "_Subscription":
         return self
@@ -590,11 +593,13 @@ class _Subscription:
 
     def __next__(self) -> Event:
         while True:
+            if self.closed:
+                raise StopIteration
             if self.link is None or self.link.closed:
                 self.link = self._connect()
             try:
                 frame = self.link.next_frame(time.monotonic() + 3600.0)
-            except Unavailable:
+            except (Unavailable, ProtocolMismatch):
                 self.link.close()
                 continue
             if isinstance(frame, ext.EventMessage):
@@ -602,7 +607,12 @@ class _Subscription:
                              dict(frame.data))
 
     def close(self) -> None:
+        self.closed = True
         if self.link is not None:
+            try:
+                self.link.sock.shutdown(socket.SHUT_RDWR)   # wakes a reader blocked in recv
+            except OSError:
+                pass
             self.link.close()
 
 
