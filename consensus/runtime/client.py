@@ -539,7 +539,7 @@ class FarmClient:
                 raise Unavailable(f"leadership did not move to node {to} within {timeout}s")
             try:
                 self._call("transfer_leader", {"to": int(to)}, timeout=min(left, 5.0))
-            except (Unavailable, NotLeaderError):
+            except FarmError:       # another node won, or the attempt timed out: again
                 pass
             self._wait_for_leader(to, deadline)
 

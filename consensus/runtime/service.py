@@ -640,7 +640,14 @@ class Service:
         raft.add_server(node_id, endpoint)
 
         def check():
-            return node_id in raft.configuration.voters and self._config_committed(), node_id
+            if node_id in raft.configuration.voters:
+                return self._config_committed(), node_id
+            if raft.role is Role.LEADER:
+                try:                    # the leader gives up on a silent joiner after a
+                    raft.add_server(node_id, endpoint)      # few invitations: invite again
+                except MembershipChangeError:
+                    pass                # still under way
+            return False, node_id
         return self._wait(conn, call, args, check,
                           f"node {node_id} did not join in time: is it running (with --join) "
                           f"and reachable at {endpoint}?")
@@ -715,8 +722,10 @@ class Service:
                     continue
                 if done:
                     self._reply(wait.conn, wait.call_id, result)
-                elif now >= wait.deadline:
-                    self._fail(wait.conn, wait.call_id, Unavailable(wait.timeout_message))
+                elif now >= wait.deadline:       # not retried by clients: it may still
+                    self._fail(wait.conn, wait.call_id, FarmError(   # happen
+                        f"{wait.timeout_message} (it may still complete: check "
+                        f"get_servers)"))
                 else:
                     keep.append(wait)
             self._waits = keep
