@@ -6,15 +6,15 @@ Only the client side is imported here (a node's modules load on demand), so impo
 """
 from consensus.runtime.client import FarmClient
 from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
-                                      IndexOverflow, IndexUnderflow, NotLeaderError,
-                                      ProtocolMismatch, Unavailable)
+                                      Incomplete, IndexOverflow, IndexUnderflow,
+                                      NotLeaderError, ProtocolMismatch, Unavailable)
 from consensus.runtime.local import LocalCluster
 from consensus.runtime.results import (BatchCommit, ClusterView, CommitInfo, Event, FarmStatus,
                                        LogRecord, MemberView, StagedInfo, VisibleRecords)
 
 __all__ = [
     "AuthenticationError", "BatchCommit", "ClusterView", "CommitInfo", "ConfigError", "Event",
-    "FarmClient", "FarmError", "FarmStatus", "IndexOverflow", "IndexUnderflow",
+    "FarmClient", "FarmError", "FarmStatus", "Incomplete", "IndexOverflow", "IndexUnderflow",
     "LocalCluster", "LogRecord", "MemberView", "NotLeaderError", "ProtocolMismatch",
     "StagedInfo", "Unavailable", "VisibleRecords",
 ]

@@ -27,7 +27,7 @@ from consensus.runtime import extensions as ext
 from consensus.runtime.dial import dial
 from consensus.runtime.envelope import (CommandKind, described, encode_command,
                                         new_request_id, record_from_header)
-from consensus.runtime.errors import (ConfigError, FarmError, NotLeaderError,
+from consensus.runtime.errors import (ConfigError, FarmError, Incomplete, NotLeaderError,
                                       ProtocolMismatch, RetryableWrite, Unavailable,
                                       error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
@@ -539,8 +539,8 @@ class FarmClient:
                 raise Unavailable(f"leadership did not move to node {to} within {timeout}s")
             try:
                 self._call("transfer_leader", {"to": int(to)}, timeout=min(left, 5.0))
-            except FarmError:       # another node won, or the attempt timed out: again
-                pass
+            except (Unavailable, NotLeaderError, Incomplete):   # another node won, or the
+                pass                                            # attempt ended: again
             self._wait_for_leader(to, deadline)
 
     def _wait_for_leader(self, to: int, deadline: float) -> None:

@@ -18,6 +18,7 @@ class ErrorCode(enum.IntEnum):
     RETRY = 6               #: the write was lost (leader change): send it again
     AUTHENTICATION = 7
     PROTOCOL = 8
+    INCOMPLETE = 9          #: a membership change or transfer did not finish in time
 
 
 class FarmError(Exception):
@@ -68,6 +69,12 @@ class IndexUnderflow(FarmError):
         self.first_available = first_available
 
 
+class Incomplete(FarmError):
+    """A membership change or leader transfer was started but did not finish within the
+    call's timeout; it may still finish (check get_servers before trying again)."""
+    code = ErrorCode.INCOMPLETE
+
+
 class AuthenticationError(FarmError):
     """The member refused the credentials (check the username and password options)."""
     code = ErrorCode.AUTHENTICATION
@@ -92,6 +99,7 @@ _BY_CODE: dict[int, type[FarmError]] = {
     ErrorCode.UNAVAILABLE: Unavailable, ErrorCode.INDEX_OVERFLOW: IndexOverflow,
     ErrorCode.INDEX_UNDERFLOW: IndexUnderflow, ErrorCode.RETRY: RetryableWrite,
     ErrorCode.AUTHENTICATION: AuthenticationError, ErrorCode.PROTOCOL: ProtocolMismatch,
+    ErrorCode.INCOMPLETE: Incomplete,
 }
 
 

@@ -36,7 +36,7 @@ from consensus.raft import (Entry, EntryType, MembershipChangeError, NotLeader, 
 from consensus.runtime import extensions as ext
 from consensus.runtime.envelope import (decode_command, described, header_of, is_command,
                                         request_id_of, stamp)
-from consensus.runtime.errors import (FarmError, IndexOverflow, IndexUnderflow,
+from consensus.runtime.errors import (FarmError, Incomplete, IndexOverflow, IndexUnderflow,
                                       NotLeaderError, RetryableWrite, Unavailable, error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
@@ -722,8 +722,8 @@ class Service:
                     continue
                 if done:
                     self._reply(wait.conn, wait.call_id, result)
-                elif now >= wait.deadline:       # not retried by clients: it may still
-                    self._fail(wait.conn, wait.call_id, FarmError(   # happen
+                elif now >= wait.deadline:
+                    self._fail(wait.conn, wait.call_id, Incomplete(
                         f"{wait.timeout_message} (it may still complete: check "
                         f"get_servers)"))
                 else:
