@@ -126,6 +126,13 @@ class RaftNode:
     def transferring_to(self) -> int | None:
         return self._transfer_target
 
+    @property
+    def installing_snapshot(self) -> bool:
+        """A snapshot from the leader replaced the log and awaits persisting (it comes
+        in the next Ready): the application's state is about to be replaced, so taking
+        a snapshot of it now is pointless (`snapshot_at` refuses)."""
+        return self.log.pending_snapshot is not None
+
     def soft_state(self) -> SoftState:
         return SoftState(self.leader_id, self.role, self.term, self.log.configuration,
                          self._removed)
@@ -873,6 +880,9 @@ class RaftNode:
         the term and configuration there; the runtime stores it, then may compact."""
         if index > self.log.applied:
             raise RaftError(f"cannot snapshot at {index}: only {self.log.applied} is applied")
+        if self.installing_snapshot:
+            raise RaftError(f"cannot snapshot at {index}: a snapshot from the leader is being "
+                            "installed (check installing_snapshot first)")
         term = self.log.term(index)
         if term is None:
             raise RaftError(f"cannot snapshot at {index}: the entry is compacted")

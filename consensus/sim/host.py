@@ -110,7 +110,7 @@ class SimHost:
 
     def _maybe_snapshot(self) -> None:
         applied = self.node.log.applied
-        if applied - self._snapshot_index < self.snapshot_every:
+        if applied - self._snapshot_index < self.snapshot_every or self.node.installing_snapshot:
             return
         snapshot = self.node.snapshot_at(applied, self.kv.snapshot())
         self.disk.save_snapshot(snapshot, self.keep_snapshots)
