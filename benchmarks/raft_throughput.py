@@ -132,7 +132,7 @@ def _pysyncobj_node(index: int, addresses: list[str], journal_dir: str | None,
                 conn.send(_pysyncobj_load(state, value, clients, Window(warmup, seconds),
                                           FAIL_REASON.SUCCESS))
             elif cmd == "latency":
-                conn.send(_pysyncobj_latency(state, value, arg))
+                conn.send(_pysyncobj_latency(state, value, *arg))
             else:
                 break
     finally:
@@ -182,10 +182,13 @@ def _pysyncobj_load(state, value: bytes, clients: int, window: Window, success) 
     return load
 
 
-def _pysyncobj_latency(state, value: bytes, ops: int) -> Load:
+def _pysyncobj_latency(state, value: bytes, ops: int, seconds: float) -> Load:
+    """Up to `ops` writes one at a time, for at most `seconds`."""
     load = Load()
     start = time.monotonic()
     for i in range(ops):
+        if time.monotonic() - start > seconds:
+            break
         t0 = time.perf_counter()
         state.set(i % KEYS, value, sync=True, timeout=10)
         load.latencies.append(time.perf_counter() - t0)
@@ -226,9 +229,9 @@ class PySyncObjCluster:
         leader.send(("load", (clients, WARMUP, seconds)))
         return leader.recv()
 
-    def latency(self, ops: int) -> Load:
+    def latency(self, ops: int, seconds: float) -> Load:
         leader = self.leader()
-        leader.send(("latency", ops))
+        leader.send(("latency", (ops, seconds)))
         return leader.recv()
 
     def anomalies(self) -> int:
@@ -262,8 +265,9 @@ class PySyncObjCluster:
 
 # ---------------------------------------------------------------------------------- farm
 def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
-                  record_latency: bool, conn: Connection) -> None:
-    """One client process: `threads` closed-loop FarmClients appending 100-byte records."""
+                  record_latency: bool, pipeline: int, conn: Connection) -> None:
+    """One client process: `threads` closed-loop FarmClients appending 100-byte records,
+    one entry per call (or `pipeline` entries per `append_many` call)."""
     from consensus.runtime import FarmClient, FarmError
 
     value = b"v" * (SIZE - 1) + b"\n"
@@ -275,7 +279,10 @@ def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
             while True:
                 t0 = time.perf_counter()
                 try:
-                    client.append([value])
+                    if pipeline > 1:
+                        client.append_many([[value]] * pipeline)
+                    else:
+                        client.append([value])
                     ok = True
                 except FarmError:
                     ok = False
@@ -285,7 +292,7 @@ def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
                     return
                 if window.counts(now):
                     if ok:
-                        load.ops += 1
+                        load.ops += pipeline
                         if record_latency:
                             load.latencies.append(t1 - t0)
                     else:
@@ -318,7 +325,8 @@ class FarmBench:
     def _cluster_name(self) -> str:
         return getattr(self.farm, "cluster", "farm")
 
-    def run(self, clients: int, procs: int, seconds: float, record_latency: bool) -> Load:
+    def run(self, clients: int, procs: int, seconds: float, record_latency: bool,
+            pipeline: int = 1) -> Load:
         procs = max(1, min(procs, clients))
         shares = [clients // procs + (i < clients % procs) for i in range(procs)]
         pipes, workers = [], []
@@ -326,7 +334,7 @@ class FarmBench:
             parent, child = _spawn.Pipe()
             p = _spawn.Process(target=_farm_clients, daemon=True,
                                args=(self.options, threads, WARMUP, seconds, record_latency,
-                                     child))
+                                     pipeline, child))
             p.start()
             pipes.append(parent)
             workers.append(p)
@@ -359,6 +367,7 @@ PYSYNCOBJ_TUNINGS: dict[str, dict] = {
     "pysyncobj unbatched": {"appendEntriesUseBatch": False},
 }
 FARM_FSYNC = {"farm never": "never", "farm batch": "batch"}
+PIPELINED = "farm never pipelined"     # --pipelined N: the server's capacity, not a goal
 
 
 @dataclass
@@ -369,11 +378,16 @@ class Row:
 
     @property
     def p50_ms(self) -> float:
-        return self.latency.percentile(50) * 1e3
+        return self.latency.percentile(50) * 1e3    # nan when not measured
 
     @property
     def p99_ms(self) -> float:
         return self.latency.percentile(99) * 1e3
+
+
+def latency_seconds(args: argparse.Namespace) -> float:
+    """How long the single client writes (both sides alike)."""
+    return max(2.0, args.seconds / 2)
 
 
 def measure(system: str, args: argparse.Namespace) -> Row:
@@ -381,12 +395,17 @@ def measure(system: str, args: argparse.Namespace) -> Row:
         with PySyncObjCluster(journal=args.pysyncobj_journal,
                               **PYSYNCOBJ_TUNINGS[system]) as pso:
             load = pso.load(args.clients, args.seconds)
-            latency = pso.latency(args.latency_ops)
+            latency = pso.latency(args.latency_ops, latency_seconds(args))
             load.anomalies = pso.anomalies()
             return Row(system, load, latency)
+    if system == PIPELINED:
+        with FarmBench("never", args.wire) as farm:
+            threads = max(1, args.clients // args.pipelined)
+            load = farm.run(threads, args.client_procs, args.seconds, False, args.pipelined)
+            return Row(system, load, Load())
     with FarmBench(FARM_FSYNC[system], args.wire) as farm:
         load = farm.run(args.clients, args.client_procs, args.seconds, False)
-        latency = farm.run(1, 1, max(2.0, args.seconds / 2), True)
+        latency = farm.run(1, 1, latency_seconds(args), True)
         return Row(system, load, latency)
 
 
@@ -408,9 +427,12 @@ def report(rows: dict[str, Row], args: argparse.Namespace) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, row in rows.items():
         rate = f"{row.throughput.rate / base_rate:.2f}x" if base_rate else "-"
-        p50 = f"{row.p50_ms / base_p50:.2f}x" if pso else "-"
+        measured = bool(row.latency.latencies)
+        p50 = f"{row.p50_ms / base_p50:.2f}x" if pso and measured else "-"
+        p50_ms, p99_ms = ((f"{row.p50_ms:.3f}", f"{row.p99_ms:.3f}") if measured
+                          else ("-", "-"))
         lines.append(f"| {name} | {row.throughput.rate:,.0f} | {row.throughput.errors} | "
-                     f"{rate} | {row.p50_ms:.3f} | {row.p99_ms:.3f} | {p50} |")
+                     f"{rate} | {p50_ms} | {p99_ms} | {p50} |")
     anomalies = sum(r.throughput.anomalies for r in pso)
     if pso:
         lines += ["", f"PySyncObj CRITICAL log lines (truncating applied entries): "
@@ -433,17 +455,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes the farm's client threads are spread over")
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds (systems alternate; the best round counts)")
-    parser.add_argument("--latency-ops", type=int, default=2000,
-                        help="single-client writes for PySyncObj's latency")
+    parser.add_argument("--latency-ops", type=int, default=5000,
+                        help="at most this many single-client writes for PySyncObj's "
+                             "latency (and at most max(2, seconds/2) seconds, as the farm)")
     parser.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker"))
     parser.add_argument("--only", choices=("farm", "pysyncobj"),
                         help="measure one side only (no ratios)")
+    parser.add_argument("--pipelined", type=int, default=0, metavar="N",
+                        help="also measure fsync=never with append_many of N entries per "
+                             "call (clients/N threads): the farm's capacity without the "
+                             "per-call client cost")
     parser.add_argument("--pysyncobj-journal", action="store_true",
                         help="PySyncObj with its mmap journal file instead of in memory")
     args = parser.parse_args(argv)
     if args.clients < 1 or args.seconds <= 0 or args.rounds < 1 or args.latency_ops < 1:
         parser.error("--clients, --seconds, --rounds and --latency-ops must be positive")
-    systems = [*PYSYNCOBJ_TUNINGS, *FARM_FSYNC]
+    systems = [*PYSYNCOBJ_TUNINGS, *FARM_FSYNC] + ([PIPELINED] if args.pipelined > 1 else [])
     if args.only:
         systems = [s for s in systems if s.startswith(args.only)]
     results: dict[str, list[Row]] = {s: [] for s in systems}
