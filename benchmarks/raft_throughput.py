@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ops", type=int, default=5000,
                         help="at most this many single-client writes for PySyncObj's "
                              "latency (and at most max(2, seconds/2) seconds, as the farm)")
-    parser.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker"))
+    parser.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker", "jraft"))
     parser.add_argument("--only", choices=("farm", "pysyncobj"),
                         help="measure one side only (no ratios)")
     parser.add_argument("--pipelined", type=int, default=0, metavar="N",

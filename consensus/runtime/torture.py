@@ -403,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 pass, 1 fail, 2 undecided, 3 setup.")
     p.add_argument("--nodes", type=int, default=5, help="voters (default 5)")
-    p.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker"),
+    p.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker", "jraft"),
                    help="the peers' wire protocol")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
     p.add_argument("--faults", default=",".join(f.value for f in DEFAULT_FAULTS),

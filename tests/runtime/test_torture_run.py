@@ -74,6 +74,15 @@ def test_short_run_with_every_fault_kind_passes(tmp_path):
     assert threading.active_count() == threads
 
 
+def test_marker_wire_run_passes():
+    """The same on the marker wire (TaskFlux's protocol between the nodes), shorter."""
+    code, doc = torture(["--nodes", "3", "--duration", "12", "--clients", "4",
+                         "--wire", "marker", "--faults", "kill,partition,pause",
+                         "--quiet", "0.3:1", "--seed", "11"])
+    assert code == EXIT_PASS, doc["reasons"]
+    assert doc["operations"].get("append:ok", 0) > 50 and doc["faults"]
+
+
 def test_stale_reads_are_caught():
     """With sequential reads, a member cut off by a partition keeps answering its home
     clients from a state that acknowledged writes elsewhere have replaced: the run must
