@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Mapping
 from .errors import OptionError
 
 # Keys Spark itself adds to the options of a data source; never reported as unknown.
-SPARK_INTERNAL_KEYS = frozenset({"path", "paths", "checkpointlocation", "__partition_columns"})
+SPARK_INTERNAL_KEYS = frozenset({"path", "paths", "checkpointlocation", "queryname",
+                                 "__partition_columns"})
 
 Parser = Callable[[str], Any]
 

@@ -159,28 +159,24 @@ class RaftStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailabl
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = index_of(start, "start offset")
-        end = log_end(self.client())
+        client = self.client()
+        end = log_end(client)
         if self._target is not None:
             end = min(end, self._target)
-        limits = self.settings.limits.under(limit)
-        seen: list[EntrySize] = []
-        exhausted = False
-
-        def counted() -> Iterator[tuple[int, int]]:
-            nonlocal exhausted
-            for size in entry_sizes(self.client(), begin, end):
-                seen.append(size)
-                yield size.index, size.rows
-            exhausted = True
-
+        if end <= begin:
+            return offset_json(begin)
+        scan = _SizeScan(entry_sizes(client, begin, end))
         now = time.monotonic()
-        stop = choose_end(begin, end, counted(), limits, waited=now - self._last_batch_at,
+        stop = choose_end(begin, end, scan.counts(), self.settings.limits.under(limit),
+                          waited=now - self._last_batch_at,
                           available_now=self._target is not None)
+        if stop > begin and not scan.rows_before(stop) and begin >= client.log_bounds()[2]:
+            # Only entries without rows (status, staged, aborts...): no micro-batch to run.
+            # Once a snapshot passes the start, move on, before compaction can drop it.
+            stop = begin
         if stop > begin:
             self._last_batch_at = now
-        # What the scan saw covers [begin, stop) when it ran to the end or past stop.
-        covered = exhausted or (seen and seen[-1].index >= stop - 1)
-        self._sizes = (begin, stop, seen) if covered and (seen or exhausted) else None
+        self._sizes = (begin, stop, scan.seen) if scan.covers(stop) else None
         return offset_json(stop)
 
     def reportLatestOffset(self) -> dict:
@@ -203,6 +199,41 @@ class RaftStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailabl
 
     def stop(self) -> None:
         self.close()
+
+
+class _SizeScan:
+    """One lazy pass over entry sizes, shared by the limit check and the idle check."""
+
+    def __init__(self, sizes: Iterator[EntrySize]) -> None:
+        self._sizes = sizes
+        self.seen: list[EntrySize] = []
+        self.exhausted = False
+
+    def _next(self) -> EntrySize | None:
+        size = next(self._sizes, None)
+        if size is None:
+            self.exhausted = True
+        else:
+            self.seen.append(size)
+        return size
+
+    def counts(self) -> Iterator[tuple[int, int]]:
+        while (size := self._next()) is not None:
+            yield size.index, size.rows
+
+    def rows_before(self, stop: int) -> bool:
+        """Does any entry below `stop` show rows (reading on only as far as needed)?"""
+        if any(s.rows and s.index < stop for s in self.seen):
+            return True
+        while not self.exhausted and (not self.seen or self.seen[-1].index < stop):
+            size = self._next()
+            if size is not None and size.rows and size.index < stop:
+                return True
+        return False
+
+    def covers(self, stop: int) -> bool:
+        """Has the scan seen every entry below `stop`?"""
+        return self.exhausted or bool(self.seen) and self.seen[-1].index >= stop - 1
 
 
 class RaftBatchReader(_Planner, DataSourceReader):
