@@ -10,7 +10,10 @@ One node's data directory holds::
                     written before compacting or resetting (36 bytes, like hardstate)
 
 Terms of every entry in the log are cached in memory (8 bytes each), so `term(i)` never
-reads the disk: the leader asks for it on every AppendEntries it builds.
+reads the disk: the leader asks for it on every AppendEntries it builds. The newest
+entries themselves are kept too (`cache_entries`, `cache_bytes`): the core drops
+entries from memory once persisted, then reads them back to apply them and to replicate
+them, which would otherwise cost a disk read and a CRC check per entry.
 
 Hard state: a new term or vote is saved (fsynced) at once, before the messages that
 depend on it leave. A commit index that moved alone is saved at most every
@@ -62,7 +65,8 @@ class DiskStorage:
     """`consensus.raft.Storage` on disk; `persist_*` methods are the Ready loop's writes."""
 
     def __init__(self, data_dir: str, *, fsync: str = "batch", segment_bytes: int = 64 << 20,
-                 commit_save_interval: float = 1.0, keep_snapshots: int = 8) -> None:
+                 commit_save_interval: float = 1.0, keep_snapshots: int = 8,
+                 cache_entries: int = 32768, cache_bytes: int = 32 << 20) -> None:
         self.data_dir = data_dir
         os.makedirs(data_dir, exist_ok=True)
         self.log = SegmentedLog.open(os.path.join(data_dir, "log"), fsync=fsync,
@@ -89,6 +93,9 @@ class DiskStorage:
         self._base_term = self._term_before_first()
         self._terms = array.array("q")
         self._load_terms()
+        self.cache_entries, self.cache_bytes = cache_entries, cache_bytes
+        self._cache: list[Entry] = []       # the newest entries, the last one last
+        self._cached_bytes = 0
 
     # -- start-up -------------------------------------------------------------------------
     def _load_latest_snapshot(self) -> Snapshot | None:
@@ -175,6 +182,10 @@ class DiskStorage:
                                    f"{self.last_index()}")
         if lo >= hi:
             return []
+        cache = self._cache
+        if cache and lo >= cache[0].index:
+            start = lo - cache[0].index
+            return limit_size(cache[start:start + hi - lo], max_bytes)
         payloads = self.log.read(lo, hi, max_bytes=max_bytes)
         return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
 
@@ -190,6 +201,7 @@ class DiskStorage:
         self._first = snapshot.index + 1
         self._base_term = snapshot.term
         self._terms = array.array("q")
+        self._cache, self._cached_bytes = [], 0
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Store a snapshot (the application's, or one received) and keep the newest few."""
@@ -208,11 +220,27 @@ class DiskStorage:
         if truncated:
             self.log.truncate_after(first - 1)
             del self._terms[first - self._first:]
+            self._cache, self._cached_bytes = [], 0
         elif first != last + 1:
             raise CorruptLogError(self.log.directory, 0, f"gap: appending {first} after {last}")
         self.log.append_many([encode_record(e) for e in entries])
         self._terms.extend(e.term for e in entries)
+        self._remember(entries)
         return truncated
+
+    def _remember(self, entries: Sequence[Entry]) -> None:
+        """Keep the newest entries within cache_entries and cache_bytes (at least one)."""
+        cache = self._cache
+        cache.extend(entries)
+        size = self._cached_bytes + sum(len(e.data) for e in entries)
+        drop = 0
+        while drop < len(cache) - 1 and (len(cache) - drop > self.cache_entries
+                                         or size > self.cache_bytes):
+            size -= len(cache[drop].data)
+            drop += 1
+        if drop:
+            del cache[:drop]
+        self._cached_bytes = size
 
     def sync(self) -> None:
         self.log.sync()

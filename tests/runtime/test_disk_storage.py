@@ -70,3 +70,18 @@ def test_an_installed_snapshot_replaces_the_log(tmp_path):
     assert again.snapshot().data == b"big state" and again.snapshot().configuration == CONFIG
     assert (again.first_index(), again.last_index()) == (101, 102)
     again.close()
+
+
+def test_the_entry_cache_serves_what_the_disk_holds(tmp_path):
+    storage = DiskStorage(str(tmp_path), cache_entries=10, cache_bytes=1 << 20)
+    storage.append(entries(1, 30))
+    assert len(storage._cache) == 10 and storage._cache[0].index == 21
+    assert storage.entries(15, 25) == entries(15, 24)          # disk, then cache
+    assert storage.entries(25, 31, max_bytes=1) == entries(25, 25)
+    storage.append(entries(28, 29, term=2))                    # truncation drops the cache
+    assert storage.entries(27, 30) == entries(27, 27) + entries(28, 29, term=2)
+    small = DiskStorage(str(tmp_path / "small"), cache_entries=100, cache_bytes=3)
+    small.append(entries(1, 5))
+    assert len(small._cache) == 1 and small.entries(1, 6) == entries(1, 5)
+    storage.close()
+    small.close()
