@@ -20,6 +20,8 @@ op name; anything else goes to the application machine.
 """
 from __future__ import annotations
 
+import array
+import bisect
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -95,6 +97,8 @@ class Ledger:
         self.staged: dict[int, list] = {}           # index -> [query, batch, partition, attempt, type]
         self.by_batch: dict[tuple[str, int], list[int]] = {}
         self.commits: dict[str, OrderedDict[int, list]] = {}  # query -> batch -> [index, staged, meta]
+        self.effective: dict[str, array.array] = {}   # query -> indexes of effective commits
+        self.forgotten: dict[str, int] = {}           # query -> highest batch forgotten
         self.counters: dict[str, int] = {}
         self.allocations: OrderedDict[tuple[str, str, int], int] = OrderedDict()
 
@@ -113,6 +117,10 @@ class Ledger:
         if first is not None:
             self._drop_garbage(query, batch)
             return [False, first[0], True]
+        if batch <= self.forgotten.get(query, -1):
+            # committed so long ago that its details are gone: still a duplicate
+            self._drop_garbage(query, batch)
+            return [False, 0, True]
         for s in staged:
             owner = self.staged.get(s)
             if owner is None:
@@ -127,8 +135,10 @@ class Ledger:
             self._drop_staged(s)
         self._drop_garbage(query, batch)
         batches[batch] = [index, list(staged), meta]
+        self.effective.setdefault(query, array.array("q")).append(index)
         while len(batches) > BATCHES_KEPT_PER_QUERY:
-            batches.popitem(last=False)
+            old, _ = batches.popitem(last=False)
+            self.forgotten[query] = max(old, self.forgotten.get(query, -1))
         return [True, index, False]
 
     def _drop_garbage(self, query: str, batch: int) -> None:
@@ -183,17 +193,20 @@ class Ledger:
         batches = self.commits.get(query)
         return max(batches) if batches else None
 
-    def commit_effective(self, index: int, query: str, batch: int) -> bool | None:
-        batches = self.commits.get(query)
-        found = batches.get(batch) if batches else None
-        if found is None:
-            # Never committed (a failed commit) or forgotten: only the first can tell.
-            return False if batches is not None and len(batches) < BATCHES_KEPT_PER_QUERY \
-                else None
-        return found[0] == index
+    def commit_effective(self, index: int, query: str, batch: int) -> bool:
+        """Did the COMMIT entry at `index` make its batch visible? Exact for every batch
+        ever committed: the index of each effective commit is kept (8 bytes a batch),
+        also after the batch's details are forgotten."""
+        effective = self.effective.get(query)
+        if not effective:
+            return False
+        at = bisect.bisect_left(effective, index)
+        return at < len(effective) and effective[at] == index
 
     def dump(self) -> dict:
         return {"staged": [[i, *v] for i, v in self.staged.items()],
+                "effective": {q: a.tobytes() for q, a in self.effective.items()},
+                "forgotten": self.forgotten,
                 "commits": {q: [[b, *v] for b, v in batches.items()]
                             for q, batches in self.commits.items()},
                 "counters": self.counters,
@@ -205,6 +218,10 @@ class Ledger:
             self.stage(index, query, batch, partition, attempt, content_type)
         self.commits = {q: OrderedDict((item[0], item[1:]) for item in batches)
                         for q, batches in data["commits"].items()}
+        self.forgotten = dict(data["forgotten"])
+        for query, raw in data["effective"].items():
+            self.effective[query] = array.array("q")
+            self.effective[query].frombytes(raw)
         self.counters = dict(data["counters"])
         self.allocations = OrderedDict(((k, q, b), v) for k, q, b, v in data["allocations"])
 
@@ -327,10 +344,11 @@ class FarmStateMachine:
                            f"{', '.join(sorted(self._QUERIES))}) and no application state "
                            "machine is configured")
 
-    def effective(self, entry: Entry) -> bool | None:
-        """Did this committed command take effect here? False for a retry of a request
-        applied before (and for a COMMIT that was a duplicate or failed); None when the
-        machine no longer remembers. Other entries: True."""
+    def verdict(self, entry: Entry) -> bool | None:
+        """Did this committed command take effect? False for a retry of a request applied
+        before and for a COMMIT that was a duplicate or failed (exact for every commit);
+        None for another command whose request id the machine no longer remembers.
+        Other entries: True."""
         found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
         if found is None:
             return True
@@ -339,7 +357,10 @@ class FarmStateMachine:
         if known is not None and known[0] != entry.index:
             return False
         if kind == CommandKind.COMMIT:
-            command = decode_command(entry.data)
+            try:
+                command = decode_command(entry.data)
+            except ProtocolError:
+                return False
             return self.ledger.commit_effective(entry.index, command.args[0], command.args[1])
         return True if known is not None else None
 

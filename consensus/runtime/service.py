@@ -522,7 +522,7 @@ class Service:
         verdicts = {}
         machine = node.machine
         for entry in entries:
-            verdict = machine.effective(entry)
+            verdict = machine.verdict(entry)
             if verdict is not True:
                 verdicts[entry.index] = verdict
         if not args.get("payloads", True):

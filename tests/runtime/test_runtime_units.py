@@ -83,7 +83,7 @@ def test_request_ids_apply_once_across_snapshots():
     again = machine.apply(app(2, command(envelope.CommandKind.KV_APPEND, "k", "a", rid=b"x")))
     assert machine.kv["k"] == "a"
     assert (again.index, again.result, again.duplicate) == (1, first.result, True)
-    assert machine.effective(app(2, command(envelope.CommandKind.KV_APPEND, "k", "a",
+    assert machine.verdict(app(2, command(envelope.CommandKind.KV_APPEND, "k", "a",
                                             rid=b"x"))) is False
     restored = FarmStateMachine()
     restored.restore(machine.snapshot())
@@ -278,3 +278,37 @@ def test_settings_name_the_option_at_fault(tmp_path):
                                       "peer-address": ["2=127.0.0.1:7"]})
     assert config.peers == {2: "h:2"} and config.peer_address == {2: "127.0.0.1:7"}
     assert config.security().password_of("u") == "p"
+
+
+def test_commit_verdicts_stay_exact_after_batch_details_are_forgotten(monkeypatch):
+    from consensus.runtime import machines
+    monkeypatch.setattr(machines, "BATCHES_KEPT_PER_QUERY", 2)
+    m = FarmStateMachine()
+    index = 0
+    commits = {}
+    for batch in range(5):
+        index += 1
+        m.apply(app(index, command(envelope.CommandKind.STAGE, "q", batch, 0, 0, "a", b"p",
+                                   rid=b"s%d" % batch)))
+        index += 1
+        commits[batch] = index
+        m.apply(app(index, command(envelope.CommandKind.COMMIT, "q", batch, [index - 1], {},
+                                   rid=b"c%d" % batch)))
+    assert len(m.ledger.commits["q"]) == 2                  # details of 0..2 forgotten
+    index += 1
+    late_duplicate = app(index, command(envelope.CommandKind.COMMIT, "q", 0, [], {},
+                                        rid=b"late"))
+    m.apply(late_duplicate)
+    assert all(m.ledger.commit_effective(i, "q", b) for b, i in commits.items())
+    assert m.verdict(late_duplicate) is False
+    copy = FarmStateMachine()
+    copy.restore(m.snapshot())
+    assert copy.ledger.commit_effective(commits[0], "q", 0)
+
+
+def test_a_node_process_never_imports_pyspark():
+    import subprocess
+    import sys
+    code = ("import sys, consensus.cli, consensus.runtime.cli, consensus.runtime.node; "
+            "sys.exit(any(m.split('.')[0] == 'pyspark' for m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
