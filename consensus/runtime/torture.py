@@ -163,6 +163,21 @@ class TortureFarm:
     def resume(self, node_id: int) -> None:
         self.farm.resume(node_id)
 
+    def wait_ready(self, node_id: int, timeout: float) -> bool:
+        """Wait until `node_id` answers and names a leader; False at the deadline."""
+        from consensus.runtime import FarmError
+
+        deadline = time.monotonic() + timeout
+        with self.farm.client(timeout=1.0, endpoints=self.farm.endpoint_of(node_id)) as c:
+            while time.monotonic() < deadline:
+                try:
+                    if c.ping(self.farm.endpoint_of(node_id)).get("leader") is not None:
+                        return True
+                except FarmError:
+                    pass
+                time.sleep(0.05)
+        return False
+
     def leader(self) -> int | None:
         """The leader a member names right now (short timeout; None when unknown)."""
         if self._admin is None:

@@ -28,6 +28,8 @@ from typing import Callable, Protocol, Sequence
 
 from .faultproxy import ProxyNetwork
 
+READY_TIMEOUT = 20.0        # seconds a restarted node gets to rejoin before the next fault
+
 
 class Fault(enum.Enum):
     KILL = "kill"
@@ -140,6 +142,7 @@ class FarmControl(Protocol):
     def pause(self, node_id: int) -> None: ...
     def resume(self, node_id: int) -> None: ...
     def leader(self) -> int | None: ...
+    def wait_ready(self, node_id: int, timeout: float) -> bool: ...
 
 
 @dataclass
@@ -259,10 +262,15 @@ class Nemesis:
             net.delay(action.delay, action.nodes)
 
     def _heal(self, action: Action) -> None:
-        if action.fault is Fault.KILL:
+        if action.fault in (Fault.KILL, Fault.RESTART):
             for node in action.nodes:
-                self._farm.restart(node)
-                self._down.discard(node)
+                if action.fault is Fault.KILL:
+                    self._farm.restart(node)
+                    self._down.discard(node)
+                # The next fault waits until the node is back (it knows a leader): a
+                # second node down in a 3-node farm would only measure unavailability.
+                if not self._farm.wait_ready(node, READY_TIMEOUT):
+                    raise RuntimeError(f"n{node} did not rejoin within {READY_TIMEOUT:g}s")
         elif action.fault is Fault.PAUSE:
             for node in action.nodes:
                 self._farm.resume(node)

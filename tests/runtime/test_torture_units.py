@@ -360,6 +360,9 @@ class BrokenRestarts:
     def leader(self):
         return 1
 
+    def wait_ready(self, n, timeout):
+        return True
+
 
 def test_nemesis_records_failures_and_heals_the_rest():
     from consensus.runtime.torture_nemesis import Nemesis
