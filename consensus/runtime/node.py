@@ -27,7 +27,7 @@ import time
 from typing import Callable
 
 from consensus.raft import (Configuration, Message, RaftError, RaftNode, RaftOptions,
-                            ReadIndexRequest, Role, SoftState, StateMachine)
+                            ReadIndexRequest, Role, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.service import Service
@@ -159,6 +159,7 @@ class FarmNode:
         next_tick = time.monotonic() + tick
         next_status = time.monotonic() + min(config.status_interval, 0.5)
         raft, transport, service = self.raft, self.transport, self.service
+        self._first_campaign()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -199,6 +200,17 @@ class FarmNode:
                     break
         finally:
             self._shutdown()
+
+    def _first_campaign(self) -> None:
+        """A brand-new farm elects at once: the lowest voter of the initial configuration
+        campaigns as it starts (a TimeoutNow to itself), instead of waiting out an
+        election timeout. Only a node that has never seen a term or an entry does it;
+        Raft's safety does not depend on when anyone campaigns."""
+        raft = self.raft
+        voters = raft.configuration.voters
+        if raft.term == 0 and raft.last_index == 0 and voters and self.id == min(voters) \
+                and not self.config.observer:
+            raft.step(TimeoutNow(0, self.id, self.id))
 
     def _step_inbox(self) -> list[Message]:
         """Step the peers' messages; return the lease-sensitive ones (read requests)."""
