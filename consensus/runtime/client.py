@@ -24,6 +24,7 @@ import msgpack
 
 from consensus.raft import Configuration, Entry, EntryType
 from consensus.runtime import extensions as ext
+from consensus.runtime.connection import close_quietly
 from consensus.runtime.dial import dial
 from consensus.runtime.envelope import (CommandKind, described, encode_command,
                                         new_request_id, record_from_header)
@@ -110,10 +111,7 @@ class _Link:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+            close_quietly(self.sock)
 
 
 class FarmClient:

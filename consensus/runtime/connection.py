@@ -92,7 +92,12 @@ class Connection:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+            close_quietly(self.sock)
+
+
+def close_quietly(sock: socket.socket) -> None:
+    """Close a socket whose peer may already be gone."""
+    try:
+        sock.close()
+    except OSError:
+        pass

@@ -77,10 +77,12 @@ class Security:
                 raise ConfigError(option, f"{path} is not a readable file")
         if self.proxy is not None:
             self.proxy = parse_proxy(self.proxy)
-        self._cache = CredentialCache()
-        self._nonces = NonceStore(os.urandom)
-        self._cache_lock = threading.Lock()
-        self._nonce_lock = threading.Lock()
+        # digest stores, shared by the threads that dial and accept (not thread-safe
+        # themselves: hold the lock)
+        self.cache = CredentialCache()
+        self.cache_lock = threading.Lock()
+        self.nonces = NonceStore(os.urandom)
+        self.nonce_lock = threading.Lock()
         self._server_context: ssl.SSLContext | None = None
         self._client_context: ssl.SSLContext | None = None
 
@@ -88,23 +90,6 @@ class Security:
     def from_file(cls, path: str, **kw) -> "Security":
         pairs = read_credentials_file(path)
         return cls(username=pairs[0][0], password=pairs[0][1], accepted=dict(pairs), **kw)
-
-    # -- digest stores, shared by threads ----------------------------------------------------
-    @property
-    def cache(self) -> CredentialCache:
-        return self._cache
-
-    @property
-    def cache_lock(self) -> threading.Lock:
-        return self._cache_lock
-
-    @property
-    def nonces(self) -> NonceStore:
-        return self._nonces
-
-    @property
-    def nonce_lock(self) -> threading.Lock:
-        return self._nonce_lock
 
     def password_of(self, username: str) -> str | None:
         return self.accepted.get(username)
