@@ -31,13 +31,13 @@ from consensus.runtime.envelope import (CommandKind, described, encode_command,
 from consensus.runtime.errors import (ConfigError, FarmError, Incomplete, NotLeaderError,
                                       ProtocolMismatch, RetryableWrite, Unavailable,
                                       error_from_wire)
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
+from consensus.runtime.extensions import GARLICFARM_REGISTRY
 from consensus.runtime.results import (BatchCommit, ClusterView, Event,
                                        FarmStatus, LogRecord, MemberView, VisibleRecords)
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire.errors import ProtocolError
-from consensus.wire.jraft import (JRaftDecoder, LogEntry, MessageType, RaftRequest, ValueType,
-                                  encode)
+from consensus.wire.jraft import (DEFAULT_LIMITS, JRaftDecoder, LogEntry, MessageType,
+                                  RaftRequest, ValueType, encode)
 
 _ENTRY_TYPES = {t.value: t for t in EntryType}
 _RETRYABLE = (Unavailable, NotLeaderError, RetryableWrite)
@@ -615,6 +615,9 @@ class _Subscription:
 
 
 def _client_request(data: bytes) -> bytes:
+    if len(data) > DEFAULT_LIMITS.max_value_size:
+        raise FarmError(f"a write of {len(data)} bytes is above the largest log entry a node "
+                        f"accepts ({DEFAULT_LIMITS.max_value_size} bytes): split it")
     return encode(RaftRequest(MessageType.CLIENT_REQUEST,
                               entries=(LogEntry(0, ValueType.APPLICATION, data),)),
                   GARLICFARM_REGISTRY)

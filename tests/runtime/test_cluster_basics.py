@@ -86,6 +86,11 @@ def test_ledger_commit_is_atomic_and_idempotent(client):
     assert batches[0].commit.effective is True
 
 
+def test_a_write_above_the_entry_limit_is_refused_before_sending(client):
+    with pytest.raises(FarmError, match="split it"):
+        client.stage("q-big", 1, 0, 0, bytes(33 << 20))
+
+
 def test_ledger_refuses_unknown_or_foreign_staged_entries(client):
     other = client.stage("q-other", 1, 0, 0, b"x")
     with pytest.raises(FarmError, match="belongs to query"):
