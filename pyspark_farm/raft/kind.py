@@ -40,7 +40,8 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
 
 SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
     VALUE_FORMAT,
-    Option("stageBytes", integer(1024), 4 << 20, doc="bytes per staged payload"),
+    Option("stageBytes", integer(1024), 2 << 20, doc="bytes per staged payload"),
+    Option("stageThreads", integer(1), 2, doc="staged payloads in flight per task"),
 ))
 
 
@@ -98,8 +99,8 @@ def batch_reader(options: Mapping[str, str], schema_: StructType) -> RaftBatchRe
 
 def _backend(options: Mapping[str, str]) -> tuple[RaftSinkBackend, str]:
     values = SINK_OPTIONS.parse(options, ignore=("kind",))
-    return (RaftSinkBackend(FarmConnection.from_options(values), values["stageBytes"]),
-            values["valueFormat"])
+    return (RaftSinkBackend(FarmConnection.from_options(values), values["stageBytes"],
+                            values["stageThreads"]), values["valueFormat"])
 
 
 def stream_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool

@@ -1,14 +1,17 @@
 """The raft sink's backend: staging entries and one commit entry in the same log.
 
 A task streams its values into Arrow IPC payloads of about `stage_bytes` and stages each
-one (`FarmClient.stage`, a log entry readers do not see). One background thread sends
-payload k while the task builds payload k+1, so encoding and replication overlap. The
+one (`FarmClient.stage`, a log entry readers do not see). `in_flight` background threads
+send payloads while the task builds the next one, so encoding, replication and fsync
+overlap (the order of the staged indexes is the order of the payloads). The
 driver's commit appends one COMMIT entry naming every staged index of the winning
 attempts, in partition order, with each payload's row count in its metadata (the
 source's planner reads them to cut tasks and apply row limits).
 """
 from __future__ import annotations
 
+import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -57,32 +60,64 @@ def payload_chunks(values: Iterator[pa.Array], stage_bytes: int
         yield pending, rows
 
 
+class _Stager:
+    """Sends staged payloads from `threads` threads, each with its own FarmClient (a
+    client serves one thread at a time), so several entries are in flight at once and the
+    farm can replicate and fsync them together."""
+
+    def __init__(self, connection: FarmConnection, threads: int) -> None:
+        self._connection = connection
+        self._local = threading.local()
+        self._clients: list = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads,
+                                        thread_name_prefix="garlicfarm-stage")
+
+    def _client(self):
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._connection.client()
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def _stage(self, tag: TaskTag, payload: bytes) -> int:
+        return self._client().stage(tag.query_id, tag.batch_id, tag.partition, tag.attempt,
+                                    payload, content_type=ARROW_CONTENT)
+
+    def submit(self, tag: TaskTag, payload: bytes) -> Future:
+        return self._pool.submit(self._stage, tag, payload)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for client in self._clients:
+            client.close()
+
+
 @dataclass(frozen=True)
 class RaftSinkBackend:
     """`sink.SinkBackend` for the raft kind (picklable settings)."""
     connection: FarmConnection
-    stage_bytes: int = 4 << 20
+    stage_bytes: int = 2 << 20
+    in_flight: int = IN_FLIGHT
 
     def stage(self, tag: TaskTag, values: Iterator[pa.Array]) -> StagedOutput:
-        client = self.connection.client()
+        stager = _Stager(self.connection, self.in_flight)
         refs: list[int] = []
         rows: list[int] = []
         nbytes = 0
-        pending: list[Future] = []
+        pending: deque[Future] = deque()
         try:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="garlicfarm-stage") as pool:
-                for chunks, count in payload_chunks(values, self.stage_bytes):
-                    payload = ipc_payload(chunks)
-                    nbytes += len(payload)
-                    rows.append(count)
-                    pending.append(pool.submit(
-                        client.stage, tag.query_id, tag.batch_id, tag.partition, tag.attempt,
-                        payload, content_type=ARROW_CONTENT))
-                    while len(pending) >= IN_FLIGHT:
-                        refs.append(pending.pop(0).result())
-                refs.extend(f.result() for f in pending)
+            for chunks, count in payload_chunks(values, self.stage_bytes):
+                payload = ipc_payload(chunks)
+                nbytes += len(payload)
+                rows.append(count)
+                pending.append(stager.submit(tag, payload))
+                while len(pending) > self.in_flight:    # backpressure: bounded memory
+                    refs.append(pending.popleft().result())
+            refs.extend(f.result() for f in pending)
         finally:
-            client.close()
+            stager.close()
         return StagedOutput(tag, tuple(refs), tuple(rows), nbytes)
 
     def commit(self, query_id: str, batch_id: int, outputs: Sequence[StagedOutput]
