@@ -97,7 +97,7 @@ def non_empty(value: str) -> str:
     return value.strip()
 
 
-def integer(minimum: int | None = None) -> Parser:
+def integer(minimum: int | None = None, maximum: int | None = None) -> Parser:
     def parse(value: str) -> int:
         try:
             number = int(value.strip())
@@ -105,6 +105,8 @@ def integer(minimum: int | None = None) -> Parser:
             raise ValueError("expected an integer") from None
         if minimum is not None and number < minimum:
             raise ValueError(f"expected an integer >= {minimum}")
+        if maximum is not None and number > maximum:
+            raise ValueError(f"expected an integer <= {maximum}")
         return number
     return parse
 

@@ -40,8 +40,9 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
 
 SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
     VALUE_FORMAT,
-    Option("stageBytes", integer(1024), 2 << 20, doc="bytes per staged payload"),
-    Option("stageThreads", integer(1), 2, doc="staged payloads in flight per task"),
+    # The farm takes entries up to 32 MiB (docs/runtime.md): stay well below.
+    Option("stageBytes", integer(1024, 16 << 20), 2 << 20, doc="bytes per staged payload"),
+    Option("stageThreads", integer(1, 16), 2, doc="staged payloads in flight per task"),
 ))
 
 

@@ -54,6 +54,13 @@ def test_bad_values_name_the_option(key, value, needle):
     assert key in str(caught.value) and needle in str(caught.value)
 
 
+def test_sink_options_are_bounded():
+    with pytest.raises(OptionError, match="stageBytes.*<= 16777216"):
+        kind.SINK_OPTIONS.parse({**ENDPOINTS, "stageBytes": str(64 << 20)})
+    values = kind.SINK_OPTIONS.parse({**ENDPOINTS, "stageThreads": "3"})
+    assert values["stageThreads"] == 3 and values["stageBytes"] == 2 << 20
+
+
 def test_missing_endpoints_says_what_to_set():
     with pytest.raises(OptionError, match="endpoints.*host:port"):
         kind.schema({})
@@ -157,6 +164,21 @@ def test_max_rows_property(counts, max_rows):
     # Maximal: the limit is reached, or the next entry would not have fitted.
     if stop < end:
         assert sum(taken) >= max_rows or sum(taken) + rows[stop - 100][1] > max_rows
+
+
+def test_size_scan_reads_only_as_far_as_needed():
+    from pyspark_farm.raft.source import _SizeScan
+    consumed = []
+
+    def sizes():
+        for size in [EntrySize(5, 0), EntrySize(8, 4), EntrySize(12, 2)]:
+            consumed.append(size.index)
+            yield size
+    scan = _SizeScan(sizes())
+    assert not scan.rows_before(6) and consumed == [5, 8]     # stopped past 6
+    assert scan.rows_before(9) and consumed == [5, 8]         # known already
+    assert not scan.covers(13) and scan.covers(9)
+    assert list(scan.counts()) == [(12, 2)] and scan.covers(100)
 
 
 # --- planning -------------------------------------------------------------------------------
