@@ -202,6 +202,9 @@ class FarmClient:
         return order
 
     def _redirect(self, exc: NotLeaderError) -> None:
+        for node_id, address in exc.members.items():
+            if address:
+                self._book[node_id] = address
         endpoint = exc.leader_endpoint or (self._book.get(exc.leader_id)
                                            if exc.leader_id is not None else None)
         self._leader = endpoint

@@ -28,14 +28,17 @@ class FarmError(Exception):
 
 class NotLeaderError(FarmError):
     """The member is not the leader. `leader_id` / `leader_endpoint` say where to go
-    (None when no leader is known yet)."""
+    (None when no leader is known yet); `members` is the configuration as the member
+    knows it ({id: endpoint}), so a client can look for a leader it did not know."""
     code = ErrorCode.NOT_LEADER
 
     def __init__(self, message: str, leader_id: int | None = None,
-                 leader_endpoint: str | None = None) -> None:
+                 leader_endpoint: str | None = None,
+                 members: dict[int, str] | None = None) -> None:
         super().__init__(message)
         self.leader_id = leader_id
         self.leader_endpoint = leader_endpoint
+        self.members = dict(members or {})
 
 
 class Unavailable(FarmError):
@@ -108,7 +111,9 @@ def error_from_wire(code: int, message: str, detail: dict | None = None) -> Farm
     detail = detail or {}
     cls = _BY_CODE.get(code, FarmError)
     if cls is NotLeaderError:
-        return NotLeaderError(message, detail.get("leader"), detail.get("endpoint"))
+        members = detail.get("members") or {}
+        return NotLeaderError(message, detail.get("leader"), detail.get("endpoint"),
+                              {int(k): v for k, v in members.items()})
     if cls is IndexOverflow:
         return IndexOverflow(message, int(detail.get("last", 0)))
     if cls is IndexUnderflow:
@@ -119,7 +124,8 @@ def error_from_wire(code: int, message: str, detail: dict | None = None) -> Farm
 def error_detail(exc: FarmError) -> dict:
     """The details `error_from_wire` reads back."""
     if isinstance(exc, NotLeaderError):
-        return {"leader": exc.leader_id, "endpoint": exc.leader_endpoint}
+        return {"leader": exc.leader_id, "endpoint": exc.leader_endpoint,
+                "members": exc.members}
     if isinstance(exc, IndexOverflow):
         return {"last": exc.last_available}
     if isinstance(exc, IndexUnderflow):

@@ -129,7 +129,9 @@ class Service:
         leader = raft.leader_id
         endpoint = self.node.address_of(leader) if leader is not None else None
         where = f"node {leader} at {endpoint}" if leader is not None else "no leader is known yet"
-        return NotLeaderError(f"node {self.node.id} is not the leader ({where})", leader, endpoint)
+        members = {m: self.node.address_of(m) or "" for m in raft.configuration.members}
+        return NotLeaderError(f"node {self.node.id} is not the leader ({where})", leader, endpoint,
+                              members)
 
     # -- dispatch ---------------------------------------------------------------------------
     def on_client(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:

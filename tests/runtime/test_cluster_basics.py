@@ -163,3 +163,4 @@ def test_client_knowing_only_a_follower_finds_the_leader(farm, client):
             lone._call("transfer_leader", {"to": leader}, endpoint=follower)  # noqa: SLF001
     assert info.value.leader_id == leader
     assert info.value.leader_endpoint == farm.endpoint_of(leader)
+    assert info.value.members == {i: farm.endpoint_of(i) for i in farm.node_ids}
