@@ -14,6 +14,7 @@ temporary data directory.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -55,6 +56,8 @@ class LocalCluster:
         self._procs: dict[int, subprocess.Popen] = {}
         self._args: dict[int, list[str]] = {}
         self._logs: dict[int, Any] = {}
+        self._ports_file = os.path.join(self.data_dir, "ports.json")
+        self._saved_ports = self._load_ports()
         for node_id in self.voter_ids + self.observer_ids:
             self._bind(node_id)
 
@@ -199,12 +202,29 @@ class LocalCluster:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     # -- processes -----------------------------------------------------------------------------
+    def _load_ports(self) -> dict[int, int]:
+        try:
+            with open(self._ports_file, encoding="utf-8") as f:
+                return {int(k): int(v) for k, v in json.load(f).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
     def _bind(self, node_id: int) -> None:
+        """Listen for a node: on the port it had in this data directory before (its
+        peers' logs may name it), else on a fresh ephemeral port."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # past TIME_WAIT
+        try:
+            sock.bind(("127.0.0.1", self._saved_ports.get(node_id, 0)))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
         sock.listen(256)
         sock.set_inheritable(True)
         self._sockets[node_id] = sock
+        ports = {i: s.getsockname()[1] for i, s in self._sockets.items()}
+        os.makedirs(self.data_dir, exist_ok=True)
+        with open(self._ports_file, "w", encoding="utf-8") as f:
+            json.dump(ports, f)
 
     def _members(self, ids: Sequence[int]) -> str:
         return ",".join(f"{i}={self.endpoint_of(i)}" for i in ids)

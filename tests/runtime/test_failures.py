@@ -159,3 +159,18 @@ def test_a_minority_partition_cannot_commit():
         assert b"written to the majority" in log
         assert b"written to the minority" not in log       # never committed, then dropped
         assert all(len(v) == 1 for v in log.values())
+
+
+def test_a_new_local_cluster_on_the_same_data_dir_keeps_ports_and_data(tmp_path):
+    with LocalCluster(3, data_dir=str(tmp_path), fsync="batch") as farm:
+        farm.wait_for_leader(30)
+        with farm.client(timeout=10) as client:
+            index, term = client.append([b"kept"])
+        endpoints = farm.endpoints
+    with LocalCluster(3, data_dir=str(tmp_path), fsync="batch") as farm:
+        assert farm.endpoints == endpoints      # the nodes' logs name these endpoints
+        farm.wait_for_leader(30)
+        with farm.client(timeout=10) as client:
+            [record] = client.read_entries(index, index + 1)
+            assert (record.term, record.records) == (term, [b"kept"])
+    assert (tmp_path / "node-1" / "hardstate").exists()      # a given data_dir stays
