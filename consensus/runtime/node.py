@@ -3,11 +3,11 @@
 `FarmNode(config).run()` owns everything: the `RaftNode`, its `DiskStorage`, the state
 machine, the `Transport` and the client `Service`. One loop turn:
 
-1. wait for sockets (at most until the next 10 ms tick), read everything that is there;
-2. deliver the ticks that are due by the monotonic clock (missed ones too, so leases
-   stay honest after a stall);
-3. step the peers' messages into the core (`step_many`: one batch per turn), let the
-   service turn client writes into one `propose_many`;
+1. wait for sockets (at most until the next tick), read everything that is there;
+2. step the peers' messages into the core (one `step_many`), then deliver the ticks
+   that came due by the monotonic clock (missed ones too);
+3. then the lease-sensitive work: forwarded ReadIndex requests and the clients' calls;
+   the service turns the turn's writes into one `propose_many`;
 4. run the Ready loop (docs/raft-core.md): send `send_now`, persist (fsync when asked),
    save the hard state, send `send_after_persist`, apply committed entries and answer
    the clients waiting for them, hand read states to their readers;
@@ -102,9 +102,7 @@ class FarmNode:
     # -- addresses ------------------------------------------------------------------------
     def address_of(self, node_id: int) -> str | None:
         """Where peers and clients reach `node_id` (the configuration's endpoint)."""
-        address = self.raft.configuration.addresses.get(node_id) if hasattr(self, "raft") \
-            else None
-        return address or self.addresses.get(node_id)
+        return self.raft.configuration.addresses.get(node_id) or self.addresses.get(node_id)
 
     def dial_address_of(self, node_id: int) -> str | None:
         """Where we dial `node_id`: --peer-address when given (a proxy), else its endpoint."""
