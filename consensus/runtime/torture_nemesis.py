@@ -43,6 +43,12 @@ class Fault(enum.Enum):
         return self in (Fault.PARTITION, Fault.DELAY)
 
 
+# How often each kind is chosen, relative to the others enabled: a partition that cuts the
+# leader off is what shows a stale leader, a kill of the leader what shows a retried write
+# applied twice.
+WEIGHTS = {Fault.PARTITION: 3, Fault.KILL: 2, Fault.PAUSE: 2, Fault.RESTART: 1, Fault.DELAY: 1}
+
+
 @dataclass(frozen=True)
 class Action:
     """One fault to apply. `drops` are the directed pairs (a, b) whose messages from a to
@@ -107,8 +113,10 @@ def _partition(rng: random.Random, nodes: Sequence[int],
 
 def plan(rng: random.Random, faults: Sequence[Fault], nodes: Sequence[int],
          leader: int | None, hold: tuple[float, float]) -> Action:
-    """The next fault: a kind from `faults`, its targets, how long it lasts."""
-    fault = rng.choice(list(faults))
+    """The next fault: a kind from `faults` (partitions and kills, the richest, come
+    more often: `WEIGHTS`), its targets, how long it lasts."""
+    kinds = list(faults)
+    fault = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
     seconds = rng.uniform(*hold)
     if fault is Fault.PARTITION:
         drops, text = _partition(rng, nodes, leader)
