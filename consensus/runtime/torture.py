@@ -414,7 +414,11 @@ def _span(text: str, option: str) -> tuple[float, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="garlicfarm torture", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="garlicfarm torture",
+                                description="Start a farm of node processes on loopback, run "
+                                            "KV clients while injecting faults, record the "
+                                            "history and check it (linearizability, no lost "
+                                            "acknowledged write).",
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 pass, 1 fail, 2 undecided, 3 setup.")
     p.add_argument("--nodes", type=int, default=5, help="voters (default 5)")
