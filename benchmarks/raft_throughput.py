@@ -34,6 +34,7 @@ import argparse
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -309,15 +310,29 @@ def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
     conn.send(total)
 
 
+class FarmStartError(Exception):
+    """The farm elected no leader in time (its node logs are kept and named)."""
+
+
 class FarmBench:
     """A LocalCluster of 3 node processes and the client processes that load it."""
 
     def __init__(self, fsync: str, wire: str) -> None:
-        from consensus.runtime import LocalCluster
+        from consensus.runtime import FarmError, LocalCluster
 
         self._cluster = LocalCluster(nodes=3, wire=wire, fsync=fsync)
         self.farm = self._cluster.__enter__()
-        self.farm.wait_for_leader(timeout=30)
+        try:
+            self.farm.wait_for_leader(timeout=30)
+        except FarmError as exc:
+            kept = tempfile.mkdtemp(prefix="raft-throughput-logs-")
+            for node_id in self.farm.node_ids:
+                shutil.copy(self.farm.log_path(node_id), kept)
+            self._cluster.__exit__(None, None, None)
+            raise FarmStartError(f"{exc} (node logs copied to {kept})") from None
+        except BaseException:
+            self._cluster.__exit__(None, None, None)
+            raise
         self.options = dict(endpoints=self.farm.endpoints, cluster=self._cluster_name(),
                             username=getattr(self.farm, "username", "farm"),
                             password=getattr(self.farm, "password", None), wire=wire)
@@ -398,6 +413,15 @@ def measure(system: str, args: argparse.Namespace) -> Row:
             latency = pso.latency(args.latency_ops, latency_seconds(args))
             load.anomalies = pso.anomalies()
             return Row(system, load, latency)
+    for attempt in (1, 2):
+        try:
+            return _measure_farm(system, args)
+        except FarmStartError as exc:
+            print(f"{system}: {exc}; {'again' if attempt == 1 else 'giving up'}", flush=True)
+    raise SystemExit(f"{system}: the farm did not start twice; see the messages above")
+
+
+def _measure_farm(system: str, args: argparse.Namespace) -> Row:
     if system == PIPELINED:
         with FarmBench("never", args.wire) as farm:
             threads = max(1, args.clients // args.pipelined)
