@@ -16,6 +16,7 @@ import json
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     owned = SparkSession.getActiveSession() is None
     console.print("[bold]starting Spark[/] (local[2]) and a local farm of "
                   f"{args.nodes} Raft nodes ...")
-    spark = spark_session("garlicfarm-demo", "local[2]", conf={"spark.ui.enabled": "false"})
+    warnings.filterwarnings("ignore", category=FutureWarning)   # pyspark on pandas 3
+    spark = spark_session("garlicfarm-demo", "local[2]",
+                          conf={"spark.ui.enabled": "false", "spark.log.level": "ERROR"})
     if owned:
         spark.sparkContext.setLogLevel("ERROR")
     stop = threading.Event()
