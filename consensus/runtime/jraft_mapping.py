@@ -170,7 +170,8 @@ class ResponseSlot:
     key: object = None
     data: bytes | None = None       #: the encoded response, once known
     source: int = 0
-    term_hint: int = 0
+    generation: int = 0             #: Readys handed out before the request was stepped
+    claimed: bool = False           #: a Ready holds its answer (sent once persisted)
 
 
 # -- core -> wire -------------------------------------------------------------------------

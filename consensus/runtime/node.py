@@ -32,7 +32,7 @@ from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.service import Service
 from consensus.runtime.status import status_json
-from consensus.runtime.storage import DiskStorage
+from consensus.runtime.storage import DiskStorage, SyncThread
 from consensus.runtime.transport import Transport
 from consensus.storage import FsyncPolicy
 from consensus.wire.jraft import LogEntry, ValueType
@@ -88,6 +88,8 @@ class FarmNode:
         self._leader_hint: int | None = None
         self._status_target = 0
         self._snapshot_due = False
+        self._syncing = None                # a Ready waiting for its fsync
+        self._syncer = SyncThread(self.storage, self.transport.wake)
         self.stopped_reason: str | None = None
 
     def _bootstrap(self) -> Configuration:
@@ -161,7 +163,8 @@ class FarmNode:
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                busy = raft.has_ready() or self._inbox or self._client_inbox
+                busy = self._inbox or self._client_inbox or (
+                    raft.has_ready() if self._syncing is None else self._syncer.done())
                 transport.poll(0.0 if busy else max(0.0, next_tick - now))
                 # Peers' messages first, then the ticks that came due meanwhile: a stall
                 # then never makes a leader miss the answers waiting in its sockets.
@@ -229,6 +232,7 @@ class FarmNode:
             log.error("node %d: dropped messages the core refused: %s", self.id, exc)
 
     def _shutdown(self) -> None:
+        self._syncer.close()
         self.service.shutdown()
         self.transport.shutdown()
         self.storage.close()
@@ -236,10 +240,20 @@ class FarmNode:
 
     # -- the Ready loop -----------------------------------------------------------------------
     def _process_ready(self) -> None:
+        """Hand out Readys until none is left. With an fsync to do, the fsync runs on the
+        sync thread and the loop goes on (reading, stepping, proposing: the core allows
+        it before `advance`); the Ready is finished when the fsync is done. Its committed
+        entries and read states are handled at once: they are durable already."""
+        if self._syncing is not None:
+            if not self._syncer.done():
+                return
+            rd, self._syncing = self._syncing, None
+            self._after_persist(rd)
         raft, storage, transport = self.raft, self.storage, self.transport
         send = transport.send
         while raft.has_ready():
             rd = raft.ready()
+            transport.handed_out(rd.send_after_persist)
             for msg in rd.send_now:
                 send(msg)
             if rd.soft_state is not None:
@@ -251,21 +265,28 @@ class FarmNode:
                 self.service.on_restored(rd.snapshot.index)
             if rd.entries and storage.append(rd.entries):
                 self.service.on_truncated(rd.entries[0].index)
-            if rd.must_sync:
-                if self.fsyncs:
-                    transport.flush()       # followers persist while we fsync
-                storage.sync()
-            if rd.hard_state is not None:
-                storage.save_hard_state(rd.hard_state, urgent=rd.term_or_vote_changed)
-            for msg in rd.send_after_persist:
-                send(msg)
             if rd.committed_entries:
                 self._apply(rd.committed_entries)
             if rd.read_states:
                 self.service.on_read_states(rd.read_states)
-            raft.advance(rd)
-            if self._snapshot_due:
-                self._take_snapshot()
+            if rd.must_sync:
+                if self.fsyncs:
+                    transport.flush()       # the followers persist while we fsync
+                    self._syncing = rd
+                    self._syncer.start()
+                    return
+                storage.sync()
+            self._after_persist(rd)
+
+    def _after_persist(self, rd) -> None:
+        """The Ready's entries are durable: save the hard state, send what promised it."""
+        if rd.hard_state is not None:
+            self.storage.save_hard_state(rd.hard_state, urgent=rd.term_or_vote_changed)
+        for msg in rd.send_after_persist:
+            self.transport.send(msg)
+        self.raft.advance(rd)
+        if self._snapshot_due:
+            self._take_snapshot()
 
     def _apply(self, entries) -> None:
         machine, service = self.machine, self.service

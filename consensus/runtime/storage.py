@@ -263,12 +263,16 @@ class DiskStorage:
         """Write `state` unless a later one (by `version`) was written: saves take turns,
         and a lazy save never replaces a vote cast meanwhile."""
         with self._file_lock:
-            if version <= self._saved_version or state == self._saved_hard:
+            if version <= self._saved_version:
                 return
-            # never save a commit beyond what the log holds (the core refuses to start)
-            commit = min(state.commit, self.last_index())
+            # never save a commit beyond what the log holds durably (a restart that finds
+            # a commit beyond its log refuses to start)
+            commit = min(state.commit, self.log.durable_index)
+            written = HardState(state.term, state.vote, commit)
+            if written == self._saved_hard:
+                return
             self.hard_state_file.save(StoredHardState(state.term, state.vote, commit))
-            self._saved_hard, self._saved_version = state, version
+            self._saved_hard, self._saved_version = written, version
 
     def _lazy_saver(self) -> None:
         while True:
@@ -317,9 +321,61 @@ class DiskStorage:
             self._lazy_ready.notify()
         self._saver.join()
         try:
+            self.log.sync()          # what was appended is durable: the commit may say so
             self._save_hard(self._hard, self._version + 1)
         finally:
             self.log.close()
+
+
+class SyncThread:
+    """Runs `storage.sync()` (the fsync of group commit) off the event loop: `start()`
+    asks for one, `done()` says whether it finished, `wake` is called when it does. A
+    failed fsync leaves the log unusable (what reached the disk is unknown): `done()`
+    raises it, and the node stops."""
+
+    def __init__(self, storage: DiskStorage, wake) -> None:
+        self.storage, self.wake = storage, wake
+        self._wanted = False
+        self._finished = threading.Event()
+        self._finished.set()
+        self._error: BaseException | None = None
+        self._closing = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fsync")
+        self._thread.start()
+
+    def start(self) -> None:
+        with self._cond:
+            self._finished.clear()
+            self._wanted = True
+            self._cond.notify()
+
+    def done(self) -> bool:
+        if self._error is not None:
+            raise self._error
+        return self._finished.is_set()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._wanted and not self._closing:
+                    self._cond.wait()
+                if not self._wanted:
+                    return
+                self._wanted = False
+            try:
+                self.storage.sync()
+            except BaseException as exc:    # handed to the loop thread
+                self._error = exc
+            self._finished.set()
+            self.wake()
+
+    def close(self) -> None:
+        self._finished.wait()
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
 
 
 def _core_snapshot(stored) -> Snapshot:

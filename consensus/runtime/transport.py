@@ -189,6 +189,8 @@ class Transport:
         self.incoming: set[Connection] = set()
         self.last_in: dict[int, Connection] = {}
         self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
+        self._generation = 0                # Readys handed out so far
+        self._claims: dict[int, tuple[Connection, jm.ResponseSlot]] = {}   # id(answer)
         self._dirty: set[Connection] = set()
         self.jraft = JRaftWire(self, extensions=(wire == "garlicfarm"))
         self.garlicfarm = self.jraft if wire == "garlicfarm" else JRaftWire(self, True)
@@ -252,14 +254,32 @@ class Transport:
     def mark_dirty(self, conn: Connection) -> None:
         self._dirty.add(conn)
 
+    def handed_out(self, answers: list[Message]) -> None:
+        """The core handed out a Ready: claim the slots its paired answers will fill
+        (they leave once the Ready is persisted, maybe turns later). A slot stepped
+        before this Ready and not claimed by it was dropped by the core."""
+        for msg in answers:
+            rtype = jm.fifo_response_type(msg)
+            if rtype is not None:
+                found = self._find_slot(msg, rtype)
+                if found is not None:
+                    found[1].claimed = True
+                    self._claims[id(msg)] = found
+        self._generation += 1
+
     def end_turn(self, term: int) -> None:
         """Answer what the core dropped, then write everything queued."""
         if self._new_slots:
+            pending = []
             for conn, slot in self._new_slots:
-                if slot.data is None and not conn.closed:
-                    self._wire_of(conn).refuse(slot, term)
-                    self._dirty.add(conn)
-            self._new_slots.clear()
+                if slot.data is not None or conn.closed:
+                    continue
+                if slot.claimed or slot.generation >= self._generation:
+                    pending.append((conn, slot))    # answered later, or not stepped yet
+                    continue
+                self._wire_of(conn).refuse(slot, term)
+                self._dirty.add(conn)
+            self._new_slots = pending
         self.flush()
 
     def flush(self) -> None:
@@ -288,8 +308,9 @@ class Transport:
             self.last_in[peer_id] = conn
 
     def owe(self, conn: Connection, slot: jm.ResponseSlot) -> None:
-        """Promise an answer to a request just received, in order; the end of the turn
-        refuses it if the core gave none."""
+        """Promise an answer to a request just received, in order; it is refused at the
+        end of a turn if the next Ready the core hands out does not answer it."""
+        slot.generation = self._generation
         conn.slots.append(slot)
         self._new_slots.append((conn, slot))
 
@@ -330,15 +351,23 @@ class Transport:
             self._dirty.add(conn)
 
     def _respond(self, msg: Message, rtype: int) -> None:
+        found = self._claims.pop(id(msg), None) or self._find_slot(msg, rtype)
+        if found is None or found[0].closed:
+            return          # the requester's connection is gone: Raft will ask again
+        conn, slot = found
+        self._wire_of(conn).respond(slot, msg)
+        self._dirty.add(conn)
+
+    def _find_slot(self, msg: Message, rtype: int):
+        """The first open slot, on the requester's connections, this answer fits."""
         key = jm.slot_key(msg)
         for conn in self._answering(msg.destination):
             wire = self._wire_of(conn)
             for slot in conn.slots:
-                if slot.data is None and wire.matches(slot, msg, rtype, key):
-                    wire.respond(slot, msg)
-                    self._dirty.add(conn)
-                    return
-        # the requester's connection is gone: Raft will ask again
+                if slot.data is None and not slot.claimed and \
+                        wire.matches(slot, msg, rtype, key):
+                    return conn, slot
+        return None
 
     def _answering(self, peer_id: int):
         conn = self.last_in.get(peer_id)

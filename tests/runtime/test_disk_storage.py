@@ -34,6 +34,9 @@ def test_a_moved_commit_index_alone_is_saved_lazily(tmp_path):
     storage = DiskStorage(str(tmp_path), commit_save_interval=3600)
     storage.append(entries(1, 3))
     storage.save_hard_state(HardState(1, None, 1), urgent=True)
+    assert storage.hard_state_file.load().commit == 0     # never beyond what is durable
+    storage.sync()
+    storage.save_hard_state(HardState(1, None, 1), urgent=True)
     storage.save_hard_state(HardState(1, None, 3), urgent=False)
     assert storage.hard_state_file.load().commit == 1           # not yet
     storage.close()                                              # saved on close
