@@ -20,6 +20,7 @@ change and refused connection; SIGTERM (or `stop()`) ends the loop cleanly.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
@@ -155,6 +156,7 @@ class FarmNode:
         log.info("node %d listening on %s:%d (cluster %r, wire %s, fsync %s, %s)",
                  self.id, config.listen.rsplit(":", 1)[0], self.port, config.cluster,
                  config.wire, config.fsync, "observer" if config.observer else "voter")
+        self._warn_if_exposed()
         tick = config.tick
         next_tick = time.monotonic() + tick
         next_status = time.monotonic() + min(config.status_interval, 0.5)
@@ -201,6 +203,22 @@ class FarmNode:
                     break
         finally:
             self._shutdown()
+
+    def _warn_if_exposed(self) -> None:
+        """SPECS §1: plain TCP is for loopback and private networks only."""
+        if self.security.tls:
+            return
+        host = self.config.listen.rsplit(":", 1)[0].strip("[]")
+        try:
+            address = ipaddress.ip_address(host)
+            private = address.is_loopback or address.is_private and not address.is_unspecified
+        except ValueError:
+            private = host == "localhost"
+        if not private:
+            log.warning("node %d listens on %s WITHOUT TLS: Garlic Farm traffic (credentials "
+                        "digests, the replicated log) crosses the network in clear; give "
+                        "--tls-cert/--tls-key, or listen on loopback or a private network, "
+                        "or dial through --proxy", self.id, self.config.listen)
 
     def _first_campaign(self) -> None:
         """A brand-new farm elects at once: the lowest voter of the initial configuration
