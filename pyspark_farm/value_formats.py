@@ -75,9 +75,9 @@ def encode_values(batch: pa.RecordBatch, value_format: str) -> pa.Array:
     raise OptionError("valueFormat", f"expected one of {', '.join(FORMATS)}")
 
 
-def binary_value_column(batch: pa.RecordBatch) -> pa.Array:
-    """The batch's `value` column as pa.binary() (strings are cast: their UTF-8 bytes)."""
-    names = batch.schema.names
+def check_value_column(names: list[str], value_type: str | None) -> None:
+    """What valueFormat 'binary' needs of the sink's input: exactly one column, `value`,
+    binary or string (`value_type` names its type, None when it is missing)."""
     if "value" not in names:
         raise SchemaError(
             f"the garlicfarm sink writes a column named 'value' (binary or string); the "
@@ -90,14 +90,22 @@ def binary_value_column(batch: pa.RecordBatch) -> pa.Array:
             f"the garlicfarm sink with valueFormat 'binary' writes only the 'value' column, "
             f"but the DataFrame also has {', '.join(extra)}: drop them, or set the option "
             "valueFormat to json, msgpack or arrow to encode every column into the value.")
-    column = batch.column(0)
-    if pa.types.is_binary(column.type):
-        return column
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
-            or pa.types.is_large_binary(column.type):
-        return column.cast(pa.binary())
-    raise SchemaError(f"the 'value' column must be binary or string, not {column.type}: "
-                      "cast it, or set the option valueFormat to encode it")
+    if value_type not in ("binary", "string"):
+        raise SchemaError(f"the 'value' column must be binary or string, not {value_type}: "
+                          "cast it, or set the option valueFormat to encode it")
+
+
+def binary_value_column(batch: pa.RecordBatch) -> pa.Array:
+    """The batch's `value` column as pa.binary() (strings are cast: their UTF-8 bytes)."""
+    names = batch.schema.names
+    column = batch.column("value") if "value" in names else None
+    kind = None
+    if column is not None:
+        kind = ("binary" if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
+                else "string" if pa.types.is_string(column.type)
+                or pa.types.is_large_string(column.type) else str(column.type))
+    check_value_column(names, kind)
+    return column if column.type == pa.binary() else column.cast(pa.binary())
 
 
 def _ipc_bytes(batch: pa.RecordBatch) -> bytes:

@@ -12,7 +12,7 @@ from ..offsets import OffsetSpec, offset_spec_parser
 from ..options import Option, OptionSet, boolean, choice, duration, integer, text
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
 from ..sink import FarmBatchWriter, FarmStreamWriter
-from ..value_formats import FORMATS
+from ..value_formats import FORMATS, check_value_column
 from .log_access import READ_FROM
 from .rows import RAFT_COLUMNS_DDL
 from .sink import RaftSinkBackend
@@ -98,8 +98,13 @@ def batch_reader(options: Mapping[str, str], schema_: StructType) -> RaftBatchRe
     return RaftBatchReader(_settings(options, schema_, streaming=False))
 
 
-def _backend(options: Mapping[str, str]) -> tuple[RaftSinkBackend, str]:
+def _backend(options: Mapping[str, str], schema_: StructType
+             ) -> tuple[RaftSinkBackend, str]:
     values = SINK_OPTIONS.parse(options, ignore=("kind",))
+    if values["valueFormat"] == "binary":   # fail when the query starts, not in a task
+        value = next((f for f in schema_.fields if f.name == "value"), None)
+        check_value_column(schema_.fieldNames(),
+                           value.dataType.typeName() if value is not None else None)
     return (RaftSinkBackend(FarmConnection.from_options(values), values["stageBytes"],
                             values["stageThreads"]), values["valueFormat"])
 
@@ -107,11 +112,11 @@ def _backend(options: Mapping[str, str]) -> tuple[RaftSinkBackend, str]:
 def stream_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool
                   ) -> FarmStreamWriter:
     # Complete mode asks to overwrite: like Kafka, a log sink appends each batch's rows.
-    return FarmStreamWriter(*_backend(options))
+    return FarmStreamWriter(*_backend(options, schema_))
 
 
 def batch_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool
                  ) -> FarmBatchWriter:
     if overwrite:
         raise OptionError("mode", "a raft log is append-only: use mode('append')")
-    return FarmBatchWriter(*_backend(options))
+    return FarmBatchWriter(*_backend(options, schema_))

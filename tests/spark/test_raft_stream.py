@@ -2,6 +2,7 @@
 back with the source, restart both from their checkpoints, and fail tasks on purpose."""
 from __future__ import annotations
 
+import datetime
 import json
 import time
 
@@ -140,3 +141,23 @@ def test_failed_task_attempts_leave_exactly_the_input(spark, farm, tmp_path, no_
     losers = staged - committed
     assert committed <= staged and losers, "the failed attempts had staged output"
     client.close()
+
+
+@pytest.mark.timeout(180)
+def test_batch_write_and_read_with_a_value_format(spark, farm):
+    """Any columns go in with valueFormat (here msgpack) and come back decoded."""
+    frame = spark.createDataFrame(
+        [(1, "ana", datetime.datetime(2024, 5, 1, 12, 30)), (2, None, None),
+         (3, "bo\u00e9", datetime.datetime(2025, 1, 2, 3, 4, 5))],
+        "id long, name string, at timestamp")
+    with farm.client() as client:
+        start = client.last_applied() + 1
+        frame.write.format("garlicfarm").options(**farm.options) \
+            .option("valueFormat", "msgpack").mode("append").save()
+        end = client.last_applied() + 1
+    back = log_range(spark, farm, start, end, valueFormat="msgpack",
+                     valueSchema="id long, name string, at timestamp")
+    assert back.columns[-3:] == ["id", "name", "at"]
+    assert_df_equality(back.select("id", "name", "at"), frame, ignore_row_order=True,
+                       ignore_nullable=True)
+    assert {r["type"] for r in back.select("type").collect()} == {"commit"}

@@ -60,3 +60,15 @@ def test_worker_interpreter_check_names_the_variable(monkeypatch, tmp_path):
     assert "PYSPARK_PYTHON" in str(caught.value) and sys.executable in str(caught.value)
     monkeypatch.delenv("PYSPARK_PYTHON")
     assert ensure_worker_python() == sys.executable == os.environ["PYSPARK_PYTHON"]
+
+
+def test_sink_input_errors_fail_when_the_write_starts(spark):
+    frame = spark.range(3).selectExpr("cast(id as string) as value", "id as key")
+    with pytest.raises(Exception, match="also has key.*valueFormat"):
+        frame.write.format("garlicfarm").option("endpoints", "127.0.0.1:9").mode("append").save()
+    with pytest.raises(Exception, match="'value' column must be binary or string, not long"):
+        (spark.range(3).selectExpr("id as value").write.format("garlicfarm")
+         .option("endpoints", "127.0.0.1:9").mode("append").save())
+    with pytest.raises(Exception, match="'mode'.*append-only"):
+        (frame.select("value").write.format("garlicfarm").option("endpoints", "127.0.0.1:9")
+         .mode("overwrite").save())
