@@ -1,6 +1,7 @@
 """`garlicfarm chp ...`: run a CHP server, read, write and watch keys.
 
     garlicfarm chp server [--port 5556] [--data-dir DIR] [--primary PEER | --backup PEER]
+    garlicfarm chp server --port P --replicated HOST:PORT,... --farm-user U [--map NAME]
     garlicfarm chp get KEY [--server HOST:PORT ...]
     garlicfarm chp set KEY VALUE [--ttl SECONDS] [--no-wait]
     garlicfarm chp delete KEY
@@ -9,7 +10,9 @@
 
 A server named P uses ports P, P+1, P+2. A Binary Star pair is two servers that name
 each other: ``server --port 5556 --primary 127.0.0.1:5566`` and ``server --port 5566
---backup 127.0.0.1:5556`` (the zguide layout; state ports 5003/5004 by default). Client
+--backup 127.0.0.1:5556`` (the zguide layout; state ports 5003/5004 by default). A
+replicated server keeps its map in a garlicfarm Raft log (``--replicated`` names the
+farm's members, the local node first); any number of them serve one map. Client
 commands take ``--server`` once per server, in failover order. Exit status: 0 done,
 1 not found or timed out, 2 bad arguments, 3 the Binary Star pair split.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -58,6 +62,26 @@ def _parser() -> argparse.ArgumentParser:
                       help="be the primary of a Binary Star pair whose backup is PEER")
     pair.add_argument("--backup", metavar="PEER",
                       help="be the backup of a Binary Star pair whose primary is PEER")
+    pair.add_argument("--replicated", metavar="HOST:PORT,...",
+                      help="keep the map in the Raft log of the farm with these members "
+                           "(the local node first); --data-dir then holds checkpoints")
+    farm = server.add_argument_group("replicated mode")
+    farm.add_argument("--map", default="chp",
+                      help="the map's name in the farm's log; servers of one map share "
+                           "sequences (chp)")
+    farm.add_argument("--farm-cluster", default="farm", help="the farm's cluster name (farm)")
+    farm.add_argument("--farm-user", help="user name for the farm's digest handshake")
+    farm.add_argument("--farm-password",
+                      help="its password (default: $GARLICFARM_PASSWORD)")
+    farm.add_argument("--farm-credentials", metavar="FILE",
+                      help="file of user:password lines; the first is used")
+    farm.add_argument("--farm-timeout", type=_positive, default=3.0, metavar="S",
+                      help="stop sending HUGZ after this long without an answer from the "
+                           "farm, so clients fail over (3)")
+    farm.add_argument("--history", type=int, default=100_000, metavar="N",
+                      help="updates kept for clients resuming after a failover (100000)")
+    farm.add_argument("--checkpoint-every", type=int, default=10_000, metavar="N",
+                      help="log entries between two checkpoints in --data-dir (10000)")
     server.add_argument("--bstar-port", type=int,
                         help="our Binary Star state port (5003 primary, 5004 backup)")
     server.add_argument("--peer-bstar-port", type=int,
@@ -126,6 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _server(args: argparse.Namespace) -> int:
     from .server import Role, ServerConfig, run_server
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
+    if args.replicated is None:
+        for option in ("farm_user", "farm_password", "farm_credentials"):
+            if getattr(args, option) is not None:
+                raise ConfigError(f"--{option.replace('_', '-')} is for replicated mode: "
+                                  "add --replicated HOST:PORT,...")
     role = peer = None
     if args.primary or args.backup:
         role = Role.PRIMARY if args.primary else Role.BACKUP
@@ -136,11 +165,41 @@ def _server(args: argparse.Namespace) -> int:
                           hugz_interval=args.hugz_interval,
                           bstar_heartbeat=args.bstar_heartbeat,
                           peer_timeout=args.peer_timeout)
-    server = run_server(config)
+    if args.replicated is not None:
+        from .replicated import run_replicated
+        server = run_replicated(config, _farm_options(args))
+    else:
+        server = run_server(config)
     if server.exit_reason:
         print(f"garlicfarm chp server: {server.exit_reason}", file=sys.stderr)
         return EXIT_SPLIT_BRAIN
     return 0
+
+
+def _farm_options(args: argparse.Namespace):
+    """The farm side of a replicated server, credentials from options, a file or the
+    environment."""
+    from .replicated import FarmOptions
+    user, password = args.farm_user, args.farm_password or os.environ.get("GARLICFARM_PASSWORD")
+    if args.farm_credentials:
+        from consensus.runtime.security import read_credentials_file
+        try:
+            pairs = read_credentials_file(args.farm_credentials)
+        except ValueError as exc:   # the runtime's ConfigError, naming its own option
+            raise ConfigError(f"--farm-credentials: {str(exc).partition(': ')[2]}") from None
+        if not pairs:
+            raise ConfigError(f"--farm-credentials: {args.farm_credentials} holds no "
+                              "user:password line")
+        user, password = pairs[0]
+    if user is None:
+        raise ConfigError("--farm-user: the farm authenticates its clients: name the user "
+                          "(or give --farm-credentials FILE)")
+    if password is None:
+        raise ConfigError(f"--farm-password: user {user!r} needs a password (the option, "
+                          "$GARLICFARM_PASSWORD or --farm-credentials FILE)")
+    return FarmOptions(args.replicated, cluster=args.farm_cluster, username=user,
+                       password=password, map_name=args.map, history=args.history,
+                       checkpoint_every=args.checkpoint_every, farm_timeout=args.farm_timeout)
 
 
 def _client_command(args: argparse.Namespace) -> int:

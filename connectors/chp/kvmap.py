@@ -94,7 +94,9 @@ def _stored_expiry(properties: bytes) -> int | None:
 
 
 def to_epoch_ms(now: float) -> int:
-    return int(now * 1000)
+    """Epoch seconds to integer epoch ms, rounded: a time given as `ms / 1000` comes back
+    as exactly `ms` (the replicated map passes the leader's millisecond stamps that way)."""
+    return round(now * 1000)
 
 
 class CloneMap:

@@ -10,6 +10,7 @@ both accept (SPECS §3, tests/vectors/chp/LAYOUT.md):
   HUGZ and KTHXBAI are kvmsgs whose key is the command.
 * ICANHAZ is two frames, ``ICANHAZ?`` and the subtree; without the subtree frame it
   means an empty subtree (the Python peer exits on it, the C peer stalls: we do neither).
+  A third frame of properties is garlicfarm's resume request (`resume`).
 * A Binary Star state message is one frame: the state as one ASCII digit.
 
 The same five frames are a KVSET on the collector, a KVPUB on the publisher and a
@@ -178,10 +179,13 @@ class Kthxbai(_Command):
 @dataclass(slots=True)
 class Icanhaz:
     """ICANHAZ?: ask for a snapshot of the keys starting with `subtree`.
-    `subtree_frame` False is the one-frame form some senders emit."""
+    `subtree_frame` False is the one-frame form some senders emit. `properties`, when
+    not empty, is a third frame of ``name=value`` lines: garlicfarm's resume request
+    (`resume`), sent only to servers that announce they understand it."""
     NAME: ClassVar[str] = "ICANHAZ"
     subtree: bytes = b""
     subtree_frame: bool = True
+    properties: bytes = b""
 
 
 @dataclass(slots=True)
@@ -282,10 +286,13 @@ def encode(msg: Message) -> list[bytes]:
     """The frames of `msg`; raises `InvalidField` for a value no peer could decode."""
     if isinstance(msg, Icanhaz):
         if not msg.subtree_frame:
-            if msg.subtree:
-                raise InvalidField("subtree", "a subtree needs the subtree frame",
-                                   protocol=PROTOCOL)
+            if msg.subtree or msg.properties:
+                raise InvalidField("subtree", "a subtree or properties need the subtree "
+                                   "frame", protocol=PROTOCOL)
             return [ICANHAZ]
+        if msg.properties:
+            parse_properties(msg.properties)
+            return [ICANHAZ, msg.subtree, msg.properties]
         return [ICANHAZ, msg.subtree]
     if isinstance(msg, BstarStatus):
         return [b"%d" % BstarState(msg.state)]
@@ -378,13 +385,20 @@ def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
 def _decode_icanhaz(frames: Sequence[bytes], limits: Limits) -> Icanhaz:
     if len(frames) == 1:
         return Icanhaz(b"", subtree_frame=False)
-    if len(frames) != 2:
-        raise InvalidField("frames", f"ICANHAZ? has 2 frames, got {len(frames)}",
-                           protocol=PROTOCOL)
+    if len(frames) > 3:
+        raise InvalidField("frames", f"ICANHAZ? has 2 frames (3 with resume properties), "
+                           f"got {len(frames)}", protocol=PROTOCOL)
     subtree = frames[1]
     if len(subtree) > limits.max_key_bytes:
         raise LimitExceeded("subtree", f"{len(subtree)} bytes > limit "
                             f"{limits.max_key_bytes}", protocol=PROTOCOL)
+    if len(frames) == 3:
+        properties = bytes(frames[2])
+        if not properties:
+            raise InvalidField("properties", "ICANHAZ?'s third frame is empty: send two "
+                               "frames, or name=value lines", protocol=PROTOCOL)
+        parse_properties(properties, limits)
+        return Icanhaz(bytes(subtree), properties=properties)
     return Icanhaz(bytes(subtree))
 
 

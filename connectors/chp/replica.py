@@ -23,6 +23,11 @@ Phases:
    its data) and, for a replica of the whole map (empty subtree, whose sequences are
    consecutive), when a sequence is skipped (an update was lost on the way).
 
+Resuming (`resume`): a replica that was synchronised with a replicated map and asks a
+server announcing the same map (in its HUGZ) asks for the updates after its sequence
+rather than a whole snapshot; the server sends exactly those, so the changes reported
+are every update, in order, with no gap and no repeat.
+
 Times are epoch seconds, used to turn relative ttls into absolute ones.
 """
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from . import resume
 from .kvmap import CloneMap, Entry
 from .proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvsync
 
@@ -65,6 +71,9 @@ class Replica:
         self._snapshot: list[Entry] = []
         self._buffer: list[Kvpub] = []
         self._contiguous = not subtree
+        self.identity: bytes | None = None   # the replicated map we are a replica of
+        self._offered: bytes | None = None   # the map the server we talk to announces
+        self._resume_from: int | None = None
 
     @property
     def live(self) -> bool:
@@ -80,6 +89,7 @@ class Replica:
         self.phase = Phase.SUBSCRIBING
         self._snapshot = []
         self._buffer = []
+        self._offered = None
 
     def resync(self) -> None:
         """Ask for a new snapshot from the same server (its subscription is live)."""
@@ -89,12 +99,20 @@ class Replica:
         self._buffer = []
 
     def snapshot_request(self) -> Icanhaz:
-        """The ICANHAZ to send now; the replica then waits for the snapshot."""
+        """The ICANHAZ to send now; the replica then waits for the snapshot. It asks to
+        resume when the server announces the map this replica is in sync with."""
         self.phase = Phase.SYNCING
+        if self.identity is not None and self._offered == self.identity:
+            self._resume_from = self.map.sequence
+            return Icanhaz(self.subtree,
+                           properties=resume.request(self.map.sequence, self.identity))
+        self._resume_from = None
         return Icanhaz(self.subtree)
 
     # ----------------------------------------------------------------- publisher
     def on_hugz(self, msg: Hugz) -> None:
+        if msg.properties:
+            self._offered = resume.identity_of(msg.properties)
         phase = self.phase
         if phase is Phase.LIVE:
             sequence = self.map.sequence
@@ -128,23 +146,43 @@ class Replica:
         if self.phase is not Phase.SYNCING:
             return None   # a late reply to an abandoned request
         if isinstance(msg, Kvsync):
-            if msg.body and msg.key.startswith(self.subtree):
+            if msg.key.startswith(self.subtree):   # deletes count when resuming
                 self._snapshot.append(Entry.stored(msg.key, msg.sequence, msg.uuid,
                                                    msg.properties, msg.body))
             return None
-        old = self.map
-        new = CloneMap(msg.sequence, self._snapshot, track_changes=old.track_changes)
-        changes = _differences(old, new, self.subtree)
-        self.map = new
+        resumed = resume.resumed_from(msg.properties) if msg.properties else None
+        identity = resume.identity_of(msg.properties) if msg.properties else None
+        if resumed is not None:
+            if resumed != self._resume_from or resumed != self.map.sequence:
+                self.identity = None     # not what we asked for: a whole snapshot, then
+                self.resync()
+                return None
+            changes = self._snapshot
+            for entry in changes:
+                self.map.replay(entry)
+            self.map.sequence = max(self.map.sequence, msg.sequence)
+        else:
+            old = self.map
+            new = CloneMap(msg.sequence, [e for e in self._snapshot if e.body],
+                           track_changes=old.track_changes)
+            changes = _differences(old, new, self.subtree)
+            self.map = new
+        self.identity = identity
         self.phase = Phase.LIVE
         buffered, self._buffer, self._snapshot = self._buffer, [], []
+        changes += self._apply_buffered(buffered, now)
+        return Synced(self.map.sequence, changes, self.resyncs)
+
+    def _apply_buffered(self, buffered: list[Kvpub], now: float) -> list[Entry]:
+        """The updates that came while syncing, above the new sequence."""
+        changes = []
         for update in buffered:
             if not self.live:
                 break   # a gap in the buffered updates: resync again
             entry = self.on_update(update, now)
             if entry is not None:
                 changes.append(entry)
-        return Synced(new.sequence, changes, self.resyncs)
+        return changes
 
 
 def _differences(old: CloneMap, new: CloneMap, subtree: bytes) -> list[Entry]:

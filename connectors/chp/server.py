@@ -463,8 +463,12 @@ def _open_data_dir(config: ServerConfig) -> tuple[MapStore, CloneMap]:
 
 def run_server(config: ServerConfig) -> CloneServer:
     """Run a server in the calling thread until SIGINT/SIGTERM; returns it, stopped."""
+    return serve(CloneServer(config))
+
+
+def serve(server: CloneServer) -> CloneServer:
+    """Run `server` (any kind) in the calling thread until SIGINT/SIGTERM."""
     import signal
-    server = CloneServer(config)
     previous = {sig: signal.signal(sig, lambda *_: server.stop())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -476,4 +480,4 @@ def run_server(config: ServerConfig) -> CloneServer:
 
 
 __all__ = ["CloneServer", "DEFAULT_BSTAR_PORTS", "DEFAULT_PORT", "Role", "ServerConfig",
-           "ServerStats", "run_server"]
+           "ServerStats", "run_server", "serve"]
