@@ -11,7 +11,7 @@ from pyspark_farm.admission import Limits, choose_end
 from pyspark_farm.errors import OptionError
 from pyspark_farm.offsets import OffsetSpec, index_of, offset_spec_parser
 from pyspark_farm.options import UnknownOptionWarning, duration
-from pyspark_farm.planning import EntrySize, Piece, plan_tasks, split_evenly
+from pyspark_farm.planning import EntrySize, Piece, plan_tasks
 from pyspark_farm.raft import kind
 from pyspark_farm.raft.source import IndexBounds
 from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
@@ -193,12 +193,20 @@ def test_plan_splits_a_big_commit_by_its_payloads_in_order():
     tasks = plan_tasks(1, 9, sizes, min_tasks=4, rows_per_task=1000)
     pieces = _covered(tasks)
     assert len(tasks) >= 4
-    assert pieces[0].start == 1 and pieces[-1].stop == 9
+    # Only entries with rows are read: 3, the commit 5 (in slices), 7.
+    assert pieces[0] == Piece(3, 4) and pieces[-1] == Piece(7, 8)
     slices = [p.parts for p in pieces if p.parts]
+    assert all(p.start == 5 for p in pieces if p.parts)
     assert slices[0][0] == 0 and slices[-1][1] == 4
     assert all(a[1] == b[0] for a, b in zip(slices, slices[1:]))  # contiguous, in order
-    for a, b in zip(pieces, pieces[1:]):                           # no gap, no overlap
-        assert b.start == (a.start if a.parts and b.parts else a.stop)
+
+
+def test_plan_merges_runs_of_journal_entries_and_skips_entries_without_rows():
+    sizes = [EntrySize(i, 2) for i in (10, 11, 12, 15, 16)] + [EntrySize(20, 0)]
+    assert plan_tasks(10, 30, sizes) == [[Piece(10, 13), Piece(15, 17)]]
+    assert plan_tasks(10, 30, [EntrySize(20, 0)]) == []
+    assert plan_tasks(4, 9, []) == []
+    assert plan_tasks(12, 16, sizes) == [[Piece(12, 13), Piece(15, 16)]]
 
 
 @settings(max_examples=200, deadline=None)
@@ -221,15 +229,9 @@ def test_plan_covers_every_row_once_in_order(entries, min_tasks, rows_per_task):
                 continue
             parts = range(*piece.parts) if piece.parts else range(max(1, len(size.parts)))
             units += [(i, p) for p in parts]
-    expected = [(s.index, p) for s in sizes for p in range(max(1, len(s.parts)))]
+    expected = [(s.index, p) for s in sizes if s.rows for p in range(max(1, len(s.parts)))]
     assert units == expected
     assert all(task for task in tasks)
-
-
-def test_split_evenly_and_empty_ranges():
-    assert split_evenly(5, 5, 3) == []
-    assert split_evenly(0, 10, 3) == [[Piece(0, 3)], [Piece(3, 6)], [Piece(6, 10)]]
-    assert plan_tasks(4, 9, []) == [[Piece(4, 9)]]
 
 
 # --- filter pushdown on index -----------------------------------------------------------------
