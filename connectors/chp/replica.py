@@ -26,7 +26,8 @@ Phases:
 Resuming (`resume`): a replica that was synchronised with a replicated map and asks a
 server announcing the same map (in its HUGZ) asks for the updates after its sequence
 rather than a whole snapshot; the server sends exactly those, so the changes reported
-are every update, in order, with no gap and no repeat.
+are every update, in order, with no gap and no repeat. Such a replica leaves phase 1
+on a HUGZ only (not on an update), since only a HUGZ says whether it may resume.
 
 Times are epoch seconds, used to turn relative ttls into absolute ones.
 """
@@ -136,8 +137,9 @@ class Replica:
                 self.resync()
             elif msg.key.startswith(self.subtree):
                 self._buffer.append(msg)
-        elif phase is Phase.SUBSCRIBING:
+        elif phase is Phase.SUBSCRIBING and self.identity is None:
             self.phase = Phase.REQUESTING   # the snapshot will hold this update
+        # (a replica that may resume waits for a HUGZ, which says whether it can)
         return None
 
     # ----------------------------------------------------------------- snapshot

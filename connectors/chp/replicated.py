@@ -64,6 +64,7 @@ from consensus.storage import SnapshotStore, StorageError
 from consensus.storage.files import DirectoryLock
 from consensus.wire.errors import InvalidField, ProtocolError
 
+from . import resume
 from .errors import ConfigError, DataDirError
 from .farmlink import Barrier, Entries, FarmLink
 from .proto import PROTOCOL, RESERVED_KEYS, Channel, Icanhaz, decode, encode
@@ -310,8 +311,13 @@ class ReplicatedServer(CloneServer):
         answered = [w for w in self._waiting if w[0] <= ticket]
         self._waiting = [w for w in self._waiting if w[0] > ticket]
         for _, identity, request, _ in answered:
+            reply = self.replicated.snapshot_reply(request.subtree, request.properties)
+            since = resume.resumed_from(reply[-1].properties)
+            if since is not None:
+                log.info("chp server: resumed a client from sequence %d with %d updates",
+                         since, len(reply) - 1)
             try:
-                for msg in self.replicated.snapshot_reply(request.subtree, request.properties):
+                for msg in reply:
                     send_frames(self.router, [identity, *encode(msg)])
                 self.stats.snapshots += 1
             except zmq.ZMQError as exc:   # the client went away (ROUTER_MANDATORY)
