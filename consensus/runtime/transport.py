@@ -190,7 +190,8 @@ class Transport:
         self.last_in: dict[int, Connection] = {}
         self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
         self._generation = 0                # Readys handed out so far
-        self._claims: dict[int, tuple[Connection, jm.ResponseSlot]] = {}   # id(answer)
+        # id(answer) -> (answer, connection, slot): the slot a handed-out answer fills
+        self._claims: dict[int, tuple[Message, Connection, jm.ResponseSlot]] = {}
         self._dirty: set[Connection] = set()
         self.jraft = JRaftWire(self, extensions=(wire == "garlicfarm"))
         self.garlicfarm = self.jraft if wire == "garlicfarm" else JRaftWire(self, True)
@@ -264,7 +265,7 @@ class Transport:
                 found = self._find_slot(msg, rtype)
                 if found is not None:
                     found[1].claimed = True
-                    self._claims[id(msg)] = found
+                    self._claims[id(msg)] = (msg, *found)
         self._generation += 1
 
     def end_turn(self, term: int) -> None:
@@ -277,6 +278,8 @@ class Transport:
                 if slot.claimed or slot.generation >= self._generation:
                     pending.append((conn, slot))    # answered later, or not stepped yet
                     continue
+                log.debug("refusing a request from %s the core dropped (%s)", conn.label,
+                          slot.response_type)
                 self._wire_of(conn).refuse(slot, term)
                 self._dirty.add(conn)
             self._new_slots = pending
@@ -351,7 +354,10 @@ class Transport:
             self._dirty.add(conn)
 
     def _respond(self, msg: Message, rtype: int) -> None:
-        found = self._claims.pop(id(msg), None) or self._find_slot(msg, rtype)
+        claim = self._claims.pop(id(msg), None)
+        # the claim is this very answer's (an id is reused once its object is gone)
+        found = claim[1:] if claim is not None and claim[0] is msg else \
+            self._find_slot(msg, rtype)
         if found is None or found[0].closed:
             return          # the requester's connection is gone: Raft will ask again
         conn, slot = found
