@@ -85,12 +85,16 @@ class _Read:
 
 @dataclass(slots=True)
 class _Wait:
-    """An admin call answered when `check()` says so (or at its deadline)."""
+    """An admin call answered when `check()` says so (or at its deadline). A change
+    only a leader drives (`leader_only`) is answered NOT_LEADER as soon as this node
+    stops leading: the client retries at the new leader (membership calls are
+    idempotent) instead of waiting here for a change nobody drives any more."""
     conn: "Connection"
     call_id: int
     deadline: float
     check: Callable[[], tuple[bool, Any]]
     timeout_message: str
+    leader_only: bool = True
 
 
 class Service:
@@ -580,10 +584,17 @@ class Service:
             raise self.not_leader()
         return raft
 
-    def _wait(self, conn, call, args, check, timeout_message: str):
+    def _wait(self, conn, call, args, check, timeout_message: str, *,
+              leader_only: bool = True):
         self._waits.append(_Wait(conn, call.call_id, self._deadline(args), check,
-                                 timeout_message))
+                                 timeout_message, leader_only))
         return _LATER
+
+    def _committed(self, conn, call, args, result, what: str):
+        """A membership call whose change is already in force: answer once it commits
+        (a retry of a change made through a leader that lost leadership meanwhile)."""
+        return self._wait(conn, call, args, lambda: (self._config_committed(), result),
+                          f"the configuration {what} did not commit in time")
 
     def _config_committed(self) -> bool:
         log_ = self.node.raft.log
@@ -604,6 +615,10 @@ class Service:
         add = self._addresses(args)
         remove = {int(r) for r in args.get("remove") or ()}
         voters = (raft.configuration.voters | set(add)) - remove
+        if voters == raft.configuration.voters and not raft.configuration.is_joint:
+            return self._committed(conn, call, args, sorted(voters), "with these voters")
+        log.info("node %d: changing the voters to %s (joint consensus)", self.node.id,
+                 sorted(voters))
         raft.change_voters(voters, add)
 
         def check():
@@ -624,6 +639,11 @@ class Service:
         raft = self._leader()
         add = self._addresses(args)
         remove = {int(r) for r in args.get("remove") or ()}
+        config = raft.configuration
+        if set(add) <= config.observers and not remove & config.observers:
+            return self._committed(conn, call, args, sorted(config.observers),
+                                   "with these observers")
+        log.info("node %d: observers +%s -%s", self.node.id, sorted(add), sorted(remove))
         raft.update_observers(add=set(add), remove=remove, addresses=add)
 
         def check():
@@ -638,7 +658,10 @@ class Service:
                     "use update_voters, which needs only AppendEntries")
         raft = self._leader()
         node_id, endpoint = int(args["id"]), str(args["endpoint"])
+        if node_id in raft.configuration.voters:
+            return self._committed(conn, call, args, node_id, f"with node {node_id}")
         self.node.learn_address(node_id, endpoint)
+        log.info("node %d: adding node %d at %s (AddServer)", self.node.id, node_id, endpoint)
         raft.add_server(node_id, endpoint)
 
         def check():
@@ -658,11 +681,11 @@ class Service:
         raft = self._leader()
         node_id = int(args["id"])
         config = raft.configuration
+        if node_id not in config.members:
+            return self._committed(conn, call, args, node_id, f"without node {node_id}")
+        log.info("node %d: removing node %d", self.node.id, node_id)
         if node_id in config.observers:
             raft.update_observers(remove={node_id})
-        elif node_id not in config.members:
-            raise FarmError(f"node {node_id} is not a member (members: "
-                            f"{sorted(config.members)})")
         elif self.node.config.wire == "marker" or \
                 (args.get("force") and self.node.config.wire == "garlicfarm"):
             raft.change_voters(config.voters - {node_id})   # joint consensus
@@ -685,7 +708,8 @@ class Service:
         def check():
             moved = raft.role is not Role.LEADER or raft.transferring_to is None
             return moved, {"leader": raft.leader_id}
-        return self._wait(conn, call, args, check, f"leadership did not move to {target}")
+        return self._wait(conn, call, args, check, f"leadership did not move to {target}",
+                          leader_only=False)
 
     def _c_subscribe(self, conn, call, args):
         events = set(args.get("events") or EVENTS)
@@ -714,8 +738,12 @@ class Service:
     def on_tick(self, now: float) -> None:
         if self._waits:
             keep = []
+            leading = self.node.raft.role is Role.LEADER
             for wait in self._waits:
                 if wait.conn.closed:
+                    continue
+                if wait.leader_only and not leading:
+                    self._fail(wait.conn, wait.call_id, self.not_leader())
                     continue
                 try:
                     done, result = wait.check()

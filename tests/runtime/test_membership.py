@@ -2,10 +2,13 @@
 while writing (JRaft's flows and joint consensus), a new node installing a snapshot."""
 from __future__ import annotations
 
+import threading
+import time
+
 import msgpack
 import pytest
 
-from consensus.runtime import LocalCluster
+from consensus.runtime import FarmError, LocalCluster
 from tests.runtime.test_failures import Writer, check_history
 from tests.support import wait_until
 
@@ -114,3 +117,47 @@ def test_a_new_node_installs_a_snapshot_after_compaction():
             assert joined_snapshot >= snapshot and joined_first > 1
             answer = client.query_server(endpoint, msgpack.packb(["kv_get", "key-0"]))
             assert msgpack.unpackb(answer) == "value-0"
+
+
+def test_add_server_survives_its_leader_stepping_down():
+    """R8: add_server accepted by a leader that then hands leadership away (a transfer)
+    is finished by the new leader: the old one answers NOT_LEADER at once and the client
+    retries there, instead of the call waiting out its 10 s at a node that no longer
+    drives the change."""
+    with LocalCluster(3, fsync="never", status_interval=1.0) as farm:
+        leader = farm.wait_for_leader(30)
+        four = farm.spawn()
+        wait_until(lambda: "listening on" in open(farm.log_path(four)).read(), 60,
+                   message="node 4 started")
+        farm.pause(four)                # invited, it cannot answer: the change waits
+        outcome: dict = {}
+
+        def add() -> None:
+            with farm.client(timeout=30) as adder:
+                started = time.monotonic()
+                try:
+                    adder.add_server(four, farm.endpoint_of(four), timeout=25)
+                    outcome["ok"] = True
+                except FarmError as exc:
+                    outcome["error"] = exc
+                outcome["seconds"] = time.monotonic() - started
+
+        thread = threading.Thread(target=add)
+        thread.start()
+        try:
+            wait_until(lambda: f"adding node {four}" in open(farm.log_path(leader)).read(),
+                       20, message="the leader starting AddServer")
+            target = next(i for i in (1, 2, 3) if i != leader)
+            with farm.client(timeout=20) as client:
+                client.transfer_leader(target, timeout=15)
+                moved = time.monotonic()
+                farm.resume(four)
+                thread.join(40)
+                assert not thread.is_alive()
+                assert outcome.get("ok"), outcome
+                assert time.monotonic() - moved < 8, outcome    # was: its 10 s wait
+                view = client.get_servers()
+                assert four in view.voters and view.leader_id != leader
+        finally:
+            farm.resume(four)
+            thread.join(40)
