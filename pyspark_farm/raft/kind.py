@@ -15,7 +15,7 @@ from ..sink import FarmBatchWriter, FarmStreamWriter
 from ..value_formats import FORMATS, check_value_column
 from .log_access import READ_FROM
 from .rows import RAFT_COLUMNS_DDL
-from .sink import RaftSinkBackend
+from .sink import COMPRESSIONS, RaftSinkBackend
 from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader
 
 COLUMNS = KindColumns(RAFT_COLUMNS_DDL)
@@ -41,7 +41,10 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
 SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
     VALUE_FORMAT,
     # The farm takes entries up to 32 MiB (docs/runtime.md): stay well below.
-    Option("stageBytes", integer(1024, 16 << 20), 2 << 20, doc="bytes per staged payload"),
+    Option("stageBytes", integer(1024, 16 << 20), 4 << 20,
+           doc="Arrow bytes per staged payload, before compression"),
+    Option("compression", choice(*COMPRESSIONS), "zstd",
+           doc="compression of staged payloads: zstd, lz4 or none"),
     Option("stageThreads", integer(1, 16), 2, doc="staged payloads in flight per task"),
 ))
 
@@ -106,7 +109,8 @@ def _backend(options: Mapping[str, str], schema_: StructType
         check_value_column(schema_.fieldNames(),
                            value.dataType.typeName() if value is not None else None)
     return (RaftSinkBackend(FarmConnection.from_options(values), values["stageBytes"],
-                            values["stageThreads"]), values["valueFormat"])
+                            values["stageThreads"], values["compression"]),
+            values["valueFormat"])
 
 
 def stream_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool

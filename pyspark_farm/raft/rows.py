@@ -62,7 +62,7 @@ class RowBatchBuilder:
     cluster: str
     schema: pa.Schema                              # the full Arrow schema Spark expects
     decode: Callable[[pa.Array], list[pa.Array]] | None = None
-    max_rows: int = 1 << 17
+    max_rows: int = 1 << 16
     max_bytes: int = 16 << 20
     _indexes: list[int] = field(default_factory=list)
     _terms: list[int] = field(default_factory=list)

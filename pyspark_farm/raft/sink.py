@@ -1,6 +1,8 @@
 """The raft sink's backend: staging entries and one commit entry in the same log.
 
-A task streams its values into Arrow IPC payloads of about `stage_bytes` and stages each
+A task streams its values into Arrow IPC payloads of about `stage_bytes` (before
+compression: zstd by default, which shrinks typical JSON or text rows 5-10x and with them
+the bytes the farm replicates and fsyncs) and stages each
 one (`FarmClient.stage`, a log entry readers do not see). `in_flight` background threads
 send payloads while the task builds the next one, so encoding, replication and fsync
 overlap (the order of the staged indexes is the order of the payloads). The
@@ -26,10 +28,15 @@ VALUE_SCHEMA = pa.schema([("value", pa.binary())])
 IN_FLIGHT = 2
 
 
-def ipc_payload(chunks: Sequence[pa.Array]) -> bytes:
-    """One Arrow IPC stream with a binary `value` column holding `chunks`."""
+COMPRESSIONS = ("zstd", "lz4", "none")
+
+
+def ipc_payload(chunks: Sequence[pa.Array], compression: str = "none") -> bytes:
+    """One Arrow IPC stream with a binary `value` column holding `chunks`, its buffers
+    compressed with `compression` (readers decompress transparently)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, VALUE_SCHEMA) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    with pa.ipc.new_stream(sink, VALUE_SCHEMA, options=options) as writer:
         for chunk in chunks:
             writer.write_batch(pa.RecordBatch.from_arrays([chunk], schema=VALUE_SCHEMA))
     return sink.getvalue().to_pybytes()
@@ -98,8 +105,9 @@ class _Stager:
 class RaftSinkBackend:
     """`sink.SinkBackend` for the raft kind (picklable settings)."""
     connection: FarmConnection
-    stage_bytes: int = 2 << 20
+    stage_bytes: int = 4 << 20
     in_flight: int = IN_FLIGHT
+    compression: str = "zstd"
 
     def stage(self, tag: TaskTag, values: Iterator[pa.Array]) -> StagedOutput:
         stager = _Stager(self.connection, self.in_flight)
@@ -109,7 +117,7 @@ class RaftSinkBackend:
         pending: deque[Future] = deque()
         try:
             for chunks, count in payload_chunks(values, self.stage_bytes):
-                payload = ipc_payload(chunks)
+                payload = ipc_payload(chunks, self.compression)
                 nbytes += len(payload)
                 rows.append(count)
                 pending.append(stager.submit(tag, payload))

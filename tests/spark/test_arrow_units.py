@@ -153,3 +153,12 @@ def test_winning_outputs_orders_by_partition_and_checks_consistency():
         winning_outputs([_out("q", 3, 0)], 5)
     with pytest.raises(CommitConflict, match="one partition"):
         winning_outputs([_out("q", 3, 0), _out("q", 3, 0, (2,))], 3)
+
+
+@pytest.mark.parametrize("compression", ["zstd", "lz4", "none"])
+def test_compressed_payloads_read_back_transparently(compression):
+    values = pa.array([b'{"id": %d, "kind": "click"}' % i for i in range(5000)], pa.binary())
+    payload = ipc_payload([values], compression)
+    plain = ipc_payload([values], "none")
+    assert (len(payload) < len(plain) / 3) == (compression != "none")
+    assert payload_values(payload, "arrow", 1).equals(values)

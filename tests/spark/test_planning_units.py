@@ -58,7 +58,8 @@ def test_sink_options_are_bounded():
     with pytest.raises(OptionError, match="stageBytes.*<= 16777216"):
         kind.SINK_OPTIONS.parse({**ENDPOINTS, "stageBytes": str(64 << 20)})
     values = kind.SINK_OPTIONS.parse({**ENDPOINTS, "stageThreads": "3"})
-    assert values["stageThreads"] == 3 and values["stageBytes"] == 2 << 20
+    assert values["stageThreads"] == 3 and values["stageBytes"] == 4 << 20
+    assert values["compression"] == "zstd"
 
 
 def test_missing_endpoints_says_what_to_set():
