@@ -10,9 +10,13 @@ The library API:
   see `client`.
 * `CloneServer(ServerConfig(...)).run()`: a standalone server or one of a Binary Star
   pair (`Role`), with `data_dir` for persistence; see `server`.
-* The pure parts, for other drivers (e.g. a Raft-replicated map): `kvmap.CloneMap`
-  (apply / follow / expire / snapshot_reply / dump / load), `replica.Replica` (snapshot
-  then updates), `bstar.BinaryStar`, `pending.PendingUpdates`, and the codec `proto`.
+* `ReplicatedServer(ServerConfig(...), FarmOptions(endpoints, ...)).run()`: a server of a
+  map kept in a garlicfarm Raft log; any number of them serve one map with one sequence
+  numbering, and clients resume across them without a gap; see `replicated`.
+* The pure parts, for other drivers: `kvmap.CloneMap` (apply / follow / expire /
+  snapshot_reply / dump / load), `replicated_map.ReplicatedMap` (the map applied from
+  committed log entries), `replica.Replica` (snapshot then updates, or resume),
+  `bstar.BinaryStar`, `pending.PendingUpdates`, `resume`, and the codec `proto`.
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ _EXPORTS = {
     "ChpError": "errors", "ChpTimeout": "errors", "ConfigError": "errors",
     "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
     "CloneServer": "server", "Role": "server", "ServerConfig": "server",
+    "FarmOptions": "replicated", "ReplicatedServer": "replicated",
+    "ReplicatedMap": "replicated_map",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -392,6 +392,7 @@ class _Agent:
             sock = self._socket(zmq.XPUB)
             sock.xpub_verbose = 1
             sock.immediate = 1
+            sock.sndhwm = MAX_HELD   # a burst waits for a slow server instead of being dropped
             sock.connect(server.collector)
             self.outlets.append(_Outlet(sock, client.server_timeout))
         self.current = 0

@@ -14,7 +14,8 @@ holds up another; the server's loop only exchanges Python objects with them:
   has been handed over, which is what makes a snapshot answer no older than anything
   any server has published;
 * the **waker** holds a subscription to the farm's state-changed events and wakes the
-  follower when entries are applied; the follower also polls every `poll_interval`
+  follower when entries are applied (the event's applied index is committed, so the
+  follower reads up to it at once); the follower also polls every `poll_interval`
   (a missed event costs at most that much latency, and the poll tells the server the
   farm is reachable: `last_contact`).
 
@@ -81,6 +82,7 @@ class FarmLink:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._barrier_wanted = 0
+        self._applied_hint = 0           # an index some member has applied (from events)
         self._subscription = None
         bodies = (("chp-proposer", self._propose), ("chp-follower", self._follow),
                   ("chp-waker", self._watch_events))
@@ -180,9 +182,12 @@ class FarmLink:
             request_id, failures = new_request_id(), 0
             while not self._stop.is_set():
                 try:
-                    client.append(batch, request_id=request_id)
+                    index, _ = client.append(batch, request_id=request_id)
                     self.last_contact = time.monotonic()
                     self.proposed += len(batch)
+                    if index > self._applied_hint:   # applied at the leader: read it now
+                        self._applied_hint = index
+                        self._wake.set()
                     break
                 except AuthenticationError:
                     raise
@@ -201,6 +206,8 @@ class FarmLink:
             try:
                 if wanted > handed_barrier:
                     target = client.last_applied()
+                elif self._applied_hint >= self.next_index:
+                    target = self._applied_hint   # committed: no need to ask
                 else:
                     target = client.log_bounds()[1]
                 self.last_contact = time.monotonic()
@@ -213,8 +220,9 @@ class FarmLink:
                     "another replicated server's), or keep more entries on the nodes "
                     "(--retain-entries)"))
                 return
-            except IndexOverflow:
-                continue   # the leader changed between two calls: ask again
+            except IndexOverflow:   # the leader changed, or lags the member of the hint
+                self._applied_hint = 0
+                continue
             except AuthenticationError:
                 raise
             except FarmError as exc:
@@ -249,7 +257,10 @@ class FarmLink:
                 self._subscription = client.subscribe(("state-changed",))
                 if self._stop.is_set():
                     return
-                for _ in self._subscription:
+                for event in self._subscription:
+                    applied = event.data.get("applied")
+                    if isinstance(applied, int) and applied > self._applied_hint:
+                        self._applied_hint = applied
                     self._wake.set()
                     failures = 0
             except AuthenticationError:
