@@ -14,7 +14,8 @@ each other: ``server --port 5556 --primary 127.0.0.1:5566`` and ``server --port 
 replicated server keeps its map in a garlicfarm Raft log (``--replicated`` names the
 farm's members, the local node first); any number of them serve one map. Client
 commands take ``--server`` once per server, in failover order. Exit status: 0 done,
-1 not found or timed out, 2 bad arguments, 3 the Binary Star pair split.
+1 not found or timed out, 2 bad arguments, 3 the Binary Star pair split, 4 a replicated
+server cannot go on with its farm (credentials refused, log compacted past it).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from .kvmap import Entry
 from .proto import parse_properties
 
 DEFAULT_SERVER = "127.0.0.1:5556"
-EXIT_NOT_FOUND, EXIT_USAGE, EXIT_SPLIT_BRAIN = 1, 2, 3
+EXIT_NOT_FOUND, EXIT_USAGE, EXIT_SPLIT_BRAIN, EXIT_FARM = 1, 2, 3, 4
 
 
 def _positive(text: str) -> float:
@@ -172,7 +173,7 @@ def _server(args: argparse.Namespace) -> int:
         server = run_server(config)
     if server.exit_reason:
         print(f"garlicfarm chp server: {server.exit_reason}", file=sys.stderr)
-        return EXIT_SPLIT_BRAIN
+        return EXIT_FARM if args.replicated is not None else EXIT_SPLIT_BRAIN
     return 0
 
 

@@ -156,8 +156,16 @@ class FarmLink:
         finally:
             client.close()
 
-    def _pause(self, failures: int) -> None:
+    def _retry_later(self, failures: int, what: str, exc: FarmError) -> int:
+        """After a failed call: log the first failure and every 20th, back off; returns
+        the new count. Refused credentials are not retried."""
+        if isinstance(exc, AuthenticationError):
+            raise exc
+        failures += 1
+        if failures == 1 or failures % 20 == 0:
+            log.warning("chp farm link: %s (%s); retrying", what, exc)
         self._stop.wait(min(_BACKOFF[1], _BACKOFF[0] * 2 ** min(failures, 5)))
+        return failures
 
     def _next_round(self) -> list[bytes]:
         """Wait for records; take a round's worth, in order."""
@@ -189,14 +197,9 @@ class FarmLink:
                         self._applied_hint = index
                         self._wake.set()
                     break
-                except AuthenticationError:
-                    raise
                 except FarmError as exc:
-                    failures += 1
-                    if failures == 1 or failures % 20 == 0:
-                        log.warning("chp farm link: %d records not in the log yet (%s); "
-                                    "retrying", len(batch), exc)
-                    self._pause(failures)
+                    failures = self._retry_later(
+                        failures, f"{len(batch)} records not in the log yet", exc)
 
     def _follow(self, client: FarmClient) -> None:
         failures = handed_barrier = 0
@@ -223,13 +226,8 @@ class FarmLink:
             except IndexOverflow:   # the leader changed, or lags the member of the hint
                 self._applied_hint = 0
                 continue
-            except AuthenticationError:
-                raise
             except FarmError as exc:
-                failures += 1
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("chp farm link: cannot read the log (%s); retrying", exc)
-                self._pause(failures)
+                failures = self._retry_later(failures, "cannot read the log", exc)
                 continue
             failures = 0
             if wanted > handed_barrier:
@@ -263,11 +261,8 @@ class FarmLink:
                         self._applied_hint = applied
                     self._wake.set()
                     failures = 0
-            except AuthenticationError:
-                raise
-            except FarmError:
-                failures += 1
-                self._pause(failures)
+            except FarmError as exc:
+                failures = self._retry_later(failures, "no event subscription", exc)
 
 
 __all__ = ["Barrier", "Entries", "Fatal", "FarmLink", "MAX_QUEUED"]

@@ -207,6 +207,11 @@ def test_malformed_frames_and_records_are_survived(servers, monkeypatch):
         # 2 records in the log
         assert "3 published, 13 malformed messages dropped" in server.log()
 
+        refused = start_chp(servers, farm, 1, "--farm-password", "wrong")
+        wait_until(lambda: refused.proc.poll() is not None, 30, message="a refused server")
+        assert refused.proc.returncode == cli.EXIT_FARM
+        assert "check --farm-user and --farm-password" in refused.log()
+
 
 @pytest.mark.parametrize("args, option", [
     (["--replicated", "127.0.0.1:9"], "--farm-user"),
