@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="its password (default: $GARLICFARM_PASSWORD)")
     farm.add_argument("--farm-credentials", metavar="FILE",
                       help="file of user:password lines; the first is used")
+    farm.add_argument("--farm-tls-ca", metavar="FILE",
+                      help="CA the farm nodes' certificates chain to (TLS to the farm)")
+    farm.add_argument("--farm-tls-cert", metavar="FILE",
+                      help="client certificate for the farm (with --farm-tls-key)")
+    farm.add_argument("--farm-tls-key", metavar="FILE", help="its private key")
     farm.add_argument("--farm-timeout", type=_positive, default=3.0, metavar="S",
                       help="stop sending HUGZ after this long without an answer from the "
                            "farm, so clients fail over (3)")
@@ -152,7 +157,8 @@ def _server(args: argparse.Namespace) -> int:
     from .server import Role, ServerConfig, run_server
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
     if args.replicated is None:
-        for option in ("farm_user", "farm_password", "farm_credentials"):
+        for option in ("farm_user", "farm_password", "farm_credentials", "farm_tls_ca",
+                       "farm_tls_cert", "farm_tls_key"):
             if getattr(args, option) is not None:
                 raise ConfigError(f"--{option.replace('_', '-')} is for replicated mode: "
                                   "add --replicated HOST:PORT,...")
@@ -200,7 +206,9 @@ def _farm_options(args: argparse.Namespace):
                           "$GARLICFARM_PASSWORD or --farm-credentials FILE)")
     return FarmOptions(args.replicated, cluster=args.farm_cluster, username=user,
                        password=password, map_name=args.map, history=args.history,
-                       checkpoint_every=args.checkpoint_every, farm_timeout=args.farm_timeout)
+                       checkpoint_every=args.checkpoint_every, farm_timeout=args.farm_timeout,
+                       tls_ca=args.farm_tls_ca, tls_cert=args.farm_tls_cert,
+                       tls_key=args.farm_tls_key)
 
 
 def _client_command(args: argparse.Namespace) -> int:

@@ -93,6 +93,9 @@ class FarmOptions:
     dedup_window: int = DEDUP_WINDOW
     checkpoint_every: int = CHECKPOINT_EVERY
     farm_timeout: float = 3.0
+    tls_ca: str | None = None      # TLS to the farm, as its nodes' --tls-* require
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @property
     def identity(self) -> bytes:
@@ -119,10 +122,12 @@ class FarmOptions:
         from consensus.runtime import ConfigError as FarmConfigError, FarmClient
         try:
             return FarmClient(self.endpoints, cluster=self.cluster, username=self.username,
-                              password=self.password, timeout=self.farm_timeout)
+                              password=self.password, tls_ca=self.tls_ca,
+                              tls_cert=self.tls_cert, tls_key=self.tls_key,
+                              timeout=self.farm_timeout)
         except FarmConfigError as exc:
             option = {"username": "--farm-user", "endpoints": "--replicated"}.get(
-                exc.option, f"--farm-{exc.option}")
+                exc.option, f"--farm-{exc.option.lstrip('-').replace('_', '-')}")
             raise ConfigError(f"{option}: {str(exc).partition(': ')[2] or exc}") from None
 
 

@@ -15,6 +15,7 @@ from connectors.chp.proto import Channel, Kthxbai, Kvset
 from connectors.chp.replicated_map import RECORD_MAGIC, ReplicatedMap, encode_kvset
 from consensus.runtime import LocalCluster
 from tests.chp.test_pair import hugz_sequence
+from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 (a fixture)
 from tests.support import wait_until
 
 FAST = ("--hugz-interval", "0.2", "--farm-timeout", "2")
@@ -213,6 +214,22 @@ def test_malformed_frames_and_records_are_survived(servers, monkeypatch):
         assert "check --farm-user and --farm-password" in refused.log()
 
 
+@pytest.mark.timeout(90)
+def test_a_replicated_server_reaches_a_tls_farm(servers, monkeypatch, certificates):
+    tls = ("--tls-cert", certificates["node.pem"], "--tls-key", certificates["node.key"],
+           "--tls-ca", certificates["ca.pem"])
+    with LocalCluster(1, extra_args=tls) as farm:
+        monkeypatch.setenv("GARLICFARM_PASSWORD", farm.password)
+        server = start_chp(servers, farm, 1, "--farm-tls-ca", certificates["ca.pem"])
+        with CloneClient(server.address, server_timeout=2.0) as client:
+            client.wait_synced(30)
+            assert client.set("/tls", "yes", confirm=True, timeout=20).sequence == 1
+        plain = start_chp(servers, farm, 1)   # no --farm-tls-ca: never serves
+        wait_until(lambda: "cannot read the log" in plain.log(), 30,
+                   message="the plain server to fail")
+        assert "caught up" not in plain.log()
+
+
 @pytest.mark.parametrize("args, option", [
     (["--replicated", "127.0.0.1:9"], "--farm-user"),
     (["--replicated", "127.0.0.1:9", "--farm-user", "u"], "--farm-password"),
@@ -222,6 +239,9 @@ def test_malformed_frames_and_records_are_survived(servers, monkeypatch):
       "a/b"], "--map"),
     (["--replicated", "127.0.0.1:9", "--farm-user", "u", "--farm-password", "p",
       "--history", "-1"], "--history"),
+    (["--replicated", "127.0.0.1:9", "--farm-user", "u", "--farm-password", "p",
+      "--farm-tls-ca", "/nonexistent/ca.pem"], "--farm-tls-ca"),
+    (["--farm-tls-ca", "ca.pem"], "--farm-tls-ca"),
 ])
 def test_replicated_options_are_checked_and_named(args, option, capsys, monkeypatch):
     monkeypatch.delenv("GARLICFARM_PASSWORD", raising=False)
