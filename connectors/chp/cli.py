@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     farm.add_argument("--farm-timeout", type=_positive, default=3.0, metavar="S",
                       help="stop sending HUGZ after this long without an answer from the "
                            "farm, so clients fail over (3)")
+    farm.add_argument("--bootstrap", metavar="HOST:PORT,...",
+                      help="other replicated servers of the map: when the farm has compacted "
+                           "its log past what this server has, start from their state")
     farm.add_argument("--history", type=int, default=100_000, metavar="N",
                       help="updates kept for clients resuming after a failover (100000)")
     farm.add_argument("--checkpoint-every", type=int, default=10_000, metavar="N",
@@ -158,7 +161,7 @@ def _server(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
     if args.replicated is None:
         for option in ("farm_user", "farm_password", "farm_credentials", "farm_tls_ca",
-                       "farm_tls_cert", "farm_tls_key"):
+                       "farm_tls_cert", "farm_tls_key", "bootstrap"):
             if getattr(args, option) is not None:
                 raise ConfigError(f"--{option.replace('_', '-')} is for replicated mode: "
                                   "add --replicated HOST:PORT,...")
@@ -208,7 +211,8 @@ def _farm_options(args: argparse.Namespace):
                        password=password, map_name=args.map, history=args.history,
                        checkpoint_every=args.checkpoint_every, farm_timeout=args.farm_timeout,
                        tls_ca=args.farm_tls_ca, tls_cert=args.farm_tls_cert,
-                       tls_key=args.farm_tls_key)
+                       tls_key=args.farm_tls_key,
+                       bootstrap=[p for p in (args.bootstrap or "").split(",") if p])
 
 
 def _client_command(args: argparse.Namespace) -> int:

@@ -219,9 +219,9 @@ class FarmLink:
                 self._hand(Fatal(
                     f"the farm compacted its log past entry {self.next_index}, which this "
                     f"server has not applied (the oldest kept is {exc.first_available}): "
-                    "start it with a --data-dir holding a recent checkpoint (a copy of "
-                    "another replicated server's), or keep more entries on the nodes "
-                    "(--retain-entries)"))
+                    "start it with --bootstrap naming another replicated server of the "
+                    "map, or with a --data-dir holding a recent checkpoint, or keep more "
+                    "entries on the nodes (--retain-entries)"))
                 return
             except IndexOverflow:   # the leader changed, or lags the member of the hint
                 self._applied_hint = 0

@@ -44,7 +44,9 @@ and expiry is evaluated at apply time (`replicated_map` says why).
 Checkpoints (``--data-dir``): the map, its dedup memory and the log index are saved
 every `checkpoint_every` entries and at a clean stop (fsync, atomic rename); a restart
 replays the log from there. Without one a server replays the log from its start, which
-the farm keeps (`--retain-entries` below its latest snapshot, 100,000 by default).
+the farm keeps (`--retain-entries` below its latest snapshot, 100,000 by default); when
+the farm has compacted past what the server has, ``--bootstrap`` names other servers
+of the map to take the whole state from (`bootstrap`).
 """
 from __future__ import annotations
 
@@ -60,11 +62,13 @@ from typing import Sequence
 
 import zmq
 
+from consensus.runtime import FarmError
 from consensus.storage import SnapshotStore, StorageError
 from consensus.storage.files import DirectoryLock
 from consensus.wire.errors import InvalidField, ProtocolError
 
-from . import resume
+from . import bootstrap, resume
+from .address import parse_address
 from .errors import ConfigError, DataDirError
 from .farmlink import Barrier, Entries, FarmLink
 from .proto import PROTOCOL, RESERVED_KEYS, Channel, Icanhaz, decode, encode
@@ -96,6 +100,7 @@ class FarmOptions:
     tls_ca: str | None = None      # TLS to the farm, as its nodes' --tls-* require
     tls_cert: str | None = None
     tls_key: str | None = None
+    bootstrap: Sequence[str] = ()  # other servers of the map, to start from their state
 
     @property
     def identity(self) -> bytes:
@@ -114,6 +119,8 @@ class FarmOptions:
                 raise ConfigError(f"{option}: must be an integer >= {least}, got {value!r}")
         if not self.farm_timeout > 0:
             raise ConfigError(f"--farm-timeout: must be positive, got {self.farm_timeout!r}")
+        self.bootstrap = [parse_address(p, "--bootstrap") if isinstance(p, str) else p
+                          for p in self.bootstrap]
         self.client().close()   # the endpoints and credentials are checked here
         return self
 
@@ -205,9 +212,40 @@ class ReplicatedServer(CloneServer):
         log.info("chp server: replicated map %s from log index %d, farm %s",
                  self.farm.identity.decode(), self.replicated.applied_index + 1,
                  self.farm.endpoints)
+        self._bootstrap_if_compacted()
         self.link.start()
         self.link.request_barrier(next(self._tickets))
         super().run()
+
+    def _bootstrap_if_compacted(self) -> None:
+        """When the farm no longer has the entries after our state, start from another
+        server's (`bootstrap`); without --bootstrap the follower reports the problem."""
+        if not self.farm.bootstrap:
+            return
+        try:
+            with self.farm.client() as client:
+                first = client.log_bounds()[0]
+        except FarmError as exc:
+            log.warning("chp server: cannot see the farm's log bounds (%s); not "
+                        "bootstrapping", exc)
+            return
+        if first <= self.replicated.applied_index + 1:
+            return
+        log.info("chp server: the farm's log starts at %d, after our index %d: fetching a "
+                 "checkpoint from %s", first, self.replicated.applied_index,
+                 ", ".join(map(str, self.farm.bootstrap)))
+        found = bootstrap.fetch(self._ctx, self.farm.bootstrap, self.farm.identity,
+                                timeout=self.farm.farm_timeout, limits=self.config.limits)
+        if found is None:
+            log.error("chp server: no --bootstrap server gave a checkpoint")
+            return
+        index, dump = found
+        self.replicated.restore(dump)
+        self.link.next_index = self.replicated.applied_index + 1
+        log.info("chp server: checkpoint at log index %d from a bootstrap server, "
+                 "sequence %d, %d keys", index, self.replicated.sequence,
+                 len(self.replicated.map))
+        self._checkpoint()
 
     def _notify(self) -> None:
         """Wake the loop (called by the farm link's threads)."""
@@ -316,7 +354,7 @@ class ReplicatedServer(CloneServer):
         answered = [w for w in self._waiting if w[0] <= ticket]
         self._waiting = [w for w in self._waiting if w[0] > ticket]
         for _, identity, request, _ in answered:
-            reply = self.replicated.snapshot_reply(request.subtree, request.properties)
+            reply = self._reply_to(request)
             since = resume.resumed_from(reply[-1].properties)
             if since is not None:
                 log.info("chp server: resumed a client from sequence %d with %d updates",
@@ -327,6 +365,17 @@ class ReplicatedServer(CloneServer):
                 self.stats.snapshots += 1
             except zmq.ZMQError as exc:   # the client went away (ROUTER_MANDATORY)
                 log.info("chp server: snapshot for a vanished client dropped: %s", exc)
+
+    def _reply_to(self, request: Icanhaz) -> list:
+        """A snapshot, a resume, or (to a server bootstrapping) our whole state."""
+        replicated = self.replicated
+        if bootstrap.wanted(request) == replicated.identity:
+            dump = replicated.dump()
+            log.info("chp server: sent our state at log index %d (%d bytes) to a server "
+                     "bootstrapping", replicated.applied_index, len(dump))
+            return bootstrap.reply(dump, replicated.applied_index, replicated.sequence,
+                                   replicated.identity)
+        return replicated.snapshot_reply(request.subtree, request.properties)
 
     # ----------------------------------------------------------------- durability
     def _checkpoint(self) -> None:

@@ -22,11 +22,11 @@ FAST = ("--hugz-interval", "0.2", "--farm-timeout", "2")
 TTL_KEYS_EXPIRE = 0.3
 
 
-def start_chp(servers, farm: LocalCluster, node: int, *args: str):
-    """A replicated server next to `node`, which it lists first."""
+def start_chp(servers, farm: LocalCluster, node: int, *args: str, name: str = ""):
+    """A replicated server next to `node`, which it lists first; `name` its log's."""
     members = [farm.endpoint_of(node)] + [farm.endpoint_of(n) for n in farm.node_ids
                                           if n != node]
-    return servers(f"chp-{node}", "--replicated", ",".join(members), "--farm-user",
+    return servers(name or f"chp-{node}", "--replicated", ",".join(members), "--farm-user",
                    farm.username, *FAST, *args)
 
 
@@ -208,10 +208,44 @@ def test_malformed_frames_and_records_are_survived(servers, monkeypatch):
         # 2 records in the log
         assert "3 published, 13 malformed messages dropped" in server.log()
 
-        refused = start_chp(servers, farm, 1, "--farm-password", "wrong")
+        refused = start_chp(servers, farm, 1, "--farm-password", "wrong", name="refused")
         wait_until(lambda: refused.proc.poll() is not None, 30, message="a refused server")
         assert refused.proc.returncode == cli.EXIT_FARM
         assert "check --farm-user and --farm-password" in refused.log()
+
+
+@pytest.mark.timeout(90)
+def test_a_new_server_starts_from_another_ones_state_once_the_log_is_compacted(
+        servers, monkeypatch):
+    compacting = ("--snapshot-interval", "20", "--retain-entries", "2", "--segment-bytes",
+                  "2048")
+    with LocalCluster(1, extra_args=compacting) as farm:
+        farm.wait_for_leader(30)
+        monkeypatch.setenv("GARLICFARM_PASSWORD", farm.password)
+        first = start_chp(servers, farm, 1)
+        with CloneClient(first.address, server_timeout=2.0) as client:
+            client.wait_synced(30)
+            for i in range(80):   # one log entry each
+                client.set(b"/c/%d" % (i % 30), b"v%d" % i, confirm=True, timeout=20)
+            with farm.client() as farm_client:
+                wait_until(lambda: farm_client.log_bounds()[0] > 1, 20,
+                           message="the farm to compact its log")
+            lost = start_chp(servers, farm, 1, name="lost")
+            wait_until(lambda: lost.proc.poll() is not None, 30, message="a server too late")
+            assert lost.proc.returncode == cli.EXIT_FARM
+            assert "compacted its log past entry 1" in lost.log()
+
+            late = start_chp(servers, farm, 1, "--bootstrap", f"127.0.0.1:1,{first.address}",
+                             name="late")
+            wait_until(lambda: "caught up with the farm" in late.log(), 30,
+                       message="the bootstrapped server to catch up")
+            assert "from a bootstrap server" in late.log()
+            assert "sent our state at log index" in first.log()
+            receipt = client.set("/c/after", "x", confirm=True, timeout=20)
+            with CloneClient(late.address, server_timeout=2.0) as other:
+                other.wait_synced(20)
+                wait_until(lambda: other.sequence == receipt.sequence, 20)
+                assert other.items() == client.items() and len(other.items()) == 31
 
 
 @pytest.mark.timeout(90)
@@ -224,7 +258,7 @@ def test_a_replicated_server_reaches_a_tls_farm(servers, monkeypatch, certificat
         with CloneClient(server.address, server_timeout=2.0) as client:
             client.wait_synced(30)
             assert client.set("/tls", "yes", confirm=True, timeout=20).sequence == 1
-        plain = start_chp(servers, farm, 1)   # no --farm-tls-ca: never serves
+        plain = start_chp(servers, farm, 1, name="plain")   # no --farm-tls-ca: never serves
         wait_until(lambda: "cannot read the log" in plain.log(), 30,
                    message="the plain server to fail")
         assert "caught up" not in plain.log()

@@ -269,3 +269,25 @@ def test_a_resumed_answer_the_client_did_not_ask_for_makes_it_resync():
     bogus = Kthxbai(5, b"", resume.answer(b"farm/chp", 3))
     assert replica.on_snapshot(bogus, T0 / 1000) is None
     assert replica.wants_snapshot and replica.identity is None
+
+
+# ----------------------------------------------------------------- bootstrap
+def test_a_state_travels_in_chunks_to_a_server_of_the_same_map_only(monkeypatch):
+    from connectors.chp import bootstrap
+    monkeypatch.setattr(bootstrap, "CHUNK", 64)
+    source = _server_with_updates()
+    dump = source.dump()
+    reply = bootstrap.reply(dump, source.applied_index, source.sequence, b"farm/chp")
+    assert len(reply) == -(-len(dump) // 64) + 1 > 3
+    wire = [proto.decode(proto.encode(m), proto.Channel.SNAPSHOT_REPLY) for m in reply]
+    index, data = bootstrap.assemble(wire, b"farm/chp")
+    copy = ReplicatedMap("chp", b"farm/chp")
+    copy.restore(data)
+    assert index == 3 and copy.dump() == dump
+    assert bootstrap.assemble(wire, b"farm/other") is None
+    assert bootstrap.assemble(wire[:1] + wire[2:], b"farm/chp") is None   # a chunk lost
+    assert bootstrap.assemble(source.snapshot_reply(), b"farm/chp") is None   # a snapshot
+    request = proto.decode(proto.encode(bootstrap.request(b"farm/chp")),
+                           proto.Channel.SNAPSHOT_REQUEST)
+    assert bootstrap.wanted(request) == b"farm/chp"
+    assert bootstrap.wanted(Icanhaz(b"", properties=resume.request(1, b"farm/chp"))) is None
