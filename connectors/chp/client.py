@@ -30,6 +30,8 @@ subscription is live, asks for the snapshot (DEALER to P, ICANHAZ?), then applie
 KVPUBs whose sequence is above the last one (`replica.Replica`). Silence (no HUGZ, no
 update) for `server_timeout` means the server failed: the client moves to the next
 server and resynchronises; after a resync the watch stream carries the differences.
+Between servers of one replicated map (`replicated`) it resumes instead: the new server
+sends every update the client missed, so the watch stream has no gap and no repeat.
 A server whose sequence goes backwards (it restarted without its data) or, for a replica
 of the whole map, a skipped sequence (a lost update) also triggers a resync.
 
