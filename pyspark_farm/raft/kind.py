@@ -33,7 +33,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
            doc="longest wait for minOffsetsPerTrigger rows"),
     Option("failOnDataLoss", boolean, True, doc="fail when entries were compacted away"),
     Option("minPartitions", integer(1), 1, doc="Spark tasks per micro-batch, at least"),
-    Option("readFrom", choice(*READ_FROM), "leader", doc="which members serve the reads"),
+    Option("readFrom", choice(*READ_FROM), "any", doc="which members serve the reads"),
     VALUE_FORMAT,
     Option("valueSchema", text, None, doc="columns decoded from values (DDL or JSON)"),
 ))

@@ -17,7 +17,7 @@ from ..errors import DataLossError
 from ..planning import EntrySize, Piece
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.runtime import ClusterView, FarmClient
 
 READ_FROM = ("leader", "followers", "observers", "any")
 CHUNK_BYTES = 8 << 20
@@ -82,22 +82,35 @@ def entry_sizes(client: "FarmClient", start: int, stop: int) -> Iterator[EntrySi
         cursor = records[-1].index + 1
 
 
-def reading_members(client: "FarmClient", read_from: str) -> list[str | None]:
-    """The endpoints tasks read from for `readFrom`; [None] means "any member the client
-    picks" (the leader first)."""
+def reading_members(client: "FarmClient", read_from: str, stop: int) -> list[str | None]:
+    """The endpoints tasks read [.., stop) from, for `readFrom`; None stands for "the
+    member the client picks" (the leader). Members the leader does not know to hold the
+    range yet (match index below stop - 1: lagging, or down) are left out, so a task is
+    not sent to wait for them."""
     if read_from == "leader":
         return [None]
-    view = client.get_servers()
-    leader = view.leader_endpoint
-    followers = sorted(e for i, e in view.voters.items() if i != view.leader_id)
-    observers = sorted(view.observers.values())
+    return choose_members(client.get_servers(), read_from, stop)
+
+
+def choose_members(view: "ClusterView", read_from: str, stop: int) -> list[str | None]:
+    """`reading_members` on the leader's view of the farm (sans-I/O)."""
+    if read_from == "leader":
+        return [None]
+
+    def ready(node_id: int) -> bool:
+        member = view.members.get(node_id)
+        return member is None or member.match_index is None or member.match_index >= stop - 1
+
+    followers = [e for i, e in sorted(view.voters.items())
+                 if i != view.leader_id and ready(i)]
+    observers = [e for i, e in sorted(view.observers.items()) if ready(i)]
     if read_from == "followers":
         chosen = followers
     elif read_from == "observers":
         chosen = observers or followers
     else:
-        chosen = sorted(set(view.voters.values()) | set(observers))
-    return list(chosen) or [leader]
+        chosen = [None] + followers + observers
+    return chosen or [None]
 
 
 class PieceReader:

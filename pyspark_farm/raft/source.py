@@ -132,7 +132,9 @@ class _Planner:
             tasks += plan_tasks(start, stop, [s for s in known if start <= s.index < stop],
                                 min_tasks=self.settings.min_partitions,
                                 rows_per_task=ROWS_PER_TASK)
-        members = reading_members(self.client(), self.settings.read_from) if tasks else [None]
+        last = max((p.stop for pieces in tasks for p in pieces), default=0)
+        members = reading_members(self.client(), self.settings.read_from, last) \
+            if tasks else [None]
         return [RaftPartition(pieces, members[i % len(members)])
                 for i, pieces in enumerate(tasks)]
 

@@ -235,6 +235,24 @@ def test_plan_covers_every_row_once_in_order(entries, min_tasks, rows_per_task):
     assert all(task for task in tasks)
 
 
+def test_read_from_members_leave_out_those_behind():
+    from consensus.runtime import ClusterView, MemberView
+    from pyspark_farm.raft.log_access import choose_members
+    members = {1: MemberView(1, "h:1", "leader", True, 100, None),
+               2: MemberView(2, "h:2", "follower", True, 99, None),
+               3: MemberView(3, "h:3", "follower", True, 40, None),     # behind, or down
+               4: MemberView(4, "h:4", "observer", False, 100, None)}
+    view = ClusterView(1, 3, 100, {1: "h:1", 2: "h:2", 3: "h:3"}, {4: "h:4"}, {}, members)
+    assert choose_members(view, "leader", 100) == [None]
+    assert choose_members(view, "followers", 100) == ["h:2"]
+    assert choose_members(view, "followers", 30) == ["h:2", "h:3"]
+    assert choose_members(view, "observers", 100) == ["h:4"]
+    assert choose_members(view, "any", 100) == [None, "h:2", "h:4"]
+    alone = ClusterView(1, 3, 100, {1: "h:1"}, {}, {}, {1: members[1]})
+    assert choose_members(alone, "followers", 100) == [None]
+    assert choose_members(alone, "observers", 100) == [None]
+
+
 # --- filter pushdown on index -----------------------------------------------------------------
 
 def test_index_filters_narrow_the_range():

@@ -49,7 +49,7 @@ def test_leader_killed_during_a_streaming_write(spark, tmp_path, no_queries_left
             query.stop()
         farm.restart(leader)
         end = client.last_applied() + 1
-        at_leader = log_range(spark, farm, start, end)
+        at_leader = log_range(spark, farm, start, end, readFrom="leader")
         assert values(at_leader) == sorted(sum(chunks, []))
         # The restarted member catches up; followers serve the same rows in the same order.
         wait_until(lambda: client.log_bounds(farm.endpoint_of(leader))[1] >= end - 1, 60,
