@@ -2,14 +2,17 @@
 
 Driver side (planning): the committed end of the log, the first index still kept, the row
 counts of entries (`entry_sizes`), and which members serve reads (`reading_members`).
-Executor side: `read_pieces` turns planned `Piece`s into visible entries, at the member a
+Executor side: `PieceReader` turns planned `Piece`s into visible entries, at the member a
 task was given, falling back to any member when that one is behind or gone; the same
 committed range gives the same entries at every member.
 """
 from __future__ import annotations
 
 import inspect
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
@@ -18,6 +21,8 @@ from ..planning import EntrySize, Piece
 
 if TYPE_CHECKING:
     from consensus.runtime import ClusterView, FarmClient
+
+    from ..connection import FarmConnection
 
 READ_FROM = ("leader", "followers", "observers", "any")
 CHUNK_BYTES = 8 << 20
@@ -115,14 +120,28 @@ def choose_members(view: "ClusterView", read_from: str, stop: int) -> list[str |
 
 class PieceReader:
     """Reads planned pieces in an executor, at one member, with fallback and data-loss
-    handling. `wait` bounds how long a lagging member is waited for."""
+    handling. `wait` bounds how long a lagging member is waited for. The staged payloads
+    of a commit are fetched `prefetch` at a time by helper threads (each with its own
+    client), so the farm serves the next ones while this thread converts one."""
 
-    def __init__(self, client: "FarmClient", endpoint: str | None, *,
-                 fail_on_data_loss: bool, wait: float) -> None:
-        self.client = client
+    def __init__(self, connection: "FarmConnection", endpoint: str | None, *,
+                 fail_on_data_loss: bool, prefetch: int = 2) -> None:
+        self.connection = connection
+        self.client = connection.client()
         self.endpoint = endpoint
         self.fail_on_data_loss = fail_on_data_loss
-        self.wait = wait
+        self.wait = connection.timeout
+        self.prefetch = prefetch
+        self._local = threading.local()
+        self._clients = [self.client]
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=prefetch,
+                                        thread_name_prefix="garlicfarm-read")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for client in self._clients:
+            client.close()
 
     def read(self, pieces: Sequence[Piece]) -> Iterator[Visible]:
         for piece in pieces:
@@ -132,16 +151,18 @@ class PieceReader:
                 yield from self._slice(piece.start, *piece.parts)
 
     # -- internals -----------------------------------------------------------------------------
-    def _call(self, method: str, *args, **kwargs):
-        """Call at the assigned member; if it is behind (IndexOverflow) wait for it up to
-        `wait` seconds, and if it is gone or still behind, ask any member."""
+    def _call(self, client: "FarmClient", start: int, stop: int) -> list:
+        """read_entries at the assigned member; if it is behind (IndexOverflow) wait for it
+        up to `wait` seconds, and if it is gone or still behind, ask any member."""
         from consensus.runtime import FarmError, IndexOverflow, IndexUnderflow
-        if self.endpoint is not None:
+        endpoint = self.endpoint
+        if endpoint is not None:
             deadline = time.monotonic() + self.wait
             delay = 0.01
             while True:
                 try:
-                    return getattr(self.client, method)(*args, endpoint=self.endpoint, **kwargs)
+                    return client.read_entries(start, stop, max_bytes=CHUNK_BYTES,
+                                               endpoint=endpoint)
                 except IndexUnderflow:
                     raise
                 except IndexOverflow:
@@ -152,32 +173,38 @@ class PieceReader:
                 except FarmError:
                     break
             self.endpoint = None         # the rest of the task reads from any member
-        return getattr(self.client, method)(*args, **kwargs)
+        return client.read_entries(start, stop, max_bytes=CHUNK_BYTES)
 
     def _range(self, start: int, stop: int) -> Iterator[Visible]:
+        """Journal entries of [start, stop), page by page (a retried append that the state
+        machine ignored, `duplicate`, shows nothing: as in read_committed)."""
         from consensus.runtime import IndexUnderflow
         while start < stop:
             try:
-                for visible in self._call("read_committed", start, stop):
-                    yield _visible(visible)
-                    start = visible.index + 1
-                return
+                page = self._call(self.client, start, stop)
             except IndexUnderflow as exc:
                 if self.fail_on_data_loss:
                     raise DataLossError(start, exc.first_available) from None
                 start = max(start + 1, exc.first_available)
+                continue
+            if not page:
+                return
+            for record in page:
+                if record.type == "journal" and not getattr(record, "duplicate", False):
+                    yield Visible(record.index, record.term, record.timestamp_ms, "journal",
+                                  list(record.records or ()))
+            start = page[-1].index + 1
 
     def _slice(self, index: int, lo: int, hi: int) -> Iterator[Visible]:
         """Payloads [lo, hi) of the committed batch at `index`, one at a time."""
         from consensus.runtime import IndexUnderflow
         try:
-            (entry,) = self._call("read_entries", index, index + 1)
+            (entry,) = self._call(self.client, index, index + 1)
             commit = entry.commit
             # Visible only when this entry made its batch visible (as read_committed says).
             if entry.type != "commit" or commit is None or not commit.effective:
                 return
-            for staged_index in commit.staged[lo:hi]:
-                (staged,) = self._call("read_entries", staged_index, staged_index + 1)
+            for staged in self._in_order(commit.staged[lo:hi]):
                 content_type = staged.staged.content_type if staged.staged else "bytes"
                 yield Visible(entry.index, entry.term, entry.timestamp_ms, "commit",
                               [staged.payload], (content_type,))
@@ -185,10 +212,21 @@ class PieceReader:
             if self.fail_on_data_loss:
                 raise DataLossError(index, exc.first_available) from None
 
+    def _in_order(self, indexes: Sequence[int]) -> Iterator:
+        """The entries at `indexes`, in that order, `prefetch` requests ahead."""
+        pending: deque[Future] = deque()
+        for staged_index in indexes:
+            pending.append(self._pool.submit(self._one, staged_index))
+            if len(pending) > self.prefetch:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
-def _visible(records) -> Visible:
-    """The runtime's VisibleRecords as this module's Visible."""
-    is_batch = records.commit is not None
-    return Visible(records.index, records.term, records.timestamp_ms,
-                   "commit" if is_batch else "journal", list(records.records),
-                   tuple(records.content_types) if is_batch else ())
+    def _one(self, index: int):
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self.connection.client()
+            with self._lock:
+                self._clients.append(client)
+        (entry,) = self._call(client, index, index + 1)
+        return entry

@@ -69,10 +69,9 @@ def read_partition(settings: RaftSourceSettings, partition: InputPartition
     decode = (value_decoder(settings.value_format, settings.value_schema)
               if settings.value_schema is not None else None)
     builder = RowBatchBuilder(settings.connection.cluster, settings.schema, decode)
-    client = settings.connection.client()
+    reader = PieceReader(settings.connection, partition.endpoint,
+                         fail_on_data_loss=settings.fail_on_data_loss)
     try:
-        reader = PieceReader(client, partition.endpoint, wait=settings.connection.timeout,
-                             fail_on_data_loss=settings.fail_on_data_loss)
         for visible in reader.read(partition.pieces):
             if visible.type == "journal":
                 yield from builder.add_records(visible.index, visible.term, visible.type,
@@ -84,7 +83,7 @@ def read_partition(settings: RaftSourceSettings, partition: InputPartition
                                               visible.timestamp_ms, values)
         yield from builder.finish()
     finally:
-        client.close()
+        reader.close()
 
 
 class _Planner:
