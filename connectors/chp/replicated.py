@@ -62,7 +62,8 @@ from typing import Sequence
 
 import zmq
 
-from consensus.runtime import FarmError
+from consensus.runtime import ConfigError as FarmConfigError
+from consensus.runtime import FarmClient, FarmError
 from consensus.storage import SnapshotStore, StorageError
 from consensus.storage.files import DirectoryLock
 from consensus.wire.errors import InvalidField, ProtocolError
@@ -94,7 +95,7 @@ class FarmOptions:
     password: str | None = None
     map_name: str = "chp"
     history: int = HISTORY
-    dedup_window: int = DEDUP_WINDOW
+    dedup_window: int = DEDUP_WINDOW   # decides what applies: the same on every server
     checkpoint_every: int = CHECKPOINT_EVERY
     farm_timeout: float = 3.0
     tls_ca: str | None = None      # TLS to the farm, as its nodes' --tls-* require
@@ -113,7 +114,7 @@ class FarmOptions:
             raise ConfigError(f"--map: {self.map_name!r} must be 1..64 printable characters "
                               "without '/'")
         for option, value, least in (("--history", self.history, 0),
-                                     ("--dedup-window", self.dedup_window, 1),
+                                     ("dedup_window", self.dedup_window, 1),
                                      ("--checkpoint-every", self.checkpoint_every, 1)):
             if not isinstance(value, int) or value < least:
                 raise ConfigError(f"{option}: must be an integer >= {least}, got {value!r}")
@@ -124,9 +125,8 @@ class FarmOptions:
         self.client().close()   # the endpoints and credentials are checked here
         return self
 
-    def client(self):
+    def client(self) -> FarmClient:
         """A new `FarmClient` (each farm link thread has its own)."""
-        from consensus.runtime import ConfigError as FarmConfigError, FarmClient
         try:
             return FarmClient(self.endpoints, cluster=self.cluster, username=self.username,
                               password=self.password, tls_ca=self.tls_ca,
