@@ -7,8 +7,14 @@ The shape, the same on both sides: 3 node processes on 127.0.0.1, 100-byte write
 `--clients` concurrent closed-loop clients (each waits for its write to commit before
 sending the next), then one client alone for the latency percentiles.
 
-  farm never   LocalCluster(fsync="never"): clients are threads in `--client-procs`
-               separate processes, one FarmClient each, `append([100 B])` = one entry
+  farm never   LocalCluster(fsync="never"). The `--clients` logical clients are spread
+               over `--client-procs` client processes, one FarmClient each; each logical
+               client is one write in flight on that client's connection to the leader
+               (`append_async([100 B])` = one log entry, its own request id and answer),
+               and sends its next write when its last one is answered (the completion
+               callback sends it). `--client-mode threads`: one thread and FarmClient
+               per logical client calling `append` instead (the old shape).
+               The single client of the latency run calls `append` in a loop.
   farm batch   the same with fsync="batch" (group commit)
   pysyncobj *  PySyncObj (PyPI) with a replicated dict: `set(i % 1000, 100 B)`. It has
                no client protocol, so its clients run *inside the leader's process* as
@@ -265,25 +271,31 @@ class PySyncObjCluster:
 
 
 # ---------------------------------------------------------------------------------- farm
-def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
-                  record_latency: bool, pipeline: int, conn: Connection) -> None:
-    """One client process: `threads` closed-loop FarmClients appending 100-byte records,
-    one entry per call (or `pipeline` entries per `append_many` call)."""
+def _farm_clients(options: dict, clients: int, warmup: float, seconds: float, mode: str,
+                  conn: Connection) -> None:
+    """One client process, one FarmClient, 100-byte `append`s (one log entry each):
+
+    - "async": `clients` closed-loop logical clients as writes in flight on the client's
+      connection (`append_async`): each logical client sends its next write from the
+      completion of its last one, so at most `clients` writes are in flight;
+    - "threads": `clients` threads, each with a FarmClient calling `append` in a loop;
+    - "latency": one caller doing `append` one after the other, each latency recorded.
+    """
     from consensus.runtime import FarmClient, FarmError
 
     value = b"v" * (SIZE - 1) + b"\n"
     window = Window(warmup, seconds)
-    results = [Load(seconds=seconds) for _ in range(threads)]
+    if mode == "async":
+        conn.send(_async_clients(FarmClient(**options), value, clients, window, seconds))
+        return
+    results = [Load(seconds=seconds) for _ in range(clients)]
 
     def run(load: Load) -> None:
         with FarmClient(**options) as client:
             while True:
                 t0 = time.perf_counter()
                 try:
-                    if pipeline > 1:
-                        client.append_many([[value]] * pipeline)
-                    else:
-                        client.append([value])
+                    client.append([value])
                     ok = True
                 except FarmError:
                     ok = False
@@ -293,8 +305,8 @@ def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
                     return
                 if window.counts(now):
                     if ok:
-                        load.ops += pipeline
-                        if record_latency:
+                        load.ops += 1
+                        if mode == "latency":
                             load.latencies.append(t1 - t0)
                     else:
                         load.errors += 1
@@ -308,6 +320,37 @@ def _farm_clients(options: dict, threads: int, warmup: float, seconds: float,
     for r in results:
         total = total.merge(r)
     conn.send(total)
+
+
+def _async_clients(client, value: bytes, clients: int, window: Window, seconds: float) -> Load:
+    """`clients` logical closed-loop clients over `client.append_async` (callbacks run in
+    the client's background thread, one at a time)."""
+    load = Load(seconds=seconds)
+    done = threading.Event()
+    live = [clients]
+
+    def send() -> None:
+        client.append_async([value]).add_done_callback(completed)
+
+    def completed(future) -> None:
+        now = time.monotonic()
+        if window.counts(now):
+            if future.exception() is None:
+                load.ops += 1
+            else:
+                load.errors += 1
+        if window.over(now):
+            live[0] -= 1
+            if live[0] == 0:
+                done.set()
+            return
+        send()
+
+    with client:
+        for _ in range(clients):
+            send()
+        done.wait(window.end - time.monotonic() + 60)
+    return load
 
 
 class FarmStartError(Exception):
@@ -340,16 +383,14 @@ class FarmBench:
     def _cluster_name(self) -> str:
         return getattr(self.farm, "cluster", "farm")
 
-    def run(self, clients: int, procs: int, seconds: float, record_latency: bool,
-            pipeline: int = 1) -> Load:
+    def run(self, clients: int, procs: int, seconds: float, mode: str) -> Load:
         procs = max(1, min(procs, clients))
         shares = [clients // procs + (i < clients % procs) for i in range(procs)]
         pipes, workers = [], []
-        for threads in shares:
+        for share in shares:
             parent, child = _spawn.Pipe()
             p = _spawn.Process(target=_farm_clients, daemon=True,
-                               args=(self.options, threads, WARMUP, seconds, record_latency,
-                                     pipeline, child))
+                               args=(self.options, share, WARMUP, seconds, mode, child))
             p.start()
             pipes.append(parent)
             workers.append(p)
@@ -382,7 +423,6 @@ PYSYNCOBJ_TUNINGS: dict[str, dict] = {
     "pysyncobj unbatched": {"appendEntriesUseBatch": False},
 }
 FARM_FSYNC = {"farm never": "never", "farm batch": "batch"}
-PIPELINED = "farm never pipelined"     # --pipelined N: the server's capacity, not a goal
 
 
 @dataclass
@@ -422,14 +462,9 @@ def measure(system: str, args: argparse.Namespace) -> Row:
 
 
 def _measure_farm(system: str, args: argparse.Namespace) -> Row:
-    if system == PIPELINED:
-        with FarmBench("never", args.wire) as farm:
-            threads = max(1, args.clients // args.pipelined)
-            load = farm.run(threads, args.client_procs, args.seconds, False, args.pipelined)
-            return Row(system, load, Load())
     with FarmBench(FARM_FSYNC[system], args.wire) as farm:
-        load = farm.run(args.clients, args.client_procs, args.seconds, False)
-        latency = farm.run(1, 1, latency_seconds(args), True)
+        load = farm.run(args.clients, args.client_procs, args.seconds, args.client_mode)
+        latency = farm.run(1, 1, latency_seconds(args), "latency")
         return Row(system, load, latency)
 
 
@@ -475,8 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0,
                         help="measured window per run (after a 1 s warm-up)")
     parser.add_argument("--clients", type=int, default=64, help="concurrent writers")
-    parser.add_argument("--client-procs", type=int, default=4,
-                        help="processes the farm's client threads are spread over")
+    parser.add_argument("--client-procs", type=int, default=2,
+                        help="processes the farm's logical clients are spread over")
+    parser.add_argument("--client-mode", choices=("async", "threads"), default="async",
+                        help="async: logical clients are writes in flight on one "
+                             "connection per process (append_async); threads: one thread "
+                             "and FarmClient each (append)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds (systems alternate; the best round counts)")
     parser.add_argument("--latency-ops", type=int, default=5000,
@@ -485,16 +524,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wire", default="garlicfarm", choices=("garlicfarm", "marker", "jraft"))
     parser.add_argument("--only", choices=("farm", "pysyncobj"),
                         help="measure one side only (no ratios)")
-    parser.add_argument("--pipelined", type=int, default=0, metavar="N",
-                        help="also measure fsync=never with append_many of N entries per "
-                             "call (clients/N threads): the farm's capacity without the "
-                             "per-call client cost")
     parser.add_argument("--pysyncobj-journal", action="store_true",
                         help="PySyncObj with its mmap journal file instead of in memory")
     args = parser.parse_args(argv)
     if args.clients < 1 or args.seconds <= 0 or args.rounds < 1 or args.latency_ops < 1:
         parser.error("--clients, --seconds, --rounds and --latency-ops must be positive")
-    systems = [*PYSYNCOBJ_TUNINGS, *FARM_FSYNC] + ([PIPELINED] if args.pipelined > 1 else [])
+    systems = [*PYSYNCOBJ_TUNINGS, *FARM_FSYNC]
     if args.only:
         systems = [s for s in systems if s.startswith(args.only)]
     results: dict[str, list[Row]] = {s: [] for s in systems}

@@ -5,11 +5,22 @@ extensions (docs/protocol.md): the client says Hello, writes travel as ClientReq
 holding farm commands (envelope.py) and are answered by WriteResults; every other call
 is a Call answered by a Reply. The client finds the leader by itself: any member's
 Welcome names the leader and the configuration, and a NOT_LEADER answer names the
-leader's endpoint. Calls retry with backoff within `timeout`; writes carry a request id
-(default: a fresh uuid4) so a write retried after a failure is applied once.
+leader's endpoint. Writes carry a request id (default: 16 random bytes) so a write sent
+again after a failure is applied once.
+
+Failures cost bounded time (links.py): one connection attempt gets `connect_timeout`, one
+request `answer_timeout`, then the next member is tried (a dead or stalled member is
+tried last for a while); the whole call gets `timeout`. A failed call raises a
+`FarmError` whose `maybe_applied` is False when no copy of the request reached a member
+without a definite answer (R4: the operation certainly did not take effect).
+
+Writes go through a `WritePipe` (pipeline.py): in the caller's thread for `append`,
+`append_many` and the other writes, in a background thread for `append_async`, which
+returns a `concurrent.futures.Future` and keeps many writes in flight on one connection.
 
 A client is cheap to create and not picklable (it holds sockets): Spark executors build
-their own from options. It may be shared by threads (calls take turns).
+their own from options. It may be shared by threads (calls take turns; `append_async`
+does not wait for them).
 """
 from __future__ import annotations
 
@@ -17,31 +28,27 @@ import itertools
 import socket
 import threading
 import time
-from collections import deque
+from concurrent.futures import Future
 from typing import Any, Iterable, Iterator, Sequence
 
 import msgpack
 
-from consensus.raft import Configuration, Entry, EntryType
+from consensus.raft import Entry, EntryType
 from consensus.runtime import extensions as ext
-from consensus.runtime.connection import close_quietly
-from consensus.runtime.dial import dial
 from consensus.runtime.envelope import (CommandKind, described, encode_command,
                                         new_request_id, record_from_header)
-from consensus.runtime.errors import (ConfigError, FarmError, Incomplete, NotLeaderError,
-                                      ProtocolMismatch, RetryableWrite, Unavailable,
-                                      error_from_wire)
+from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
+                                      Incomplete, NotLeaderError, ProtocolMismatch,
+                                      RetryableWrite, Unavailable, error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
+from consensus.runtime.links import Directory, Link, NoAnswer
+from consensus.runtime.pipeline import PendingWrite, WritePipe
 from consensus.runtime.results import (BatchCommit, ClusterView, Event,
                                        FarmStatus, LogRecord, MemberView, VisibleRecords)
 from consensus.runtime.security import Security, split_endpoint
-from consensus.wire.errors import ProtocolError
-from consensus.wire.jraft import (DEFAULT_LIMITS, JRaftDecoder, LogEntry, MessageType,
-                                  RaftRequest, ValueType, encode)
+from consensus.wire.jraft import DEFAULT_LIMITS, client_request, encode
 
 _ENTRY_TYPES = {t.value: t for t in EntryType}
-_RETRYABLE = (Unavailable, NotLeaderError, RetryableWrite)
-_MAX_PIPELINE = 1024
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
@@ -58,62 +65,6 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
     return out
 
 
-class _Link:
-    """One authenticated connection to one member."""
-
-    def __init__(self, endpoint: str, security: Security, timeout: float,
-                 client_id: bytes) -> None:
-        self.endpoint = endpoint
-        dialed = dial(endpoint, security, wire="garlicfarm", timeout=timeout)
-        self.sock = dialed.sock
-        self.decoder = JRaftDecoder(registry=GARLICFARM_REGISTRY)
-        self.frames: deque = deque()
-        self.closed = False
-        if dialed.initial:
-            self.frames.extend(self.decoder.feed(dialed.initial))
-        self.send(encode(ext.Hello(0, 0, 0, client_id, 1), GARLICFARM_REGISTRY))
-        welcome = self.next_frame(time.monotonic() + timeout)
-        if not isinstance(welcome, ext.Welcome):
-            self.close()
-            raise ProtocolMismatch(f"{endpoint} answered Hello with {type(welcome).__name__}")
-        self.welcome = welcome
-
-    def send(self, data: bytes) -> None:
-        try:
-            self.sock.sendall(data)
-        except OSError as exc:
-            self.close()
-            raise Unavailable(f"lost the connection to {self.endpoint}: {exc}") from None
-
-    def next_frame(self, deadline: float):
-        while not self.frames:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Unavailable(f"no answer from {self.endpoint} in time")
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(1 << 20)
-            except socket.timeout:
-                raise Unavailable(f"no answer from {self.endpoint} in time") from None
-            except OSError as exc:
-                self.close()
-                raise Unavailable(f"lost the connection to {self.endpoint}: {exc}") from None
-            if not data:
-                self.close()
-                raise Unavailable(f"{self.endpoint} closed the connection")
-            try:
-                self.frames.extend(self.decoder.feed(data))
-            except ProtocolError as exc:
-                self.close()
-                raise ProtocolMismatch(f"corrupt answer from {self.endpoint}: {exc}") from None
-        return self.frames.popleft()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            close_quietly(self.sock)
-
-
 class FarmClient:
     """See the module docstring and /docs/runtime.md for the API."""
 
@@ -121,35 +72,42 @@ class FarmClient:
                  username: str | None = None, password: str | None = None,
                  wire: str = "garlicfarm", tls_ca: str | None = None,
                  tls_cert: str | None = None, tls_key: str | None = None,
-                 proxy: str | None = None, timeout: float = 10.0) -> None:
+                 proxy: str | None = None, timeout: float = 10.0,
+                 connect_timeout: float = 0.5, answer_timeout: float = 1.0) -> None:
         if wire != "garlicfarm":
             raise ConfigError("wire", "clients always speak the Garlic Farm handshake and its "
                               "extensions; the node's --wire only concerns its peers")
-        if timeout <= 0:
-            raise ConfigError("timeout", f"must be positive, got {timeout}")
+        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout),
+                            ("answer_timeout", answer_timeout)):
+            if not value > 0:
+                raise ConfigError(name, f"must be positive seconds, got {value}")
         self.endpoints = parse_endpoints(endpoints)
         self.timeout = timeout
+        self.answer_timeout = answer_timeout
         self.security = Security(cluster=cluster, username=username, password=password,
                                  tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, proxy=proxy)
         if username is None:
             raise ConfigError("username", "the farm authenticates clients: give a username "
                               "and password")
-        self._links: dict[str, _Link] = {}
-        self._book: dict[int, str] = {}         # node id -> endpoint
-        self._leader: str | None = None
+        self.directory = Directory(self.endpoints, connect_timeout)
+        self._links: dict[str, Link] = {}
         self._client_id = new_request_id()
         self._call_ids = itertools.count(1)
         self._lock = threading.RLock()
-        self._rotation = 0
+        self._pipe = WritePipe(self)            # the calls' writes, in the caller's thread
+        self._async: WritePipe | None = None    # append_async's, in a thread of its own
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            pipe, self._async = self._async, None
             for link in self._links.values():
                 link.close()
             self._links.clear()
+        if pipe is not None:
+            pipe.close()
 
     def __enter__(self) -> "FarmClient":
         return self
@@ -162,65 +120,74 @@ class FarmClient:
                         "one where it is used (e.g. inside a Spark task) from its options")
 
     # -- connections ----------------------------------------------------------------------------
-    def _link(self, endpoint: str, deadline: float) -> _Link:
+    def _open_link(self, endpoint: str, deadline: float) -> Link:
+        """A new connection to `endpoint`, the attempt bounded by `connect_timeout` (and
+        the deadline). Connection refusals and timeouts raise Unavailable (nothing was
+        sent); the member goes to the end of the directory's order."""
         if self._closed:
             raise FarmError("this FarmClient is closed")
-        link = self._links.get(endpoint)
-        if link is not None and not link.closed:
-            return link
-        timeout = max(0.05, min(5.0, deadline - time.monotonic()))
-        link = _Link(endpoint, self.security, timeout, self._client_id)
-        self._links[endpoint] = link
-        self._learn(link.welcome)
+        directory = self.directory
+        bound = min(directory.connect_timeout, deadline - time.monotonic())
+        if bound <= 0:
+            raise Unavailable(f"no time left to connect to {endpoint}")
+        started = time.monotonic()
+        try:
+            link = Link(endpoint, self.security, bound, self._client_id)
+        except AuthenticationError:
+            raise
+        except (Unavailable, ProtocolMismatch):
+            if time.monotonic() - started >= bound * 0.9:
+                directory.connect_timed_out(endpoint)
+            else:
+                directory.failed(endpoint)
+            raise
+        directory.connected(endpoint, link.connect_seconds)
+        directory.learn(link.welcome)
         return link
 
-    def _learn(self, welcome: ext.Welcome) -> None:
-        try:
-            config = Configuration.decode(welcome.configuration)
-        except Exception:       # a member with no configuration yet
-            config = None
-        if config is not None:
-            for node_id, address in config.addresses.items():
-                self._book[node_id] = address
-        if welcome.leader_id is not None and welcome.leader_id in self._book:
-            self._leader = self._book[welcome.leader_id]
+    def _link(self, endpoint: str, deadline: float) -> Link:
+        """The calls' connection to `endpoint` (kept between calls; hold `_lock`)."""
+        link = self._links.get(endpoint)
+        if link is None or link.closed:
+            link = self._links[endpoint] = self._open_link(endpoint, deadline)
+        return link
 
-    def _drop(self, endpoint: str) -> None:
+    def _drop(self, endpoint: str, *, failed: bool) -> None:
         link = self._links.pop(endpoint, None)
         if link is not None:
             link.close()
-        if self._leader == endpoint:
-            self._leader = None
+        if failed:
+            self.directory.failed(endpoint)
 
-    def _candidates(self, leader: bool) -> list[str]:
-        known = list(dict.fromkeys(self.endpoints + list(self._book.values())))
-        self._rotation += 1
-        shift = self._rotation % len(known)
-        order = known[shift:] + known[:shift]
-        if leader and self._leader is not None:
-            order = [self._leader] + [e for e in order if e != self._leader]
-        return order
+    def _acquire_link(self, endpoint: str, deadline: float, *, shared: bool) -> Link:
+        """For a WritePipe: the calls' connection (`shared`, the caller holds `_lock`) or
+        a connection of its own."""
+        return self._link(endpoint, deadline) if shared else self._open_link(endpoint, deadline)
 
-    def _redirect(self, exc: NotLeaderError) -> None:
-        for node_id, address in exc.members.items():
-            if address:
-                self._book[node_id] = address
-        endpoint = exc.leader_endpoint or (self._book.get(exc.leader_id)
-                                           if exc.leader_id is not None else None)
-        self._leader = endpoint
+    def _release_link(self, link: Link, *, failed: bool, shared: bool) -> None:
+        if shared:
+            if self._links.get(link.endpoint) is link:
+                self._drop(link.endpoint, failed=failed)
+                return
+        elif failed:
+            self.directory.failed(link.endpoint)
+        link.close()
 
     # -- the retry loop -------------------------------------------------------------------------
     def _attempts(self, deadline: float, leader: bool, endpoint: str | None):
         """Endpoints to try until the deadline: a round over the members (the leader
-        first), straight to a new leader when redirected, with backoff between rounds."""
+        first, the ones that failed us lately last), straight to a new leader when
+        redirected, with backoff between rounds."""
         delay, redirects = 0.02, 0
         while True:
             redirected = False
-            for candidate in ([endpoint] if endpoint else self._candidates(leader)):
+            candidates = [endpoint] if endpoint else self.directory.candidates(leader)
+            for candidate in candidates:
                 if time.monotonic() >= deadline:
                     return
                 yield candidate
-                if leader and endpoint is None and self._leader not in (None, candidate):
+                current = self.directory.leader
+                if leader and endpoint is None and current not in (None, candidate):
                     redirected = True
                     break
             if redirected and redirects < 3:
@@ -233,46 +200,55 @@ class FarmClient:
             delay = min(0.5, delay * 2)
 
     def _with_retries(self, operation, *, leader: bool, endpoint: str | None = None,
-                      timeout: float | None = None):
+                      timeout: float | None = None, patience: float | None = None):
+        """Run `operation(link, attempt_deadline)` at the leader (or `endpoint`, or any
+        member) until it returns or the deadline. Each attempt gets `patience` seconds
+        (default `answer_timeout`) for its answer; then the next member is tried."""
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        patience = self.answer_timeout if patience is None else patience
         last: Exception | None = None
+        uncertain = False           # a request went out and got no definite answer
         with self._lock:
-            # the common case first: the member we used last is there and answers
-            first = endpoint or (self._leader if leader else None)
-            link = self._links.get(first) if first is not None else None
-            if link is not None and not link.closed:
-                try:
-                    return operation(link, deadline)
-                except (NotLeaderError, Unavailable, ProtocolMismatch, RetryableWrite) as exc:
-                    last = self._failed(first, exc, leader, endpoint)
             for candidate in self._attempts(deadline, leader, endpoint):
                 try:
-                    return operation(self._link(candidate, deadline), deadline)
-                except (NotLeaderError, Unavailable, ProtocolMismatch, RetryableWrite) as exc:
-                    last = self._failed(candidate, exc, leader, endpoint)
+                    link = self._link(candidate, deadline)
+                except ProtocolMismatch as exc:
+                    if endpoint is not None:
+                        raise _final(exc, uncertain) from None
+                    last = exc
+                    continue
+                except Unavailable as exc:
+                    last = exc
+                    continue
+                except AuthenticationError as exc:
+                    raise _final(exc, uncertain) from None
+                sent = link.sent
+                try:
+                    return operation(link, min(deadline, time.monotonic() + patience))
+                except NoAnswer as exc:
+                    uncertain = uncertain or link.sent > sent
+                    self._drop(candidate, failed=True)
+                    last = exc
+                except NotLeaderError as exc:
+                    if endpoint is not None or not leader:
+                        raise _final(exc, uncertain) from None
+                    self.directory.redirect(exc)
+                    last = exc
+                except (Unavailable, RetryableWrite) as exc:   # the member asks to retry
+                    last = exc
+                except ProtocolMismatch as exc:
+                    self._drop(candidate, failed=True)
+                    if endpoint is not None:
+                        raise _final(exc, uncertain) from None
+                    last = exc
+                except FarmError as exc:
+                    raise _final(exc, uncertain or isinstance(exc, Incomplete)) from None
         if isinstance(last, NotLeaderError) and endpoint is None:
-            raise Unavailable(f"no leader answered within the timeout (last: {last})")
-        if isinstance(last, (Unavailable, NotLeaderError)) or last is None:
-            raise Unavailable(f"no member of {', '.join(self.endpoints)} could serve the "
-                              f"request within the timeout (last: {last}); check that a "
-                              f"majority of the voters runs") from None
-        raise last
-
-    def _failed(self, candidate: str, exc: Exception, leader: bool,
-                endpoint: str | None) -> Exception:
-        """Learn from a failed attempt (redirect, drop a dead link); re-raise what
-        retrying cannot fix. Returns the error to report if nothing succeeds."""
-        if isinstance(exc, NotLeaderError):
-            if endpoint is not None or not leader:
-                raise exc
-            self._redirect(exc)
-        elif isinstance(exc, (Unavailable, ProtocolMismatch)):
-            link = self._links.get(candidate)
-            if link is None or link.closed:
-                self._drop(candidate)
-            if isinstance(exc, ProtocolMismatch) and endpoint is not None:
-                raise exc
-        return exc
+            raise _final(Unavailable(f"no leader answered within the timeout (last: {last})"),
+                         uncertain)
+        raise _final(Unavailable(f"no member of {', '.join(self.endpoints)} could serve the "
+                                 f"request within the timeout (last: {last}); check that a "
+                                 f"majority of the voters runs"), uncertain)
 
     # -- calls ------------------------------------------------------------------------------------
     def _call(self, op: str, args: dict | None = None, *, leader: bool = True,
@@ -280,12 +256,13 @@ class FarmClient:
         """A Call; `timeout` is the member's own deadline for calls that wait for an
         effect (membership changes), on top of the client's."""
         args = dict(args or {})
-        total = self.timeout
+        total, patience = self.timeout, None
         if timeout is not None:
             args["timeout"] = timeout
             total += timeout
+            patience = timeout + self.answer_timeout
 
-        def operation(link: _Link, deadline: float):
+        def operation(link: Link, deadline: float):
             call_id = next(self._call_ids)
             link.send(encode(ext.Call(0, 0, 0, call_id, op, args), GARLICFARM_REGISTRY))
             while True:
@@ -295,39 +272,29 @@ class FarmClient:
                         raise error_from_wire(frame.code, frame.message, frame.detail)
                     return frame.result
 
-        return self._with_retries(operation, leader=leader, endpoint=endpoint, timeout=total)
+        return self._with_retries(operation, leader=leader, endpoint=endpoint, timeout=total,
+                                  patience=patience)
+
+    def _pending(self, request_id: bytes, data: bytes, deadline: float,
+                 future: Future | None = None) -> PendingWrite:
+        if len(data) > DEFAULT_LIMITS.max_value_size:
+            raise FarmError(f"a write of {len(data)} bytes is above the largest log entry a "
+                            f"node accepts ({DEFAULT_LIMITS.max_value_size} bytes): split it")
+        return PendingWrite(request_id, client_request((data,)), deadline, future)
 
     def _write_many(self, payloads: list[tuple[bytes, bytes]]) -> list[ext.WriteResult]:
-        """Send farm commands (request id, bytes) pipelined, at most `_MAX_PIPELINE` in
-        flight; their WriteResults in order. Each answer must come within the timeout."""
-        results: dict[bytes, ext.WriteResult] = {}
-
-        def operation(link: _Link, deadline: float):
-            todo = deque((rid, data) for rid, data in payloads if rid not in results)
-            outstanding: set[bytes] = set()
-            retry: Exception | None = None
-            while todo or outstanding:
-                if todo and len(outstanding) <= _MAX_PIPELINE // 2:
-                    batch = [todo.popleft()
-                             for _ in range(min(len(todo), _MAX_PIPELINE - len(outstanding)))]
-                    link.send(b"".join(_client_request(data) for _, data in batch))
-                    outstanding.update(rid for rid, _ in batch)
-                frame = link.next_frame(time.monotonic() + self.timeout)
-                if not isinstance(frame, ext.WriteResult) or frame.request_id not in outstanding:
-                    continue
-                outstanding.discard(frame.request_id)
-                if frame.code:
-                    error = error_from_wire(frame.code, frame.message, frame.detail)
-                    if not isinstance(error, _RETRYABLE):
-                        raise error
-                    retry = retry or error
-                    continue
-                results[frame.request_id] = frame
-            if retry is not None:
-                raise retry
-            return [results[rid] for rid, _ in payloads]
-
-        return self._with_retries(operation, leader=True)
+        """Send farm commands (request id, bytes) pipelined on the leader's connection;
+        their WriteResults in order (the first failure is raised)."""
+        deadline = time.monotonic() + self.timeout
+        writes = [self._pending(rid, data, deadline) for rid, data in payloads]
+        with self._lock:
+            if self._closed:
+                raise FarmError("this FarmClient is closed")
+            self._pipe.run(writes)
+        for w in writes:
+            if w.error is not None:
+                raise w.error
+        return [w.result for w in writes]
 
     def _write(self, kind: CommandKind, *args: Any, request_id: bytes | None = None) -> Any:
         rid = request_id or new_request_id()
@@ -347,6 +314,29 @@ class FarmClient:
             rid = new_request_id()
             payloads.append((rid, encode_command(CommandKind.JOURNAL, rid, _records(records))))
         return [(r.index, r.entry_term) for r in self._write_many(payloads)]
+
+    def append_async(self, records: Sequence[bytes], *, request_id: bytes | None = None,
+                     timeout: float | None = None) -> "Future[tuple[int, int]]":
+        """Append the records as one log entry without waiting: a Future of its (index,
+        term). Many may be in flight on the client's background connection to the
+        leader (up to 1,024 sent at once, the rest queued); each is sent again on
+        failures until `timeout` (default: the client's). Callbacks run in the
+        client's background thread and may call append_async again."""
+        rid = request_id or new_request_id()
+        data = encode_command(CommandKind.JOURNAL, rid, _records(records))
+        future: Future = Future()
+        write = self._pending(rid, data, time.monotonic() + (timeout or self.timeout), future)
+        pipe = self._async
+        if pipe is None:
+            with self._lock:
+                if self._closed:
+                    raise FarmError("this FarmClient is closed")
+                if self._async is None:
+                    self._async = WritePipe(self, background=True)
+                    self._async.start()
+                pipe = self._async
+        pipe.submit(write)
+        return future
 
     def kv_put(self, key: str, value: str) -> None:
         self._write(CommandKind.KV_PUT, _text(key, "key"), _text(value, "value"))
@@ -547,7 +537,7 @@ class FarmClient:
     def _wait_for_leader(self, to: int, deadline: float) -> None:
         while time.monotonic() < deadline:
             try:
-                if self.ping(self._book.get(to)).get("leader") == to:
+                if self.ping(self.directory.endpoint_of(to)).get("leader") == to:
                     return
             except FarmError:
                 pass
@@ -566,29 +556,32 @@ class _Subscription:
     def __init__(self, client: FarmClient, events: tuple[str, ...]) -> None:
         self.client = client
         self.events = events
-        self.link: _Link | None = None
+        self.link: Link | None = None
         self.closed = False
 
     def __iter__(self) -> "_Subscription":
         return self
 
-    def _connect(self) -> _Link:
+    def _connect(self) -> Link:
         client = self.client
         deadline = time.monotonic() + client.timeout
         last: Exception | None = None
         for endpoint in client._attempts(deadline, False, None):
+            link = None
             try:
-                link = _Link(endpoint, client.security, max(0.05, deadline - time.monotonic()),
-                             new_request_id())
+                link = client._open_link(endpoint, deadline)
                 link.send(encode(ext.Call(0, 0, 0, 1, "subscribe", {"events": list(self.events)}),
                                  GARLICFARM_REGISTRY))
+                answer_by = min(deadline, time.monotonic() + client.answer_timeout)
                 while True:
-                    frame = link.next_frame(deadline)
+                    frame = link.next_frame(answer_by)
                     if isinstance(frame, ext.Reply) and frame.call_id == 1:
                         if frame.code:
                             raise error_from_wire(frame.code, frame.message, frame.detail)
                         return link
             except (Unavailable, ProtocolMismatch) as exc:
+                if link is not None:
+                    link.close()
                 last = exc
         raise Unavailable(f"no member accepted the subscription (last: {last})")
 
@@ -617,13 +610,10 @@ class _Subscription:
             self.link.close()
 
 
-def _client_request(data: bytes) -> bytes:
-    if len(data) > DEFAULT_LIMITS.max_value_size:
-        raise FarmError(f"a write of {len(data)} bytes is above the largest log entry a node "
-                        f"accepts ({DEFAULT_LIMITS.max_value_size} bytes): split it")
-    return encode(RaftRequest(MessageType.CLIENT_REQUEST,
-                              entries=(LogEntry(0, ValueType.APPLICATION, data),)),
-                  GARLICFARM_REGISTRY)
+def _final(exc: FarmError, maybe_applied: bool) -> FarmError:
+    """The error a call ends with, saying whether the operation may have taken effect."""
+    exc.maybe_applied = maybe_applied
+    return exc
 
 
 def _records(records: Sequence[bytes]) -> list[bytes]:

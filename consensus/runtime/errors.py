@@ -22,8 +22,16 @@ class ErrorCode(enum.IntEnum):
 
 
 class FarmError(Exception):
-    """Base of every error of the farm's client API."""
+    """Base of every error of the farm's client API.
+
+    `maybe_applied` (R4): False when the operation certainly did not take effect - no
+    copy of the request reached a member that could have applied it without a definite
+    answer (connection refused, authentication refused, NOT_LEADER on every attempt, a
+    refusal by the state machine). True when it may have (a request went unanswered: a
+    timeout, a lost connection, a leader that died or stalled). The client sets it on
+    every error a call raises; it defaults to True (unknown)."""
     code = ErrorCode.FAILED
+    maybe_applied: bool = True
 
 
 class NotLeaderError(FarmError):
@@ -91,6 +99,7 @@ class ProtocolMismatch(FarmError):
 
 class ConfigError(FarmError, ValueError):
     """A node or client setting is wrong; `option` names it (e.g. ``--peers``)."""
+    maybe_applied = False           # refused before anything was sent
 
     def __init__(self, option: str, reason: str) -> None:
         super().__init__(f"{option}: {reason}")

@@ -16,9 +16,11 @@ long the run.
 How outcomes are recorded (jepsen's conventions, `consensus.linearizability`):
 - a call that returned: ``ok`` (a cas that returned False: ``fail``, its compare failed);
 - a read that raised a `FarmError`: ``fail`` (a read changes nothing);
-- a write that raised a `FarmError` (a timeout during a fault, say): ``info``, unknown,
-  and the client continues under a new process id, since the old one's operation may
-  still take effect at any later time;
+- a write that raised a `FarmError` whose `maybe_applied` is False (refused everywhere,
+  never reached a member that could apply it): ``fail``;
+- a write that raised any other `FarmError` (a timeout during a fault, say): ``info``,
+  unknown, and the client continues under a new process id, since the old one's
+  operation may still take effect at any later time;
 - any other exception is a bug of the client library: recorded ``info`` and reported.
 """
 from __future__ import annotations
@@ -227,7 +229,9 @@ class ClientPool:
                     kind, value = execute(client, op)
                 except Exception as e:    # noqa: BLE001 - every failure is recorded
                     error = e
-                    kind, value = ("fail" if op.f in READS else "info"), None
+                    certain = op.f in READS or (isinstance(e, self._expected)
+                                                and getattr(e, "maybe_applied", True) is False)
+                    kind, value = ("fail" if certain else "info"), None
                 self._history.complete(op_id, kind, value)
                 self._count_outcome(op.f, kind, error)
                 if kind == "ok" and op.f == "get":

@@ -31,15 +31,15 @@ import enum
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
                                    UnknownMessageType)
 from consensus.wire.jraft_fields import (I32, I64, PROTOCOL, error, field_scope, json_bool,
                                          json_int, json_list, json_object, pack_ints)
 from consensus.wire.jraft_logpack import LogPack, LogPackFormat
-from consensus.wire.jraft_values import (DEFAULT_LIMITS, ClusterConfiguration, ClusterServer,
-                                         JRaftLimits, LogEntry, Payload, ServerId,
+from consensus.wire.jraft_values import (DEFAULT_LIMITS, ENTRY_HEAD, ClusterConfiguration,
+                                         ClusterServer, JRaftLimits, LogEntry, Payload, ServerId,
                                          SnapshotSyncRequest, ValueType, WireNamed,
                                          decode_entries, encode_entries, entry_from_json,
                                          entry_to_json)
@@ -48,6 +48,7 @@ __all__ = [
     "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",
     "ResponseCodec", "REQUEST_CODEC", "RESPONSE_CODEC", "Registration", "MessageRegistry",
     "REGISTRY", "JRaftDecoder", "encode", "decode", "to_json", "from_json", "check_shape",
+    "client_request",
     # re-exported from jraft_values / jraft_logpack, so users import one module
     "JRaftLimits", "DEFAULT_LIMITS", "ValueType", "LogEntry", "Payload", "ClusterServer",
     "ServerId", "ClusterConfiguration", "SnapshotSyncRequest", "LogPack", "LogPackFormat",
@@ -296,6 +297,15 @@ def encode(message: Message, registry: MessageRegistry = REGISTRY) -> bytes:
                     f"{registration.codec.message_class.__name__}, "
                     f"not a {type(message).__name__}")
     return registration.codec.encode(message)
+
+
+def client_request(values: Sequence[bytes]) -> bytes:
+    """A ClientRequest (type 5, header all zero) holding one Application entry per value:
+    `encode(RaftRequest(CLIENT_REQUEST, entries=...))` without building the objects (a
+    client's hot path)."""
+    pack = ENTRY_HEAD.pack
+    body = b"".join([part for v in values for part in (pack(0, 1, len(v)), v)])
+    return _REQUEST_HEAD.pack(MessageType.CLIENT_REQUEST, 0, 0, 0, 0, 0, 0, len(body)) + body
 
 
 def decode(data: bytes, limits: JRaftLimits = DEFAULT_LIMITS,

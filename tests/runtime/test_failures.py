@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections import defaultdict
 
@@ -23,17 +24,21 @@ KILL_LOOPS = int(os.environ.get("GARLICFARM_KILL_LOOPS", "3"))
 
 class Writer(threading.Thread):
     """Appends unique payloads one after the other; remembers what was acknowledged
-    (payload -> (index, term)) and what failed (maybe applied, maybe not)."""
+    (payload -> (index, term)), what failed maybe applied (`unknown`) and what failed
+    certainly not applied (`refused`, FarmError.maybe_applied False), and when each
+    acknowledgement came (`acked_at`, monotonic seconds)."""
 
-    def __init__(self, farm: LocalCluster, name: str) -> None:
+    def __init__(self, farm: LocalCluster, name: str, timeout: float = 5) -> None:
         super().__init__(daemon=True)
-        self.farm, self.prefix = farm, name.encode()
+        self.farm, self.prefix, self.timeout = farm, name.encode(), timeout
         self.acked: dict[bytes, tuple[int, int]] = {}
+        self.acked_at: list[float] = []
         self.unknown: set[bytes] = set()
+        self.refused: set[bytes] = set()
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        with self.farm.client(timeout=5) as client:
+        with self.farm.client(timeout=self.timeout) as client:
             n = 0
             while not self.stopping.is_set():
                 payload = b"%s-%d" % (self.prefix, n)
@@ -41,8 +46,9 @@ class Writer(threading.Thread):
                 try:
                     self.acked[payload] = client.append([payload],
                                                         request_id=uuid.uuid4().bytes)
-                except FarmError:
-                    self.unknown.add(payload)
+                    self.acked_at.append(time.monotonic())
+                except FarmError as exc:
+                    (self.unknown if exc.maybe_applied else self.refused).add(payload)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -80,6 +86,8 @@ def check_history(farm: LocalCluster, writers: list[Writer]) -> None:
             assert reference.get(payload) == [where], f"{payload!r} acknowledged at {where}"
         for payload in writer.unknown:
             assert len(reference.get(payload, [])) <= 1, f"{payload!r} applied twice"
+        for payload in writer.refused:
+            assert payload not in reference, f"{payload!r} failed as not applied, but was"
     assert all(len(places) == 1 for places in reference.values()), "a payload applied twice"
 
 
@@ -143,9 +151,13 @@ def test_a_minority_partition_cannot_commit():
         with farm.client(timeout=10) as client:
             client.append([b"before the partition"])
         network.isolate(old)
-        with farm.client(endpoints=farm.endpoint_of(old), timeout=2) as lonely:
-            with pytest.raises(Unavailable):
+        # a client that keeps waiting for the old leader (it would otherwise go on to
+        # the majority's new leader, as clients do, and the write would commit there)
+        with farm.client(endpoints=farm.endpoint_of(old), timeout=2,
+                         answer_timeout=5) as lonely:
+            with pytest.raises(Unavailable) as failure:
                 lonely.append([b"written to the minority"])
+            assert failure.value.maybe_applied     # appended there, never answered
         majority = [i for i in farm.node_ids if i != old]
         with farm.client(endpoints=",".join(farm.endpoint_of(i) for i in majority),
                          timeout=20) as client:

@@ -1,0 +1,196 @@
+"""A client's connections to farm members and what it knows of the farm.
+
+`Link` is one authenticated connection to one member (the Garlic Farm handshake, then
+Hello/Welcome, then frames). `Directory` is the client's view of the farm, shared by
+its threads: the members' endpoints (from Welcomes and NOT_LEADER answers), the leader
+it believes in, and the members that recently failed it, so that a dead or stalled
+member is tried last instead of first. Both `FarmClient`'s calls and its write
+pipelines (pipeline.py) find members through them.
+
+Two bounds keep a dead or stalled member from costing a whole call:
+- one connection attempt (TCP, handshake, Welcome) gets `connect_timeout` (and never
+  more than the call has left); a round in which every member timed out doubles it, so
+  a merely slow machine still gets through;
+- one request gets `answer_timeout` to be answered before the caller tries the others
+  (who answer NOT_LEADER naming the configuration or a new leader).
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import deque
+
+from consensus.raft import Configuration
+from consensus.runtime import extensions as ext
+from consensus.runtime.connection import close_quietly
+from consensus.runtime.dial import dial
+from consensus.runtime.errors import NotLeaderError, ProtocolMismatch, Unavailable
+from consensus.runtime.extensions import GARLICFARM_REGISTRY
+from consensus.runtime.security import Security
+from consensus.wire.errors import ProtocolError
+from consensus.wire.jraft import JRaftDecoder, encode
+
+SUSPECT_SECONDS = 2.0       #: a member that failed us is tried last for this long
+READ_BYTES = 1 << 20
+
+
+class NoAnswer(Unavailable):
+    """A request went out (or may have) and no answer came: it may still take effect."""
+
+
+class Link:
+    """One authenticated connection to one member (blocking socket)."""
+
+    def __init__(self, endpoint: str, security: Security, timeout: float,
+                 client_id: bytes) -> None:
+        self.endpoint = endpoint
+        started = time.monotonic()
+        dialed = dial(endpoint, security, wire="garlicfarm", timeout=timeout)
+        self.sock = dialed.sock
+        self.decoder = JRaftDecoder(registry=GARLICFARM_REGISTRY)
+        self.frames: deque = deque()
+        self.closed = False
+        self.sent = 0               #: sends that went out (callers tell what was tried)
+        if dialed.initial:
+            self.frames.extend(self.decoder.feed(dialed.initial))
+        try:
+            self.send(encode(ext.Hello(0, 0, 0, client_id, 1), GARLICFARM_REGISTRY))
+            welcome = self.next_frame(started + timeout)
+        except Unavailable as exc:
+            self.close()
+            raise Unavailable(f"{endpoint} did not welcome us in time ({exc})") from None
+        if not isinstance(welcome, ext.Welcome):
+            self.close()
+            raise ProtocolMismatch(f"{endpoint} answered Hello with {type(welcome).__name__}")
+        self.welcome = welcome
+        self.connect_seconds = time.monotonic() - started
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            self.close()
+            raise NoAnswer(f"lost the connection to {self.endpoint}: {exc}") from None
+        self.sent += 1
+
+    def receive(self, deadline: float) -> bool:
+        """Read what arrives before `deadline` into `frames`; False on timeout. Raises
+        NoAnswer when the connection breaks, ProtocolMismatch on a corrupt stream."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(READ_BYTES)
+        except socket.timeout:
+            return False
+        except OSError as exc:
+            self.close()
+            raise NoAnswer(f"lost the connection to {self.endpoint}: {exc}") from None
+        if not data:
+            self.close()
+            raise NoAnswer(f"{self.endpoint} closed the connection")
+        try:
+            self.frames.extend(self.decoder.feed(data))
+        except ProtocolError as exc:
+            self.close()
+            raise ProtocolMismatch(f"corrupt answer from {self.endpoint}: {exc}") from None
+        return True
+
+    def next_frame(self, deadline: float):
+        while not self.frames:
+            if not self.receive(deadline):
+                raise NoAnswer(f"no answer from {self.endpoint} in time")
+        return self.frames.popleft()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            close_quietly(self.sock)
+
+
+class Directory:
+    """What a client knows of the farm (thread-safe; every method is short)."""
+
+    def __init__(self, seeds: list[str], connect_timeout: float) -> None:
+        self.seeds = seeds
+        self.base_timeout = self.connect_timeout = connect_timeout
+        self._timeouts = 0                       # connection attempts timed out in a row
+        self._book: dict[int, str] = {}          # node id -> endpoint
+        self._leader: str | None = None
+        self._suspect: dict[str, float] = {}     # endpoint -> monotonic time it is cleared
+        self._rotation = 0
+        self._lock = threading.Lock()
+
+    @property
+    def leader(self) -> str | None:
+        return self._leader
+
+    def endpoint_of(self, node_id: int) -> str | None:
+        return self._book.get(node_id)
+
+    def learn(self, welcome: ext.Welcome) -> None:
+        """A member's Welcome: the configuration as it knows it and whom it follows."""
+        try:
+            config = Configuration.decode(welcome.configuration)
+        except Exception:       # noqa: BLE001 - a member with no configuration yet
+            config = None
+        with self._lock:
+            if config is not None:
+                self._book.update(config.addresses)
+            if welcome.leader_id is not None and welcome.leader_id in self._book:
+                self._leader = self._book[welcome.leader_id]
+
+    def redirect(self, exc: NotLeaderError) -> str | None:
+        """A NOT_LEADER answer: learn the members it names; the leader's endpoint."""
+        with self._lock:
+            for node_id, address in exc.members.items():
+                if address:
+                    self._book[node_id] = address
+            endpoint = exc.leader_endpoint or (self._book.get(exc.leader_id)
+                                               if exc.leader_id is not None else None)
+            self._leader = endpoint
+            return endpoint
+
+    def failed(self, endpoint: str) -> None:
+        """`endpoint` did not connect or did not answer in time: try it last for a while,
+        and stop believing it leads."""
+        with self._lock:
+            self._suspect[endpoint] = time.monotonic() + SUSPECT_SECONDS
+            if self._leader == endpoint:
+                self._leader = None
+
+    def connected(self, endpoint: str, seconds: float) -> None:
+        """A connection attempt succeeded in `seconds`: the bound follows the machine
+        (three times the last successful attempt, never below the configured one)."""
+        with self._lock:
+            self._suspect.pop(endpoint, None)
+            self._timeouts = 0
+            self.connect_timeout = max(self.base_timeout, min(10.0, 3 * seconds))
+
+    def connect_timed_out(self, endpoint: str) -> None:
+        """A connection attempt ran out of time. When every member known did in a row,
+        the machine may be slow rather than the farm dead: double the bound."""
+        self.failed(endpoint)
+        with self._lock:
+            self._timeouts += 1
+            if self._timeouts >= len(set(self.seeds) | set(self._book.values())):
+                self._timeouts = 0
+                self.connect_timeout = min(10.0, self.connect_timeout * 2)
+
+    def candidates(self, leader: bool) -> list[str]:
+        """Members to try, in order: the leader first (for leader calls) unless it failed
+        us lately; the rest rotated, so that clients spread over the members; members
+        that failed us lately last."""
+        with self._lock:
+            known = list(dict.fromkeys(self.seeds + list(self._book.values())))
+            self._rotation += 1
+            shift = self._rotation % len(known)
+            order = known[shift:] + known[:shift]
+            if leader and self._leader is not None:
+                order = [self._leader] + [e for e in order if e != self._leader]
+            now = time.monotonic()
+            suspects = {e for e, until in self._suspect.items() if until > now}
+            return [e for e in order if e not in suspects] + \
+                [e for e in order if e in suspects]
