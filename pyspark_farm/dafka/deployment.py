@@ -1,0 +1,47 @@
+"""How Spark processes reach a Dafka deployment: the `tower` option and `dafka.*` settings
+become one `DafkaConfig` (a frozen dataclass: safe to pickle into tasks).
+
+`dafka.<path>` options pass the C tools' config paths straight through, with their
+units (milliseconds for times), e.g. ``.option("dafka.beacon/interval", "100")``: every
+node of a deployment must agree on the beacon interval and timeout, so Spark's nodes
+take the deployment's values, as the C tools would from their ZPL file.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from connectors.dafka import ConfigError, DafkaConfig
+from connectors.dafka.config import config_from_zpl
+
+from ..errors import OptionError
+
+PASSTHROUGH = "dafka."
+
+
+def towers(value: str) -> tuple[str, ...]:
+    """The `tower` option: tcp://HOST:PORT[,tcp://HOST:PORT...] (each tower's beacon
+    port; its publisher is PORT+1)."""
+    found = tuple(part.strip() for part in value.split(",") if part.strip())
+    if not found:
+        raise ValueError("expected tcp://HOST:PORT[,tcp://HOST:PORT...]")
+    try:
+        DafkaConfig().with_towers(list(found))
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return found
+
+
+def passthrough_keys(raw: Mapping[str, str]) -> list[str]:
+    """The `dafka.*` option keys given (lower case), for the unknown-option check."""
+    return [str(k).lower() for k in raw if str(k).lower().startswith(PASSTHROUGH)]
+
+
+def dafka_config(tower: tuple[str, ...], raw: Mapping[str, str]) -> DafkaConfig:
+    """The node settings of Spark's Dafka nodes."""
+    paths = {str(k)[len(PASSTHROUGH):].lower(): str(v) for k, v in raw.items()
+             if str(k).lower().startswith(PASSTHROUGH)}
+    try:
+        return config_from_zpl(paths, DafkaConfig()).with_towers(list(tower)).validate()
+    except ConfigError as exc:
+        raise OptionError(f"{PASSTHROUGH}*", f"{exc}; dafka.* options take the Dafka "
+                          "config paths (beacon/interval, beacon/timeout in ms...)") from None
