@@ -13,7 +13,7 @@ from ..options import Option, OptionSet, boolean, choice, duration, integer, tex
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
 from ..sink import FarmBatchWriter, FarmStreamWriter
 from ..value_formats import FORMATS, check_value_column
-from .log_access import READ_FROM
+from ..log_access import READ_FROM
 from .rows import RAFT_COLUMNS_DDL
 from .sink import COMPRESSIONS, RaftSinkBackend
 from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader

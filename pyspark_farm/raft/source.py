@@ -10,10 +10,9 @@ pickled copies and opens its own client.
 """
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualNullSafe,
@@ -23,18 +22,12 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from ..admission import Limits, choose_end
 from ..connection import FarmConnection
-from ..errors import DataLossError
+from ..log_access import (LogPartition, LogPlanner, PieceReader, SizeScan, entry_sizes,
+                          first_index, log_end)
 from ..offsets import OffsetSpec, index_of, offset_json
-from ..planning import EntrySize, Piece, plan_tasks
+from ..planning import EntrySize
 from ..value_formats import value_decoder
-from .log_access import PieceReader, entry_sizes, first_index, log_end, reading_members
 from .rows import RowBatchBuilder, payload_values
-
-if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
-
-log = logging.getLogger("pyspark_farm.raft")
-ROWS_PER_TASK = 1 << 19
 
 
 @dataclass(frozen=True)
@@ -52,19 +45,10 @@ class RaftSourceSettings:
     value_schema: pa.Schema | None  # the decoded value columns (json, msgpack, arrow)
 
 
-class RaftPartition(InputPartition):
-    """One task: pieces of the log, read at `endpoint` (None: any member)."""
-
-    def __init__(self, pieces: Sequence[Piece], endpoint: str | None) -> None:
-        super().__init__(None)
-        self.pieces = tuple(pieces)
-        self.endpoint = endpoint
-
-
 def read_partition(settings: RaftSourceSettings, partition: InputPartition
                    ) -> Iterator[pa.RecordBatch]:
     """The rows of one task, as record batches (runs in an executor)."""
-    if not isinstance(partition, RaftPartition) or not partition.pieces:
+    if not isinstance(partition, LogPartition) or not partition.pieces:
         return
     decode = (value_decoder(settings.value_format, settings.value_schema)
               if settings.value_schema is not None else None)
@@ -86,59 +70,7 @@ def read_partition(settings: RaftSourceSettings, partition: InputPartition
         reader.close()
 
 
-class _Planner:
-    """Driver-side state shared by the stream and batch readers: a lazily opened client
-    (never pickled) and the planning steps."""
-
-    settings: RaftSourceSettings
-    _client: "FarmClient | None" = None
-
-    def client(self) -> "FarmClient":
-        if self._client is None:
-            self._client = self.settings.connection.client()
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("_client", None)
-        state.pop("_sizes", None)
-        return state
-
-    def checked_start(self, start: int) -> int:
-        """`start`, or the first index still kept when entries before it were compacted
-        and failOnDataLoss is false."""
-        first = first_index(self.client())
-        if start >= first:
-            return start
-        if self.settings.fail_on_data_loss:
-            raise DataLossError(start, first)
-        log.warning("garlicfarm: entries [%d, %d) were compacted away before they were read; "
-                    "continuing at %d (failOnDataLoss is false)", start, first, first)
-        return first
-
-    def plan(self, ranges: Iterable[tuple[int, int]],
-             sizes: Sequence[EntrySize] | None = None) -> list[RaftPartition]:
-        tasks: list[list[Piece]] = []
-        for start, stop in ranges:
-            if stop <= start:
-                continue
-            known = sizes if sizes is not None else list(entry_sizes(self.client(), start, stop))
-            tasks += plan_tasks(start, stop, [s for s in known if start <= s.index < stop],
-                                min_tasks=self.settings.min_partitions,
-                                rows_per_task=ROWS_PER_TASK)
-        last = max((p.stop for pieces in tasks for p in pieces), default=0)
-        members = reading_members(self.client(), self.settings.read_from, last) \
-            if tasks else [None]
-        return [RaftPartition(pieces, members[i % len(members)])
-                for i, pieces in enumerate(tasks)]
-
-
-class RaftStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RaftStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over the committed log, with admission control."""
 
     def __init__(self, settings: RaftSourceSettings) -> None:
@@ -166,7 +98,7 @@ class RaftStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailabl
             end = min(end, self._target)
         if end <= begin:
             return offset_json(begin)
-        scan = _SizeScan(entry_sizes(client, begin, end))
+        scan = SizeScan(entry_sizes(client, begin, end))
         now = time.monotonic()
         stop = choose_end(begin, end, scan.counts(), self.settings.limits.under(limit),
                           waited=now - self._last_batch_at,
@@ -202,42 +134,7 @@ class RaftStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailabl
         self.close()
 
 
-class _SizeScan:
-    """One lazy pass over entry sizes, shared by the limit check and the idle check."""
-
-    def __init__(self, sizes: Iterator[EntrySize]) -> None:
-        self._sizes = sizes
-        self.seen: list[EntrySize] = []
-        self.exhausted = False
-
-    def _next(self) -> EntrySize | None:
-        size = next(self._sizes, None)
-        if size is None:
-            self.exhausted = True
-        else:
-            self.seen.append(size)
-        return size
-
-    def counts(self) -> Iterator[tuple[int, int]]:
-        while (size := self._next()) is not None:
-            yield size.index, size.rows
-
-    def rows_before(self, stop: int) -> bool:
-        """Does any entry below `stop` show rows (reading on only as far as needed)?"""
-        if any(s.rows and s.index < stop for s in self.seen):
-            return True
-        while not self.exhausted and (not self.seen or self.seen[-1].index < stop):
-            size = self._next()
-            if size is not None and size.rows and size.index < stop:
-                return True
-        return False
-
-    def covers(self, stop: int) -> bool:
-        """Has the scan seen every entry below `stop`?"""
-        return self.exhausted or bool(self.seen) and self.seen[-1].index >= stop - 1
-
-
-class RaftBatchReader(_Planner, DataSourceReader):
+class RaftBatchReader(LogPlanner, DataSourceReader):
     """`spark.read`: the committed log between startingOffsets and endingOffsets, with
     filters on `index` narrowing what is read."""
 
@@ -259,7 +156,7 @@ class RaftBatchReader(_Planner, DataSourceReader):
             planned = self.plan(self.bounds.ranges(start, stop))
         finally:
             self.close()
-        return planned or [RaftPartition((), None)]
+        return planned or [LogPartition((), None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.settings, partition)

@@ -168,14 +168,14 @@ def test_max_rows_property(counts, max_rows):
 
 
 def test_size_scan_reads_only_as_far_as_needed():
-    from pyspark_farm.raft.source import _SizeScan
+    from pyspark_farm.log_access import SizeScan
     consumed = []
 
     def sizes():
         for size in [EntrySize(5, 0), EntrySize(8, 4), EntrySize(12, 2)]:
             consumed.append(size.index)
             yield size
-    scan = _SizeScan(sizes())
+    scan = SizeScan(sizes())
     assert not scan.rows_before(6) and consumed == [5, 8]     # stopped past 6
     assert scan.rows_before(9) and consumed == [5, 8]         # known already
     assert not scan.covers(13) and scan.covers(9)
@@ -237,7 +237,7 @@ def test_plan_covers_every_row_once_in_order(entries, min_tasks, rows_per_task):
 
 def test_read_from_members_leave_out_those_behind():
     from consensus.runtime import ClusterView, MemberView
-    from pyspark_farm.raft.log_access import choose_members
+    from pyspark_farm.log_access import choose_members
     members = {1: MemberView(1, "h:1", "leader", True, 100, None),
                2: MemberView(2, "h:2", "follower", True, 99, None),
                3: MemberView(3, "h:3", "follower", True, 40, None),     # behind, or down

@@ -1,7 +1,10 @@
-"""The raft source's calls to the farm, in both places they run.
+"""Reading a farm's committed log from Spark, in both places it runs (the raft source,
+and the chp source, which reads the journal its capture writes).
 
 Driver side (planning): the committed end of the log, the first index still kept, the row
-counts of entries (`entry_sizes`), and which members serve reads (`reading_members`).
+counts of entries (`entry_sizes`, optionally only one query's committed batches), which
+members serve reads (`reading_members`), one lazy pass over entry sizes (`SizeScan`) and
+the planning steps of a reader (`LogPlanner`).
 Executor side: `PieceReader` turns planned `Piece`s into visible entries, at the member a
 task was given, falling back to any member when that one is behind or gone; the same
 committed range gives the same entries at every member.
@@ -13,16 +16,22 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from ..errors import DataLossError
-from ..planning import EntrySize, Piece
+from pyspark.sql.datasource import InputPartition
+
+from .errors import DataLossError
+from .planning import EntrySize, Piece, plan_tasks
 
 if TYPE_CHECKING:
     from consensus.runtime import ClusterView, FarmClient
 
-    from ..connection import FarmConnection
+    from .connection import FarmConnection
+
+log = logging.getLogger("pyspark_farm.log")
+ROWS_PER_TASK = 1 << 19
 
 READ_FROM = ("leader", "followers", "observers", "any")
 CHUNK_BYTES = 8 << 20
@@ -66,9 +75,11 @@ def _supports_headers_only(client: "FarmClient") -> bool:
         return False
 
 
-def entry_sizes(client: "FarmClient", start: int, stop: int) -> Iterator[EntrySize]:
+def entry_sizes(client: "FarmClient", start: int, stop: int, *,
+                query_id: str | None = None) -> Iterator[EntrySize]:
     """Row counts of the entries in [start, stop) that show rows, read lazily in chunks
-    (headers only when the farm supports it: docs/runtime-requests.md S1)."""
+    (headers only when the farm supports it: docs/runtime-requests.md S1). With
+    `query_id`, only the committed batches of that query (journal entries show none)."""
     extra = {"payloads": False} if _supports_headers_only(client) else {}
     cursor = start
     while cursor < stop:
@@ -76,14 +87,16 @@ def entry_sizes(client: "FarmClient", start: int, stop: int) -> Iterator[EntrySi
         if not records:
             return
         for record in records:
-            if record.type == "journal" and not getattr(record, "duplicate", False):
+            commit = record.commit
+            if record.type == "commit" and commit is not None and commit.effective \
+                    and query_id in (None, commit.query_id):
+                parts = committed_rows(commit.metadata, commit.staged)
+                yield EntrySize(record.index, sum(parts), parts)
+            elif query_id is None and record.type == "journal" \
+                    and not getattr(record, "duplicate", False):
                 count = getattr(record, "count", None)
                 count = len(record.records or ()) if count is None else count
                 yield EntrySize(record.index, count)
-            elif record.type == "commit" and record.commit is not None \
-                    and record.commit.effective:
-                parts = committed_rows(record.commit.metadata, record.commit.staged)
-                yield EntrySize(record.index, sum(parts), parts)
         cursor = records[-1].index + 1
 
 
@@ -230,3 +243,104 @@ class PieceReader:
                 self._clients.append(client)
         (entry,) = self._call(client, index, index + 1)
         return entry
+
+
+class LogPartition(InputPartition):
+    """One task: pieces of the log, read at `endpoint` (None: any member)."""
+
+    def __init__(self, pieces: Sequence[Piece], endpoint: str | None) -> None:
+        super().__init__(None)
+        self.pieces = tuple(pieces)
+        self.endpoint = endpoint
+
+
+class LogPlanner:
+    """Driver-side state shared by the readers of a farm's log: a lazily opened client
+    (never pickled) and the planning steps. `settings` needs `connection`,
+    `fail_on_data_loss`, `min_partitions` and `read_from`."""
+
+    settings: object
+    _client: "FarmClient | None" = None
+
+    def client(self) -> "FarmClient":
+        if self._client is None:
+            self._client = self.settings.connection.client()
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_client", None)
+        state.pop("_sizes", None)
+        return state
+
+    def checked_start(self, start: int) -> int:
+        """`start`, or the first index still kept when entries before it were compacted
+        and failOnDataLoss is false."""
+        first = first_index(self.client())
+        if start >= first:
+            return start
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(start, first)
+        log.warning("garlicfarm: entries [%d, %d) were compacted away before they were read; "
+                    "continuing at %d (failOnDataLoss is false)", start, first, first)
+        return first
+
+    def plan(self, ranges: Iterable[tuple[int, int]],
+             sizes: Sequence[EntrySize] | None = None, *,
+             query_id: str | None = None) -> list[LogPartition]:
+        """Tasks over `ranges` (`sizes` when already known; `query_id`: only that query's
+        committed batches)."""
+        tasks: list[list[Piece]] = []
+        for start, stop in ranges:
+            if stop <= start:
+                continue
+            known = sizes if sizes is not None else list(
+                entry_sizes(self.client(), start, stop, query_id=query_id))
+            tasks += plan_tasks(start, stop, [s for s in known if start <= s.index < stop],
+                                min_tasks=self.settings.min_partitions,
+                                rows_per_task=ROWS_PER_TASK)
+        last = max((p.stop for pieces in tasks for p in pieces), default=0)
+        members = reading_members(self.client(), self.settings.read_from, last) \
+            if tasks else [None]
+        return [LogPartition(pieces, members[i % len(members)])
+                for i, pieces in enumerate(tasks)]
+
+
+class SizeScan:
+    """One lazy pass over entry sizes, shared by the limit check and the idle check."""
+
+    def __init__(self, sizes: Iterator[EntrySize]) -> None:
+        self._sizes = sizes
+        self.seen: list[EntrySize] = []
+        self.exhausted = False
+
+    def _next(self) -> EntrySize | None:
+        size = next(self._sizes, None)
+        if size is None:
+            self.exhausted = True
+        else:
+            self.seen.append(size)
+        return size
+
+    def counts(self) -> Iterator[tuple[int, int]]:
+        while (size := self._next()) is not None:
+            yield size.index, size.rows
+
+    def rows_before(self, stop: int) -> bool:
+        """Does any entry below `stop` show rows (reading on only as far as needed)?"""
+        if any(s.rows and s.index < stop for s in self.seen):
+            return True
+        while not self.exhausted and (not self.seen or self.seen[-1].index < stop):
+            size = self._next()
+            if size is not None and size.rows and size.index < stop:
+                return True
+        return False
+
+    def covers(self, stop: int) -> bool:
+        """Has the scan seen every entry below `stop`?"""
+        return self.exhausted or bool(self.seen) and self.seen[-1].index >= stop - 1
