@@ -12,7 +12,9 @@ install: $(STAMP)
 $(STAMP): setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	# compat: the checkout goes on sys.path, so Spark's lookup of `pyspark_*` modules
+	# (pkgutil.iter_modules) finds pyspark_farm from any directory, not only this one.
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 test: $(STAMP)
