@@ -17,11 +17,14 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
 
+from .admission import choose_end
 from .errors import DataLossError
 from .planning import EntrySize, Piece, plan_tasks
 
@@ -257,10 +260,13 @@ class LogPartition(InputPartition):
 class LogPlanner:
     """Driver-side state shared by the readers of a farm's log: a lazily opened client
     (never pickled) and the planning steps. `settings` needs `connection`,
-    `fail_on_data_loss`, `min_partitions` and `read_from`."""
+    `fail_on_data_loss`, `min_partitions`, `read_from` and `limits`."""
 
     settings: object
     _client: "FarmClient | None" = None
+    _target: int | None = None          # Trigger.AvailableNow's end
+    _last_batch_at: float | None = None  # for maxTriggerDelay
+    _sizes: tuple[int, int, list[EntrySize]] | None = None
 
     def client(self) -> "FarmClient":
         if self._client is None:
@@ -289,6 +295,45 @@ class LogPlanner:
         log.warning("garlicfarm: entries [%d, %d) were compacted away before they were read; "
                     "continuing at %d (failOnDataLoss is false)", start, first, first)
         return first
+
+    def next_end(self, begin: int, limit: ReadLimit, *, query_id: str | None = None) -> int:
+        """The end of the next micro-batch from `begin` (a stream's latestOffset):
+        admission control over the entries that show rows (only `query_id`'s commits,
+        when given), up to the log's end or Trigger.AvailableNow's target."""
+        client = self.client()
+        now = time.monotonic()
+        if self._last_batch_at is None:
+            self._last_batch_at = now
+        end = log_end(client)
+        if self._target is not None:
+            end = min(end, self._target)
+        if end <= begin:
+            return begin
+        scan = SizeScan(entry_sizes(client, begin, end, query_id=query_id))
+        stop = choose_end(begin, end, scan.counts(), self.settings.limits.under(limit),
+                          waited=now - self._last_batch_at,
+                          available_now=self._target is not None)
+        if stop > begin and not scan.rows_before(stop) and begin >= client.log_bounds()[2]:
+            # Only entries without rows (status, staged, aborts...): no micro-batch to run.
+            # Once a snapshot passes the start, move on, before compaction can drop it.
+            stop = begin
+        if stop > begin:
+            self._last_batch_at = now
+        self._sizes = (begin, stop, scan.seen) if scan.covers(stop) else None
+        return stop
+
+    def plan_batch(self, begin: int, stop: int, *, query_id: str | None = None
+                   ) -> list[LogPartition]:
+        """The tasks of the micro-batch [begin, stop) that `next_end` admitted."""
+        if stop <= begin:
+            return []
+        checked = self.checked_start(begin)
+        cached = self._sizes
+        sizes = cached[2] if cached and cached[0] == begin and cached[1] == stop else None
+        return self.plan([(checked, stop)], sizes, query_id=query_id)
+
+    def forget_sizes(self) -> None:
+        self._sizes = None
 
     def plan(self, ranges: Iterable[tuple[int, int]],
              sizes: Sequence[EntrySize] | None = None, *,

@@ -10,7 +10,6 @@ pickled copies and opens its own client.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -20,12 +19,10 @@ from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, Eq
                                     InputPartition, LessThan, LessThanOrEqual)
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from ..admission import Limits, choose_end
+from ..admission import Limits
 from ..connection import FarmConnection
-from ..log_access import (LogPartition, LogPlanner, PieceReader, SizeScan, entry_sizes,
-                          first_index, log_end)
+from ..log_access import LogPartition, LogPlanner, PieceReader, first_index, log_end
 from ..offsets import OffsetSpec, index_of, offset_json
-from ..planning import EntrySize
 from ..value_formats import value_decoder
 from .rows import RowBatchBuilder, payload_values
 
@@ -75,9 +72,6 @@ class RaftStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvaila
 
     def __init__(self, settings: RaftSourceSettings) -> None:
         self.settings = settings
-        self._target: int | None = None         # Trigger.AvailableNow's end
-        self._last_batch_at = time.monotonic()  # for maxTriggerDelay
-        self._sizes: tuple[int, int, list[EntrySize]] | None = None
 
     def initialOffset(self) -> dict:
         client = self.client()
@@ -91,44 +85,19 @@ class RaftStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvaila
         self._target = log_end(self.client())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = index_of(start, "start offset")
-        client = self.client()
-        end = log_end(client)
-        if self._target is not None:
-            end = min(end, self._target)
-        if end <= begin:
-            return offset_json(begin)
-        scan = SizeScan(entry_sizes(client, begin, end))
-        now = time.monotonic()
-        stop = choose_end(begin, end, scan.counts(), self.settings.limits.under(limit),
-                          waited=now - self._last_batch_at,
-                          available_now=self._target is not None)
-        if stop > begin and not scan.rows_before(stop) and begin >= client.log_bounds()[2]:
-            # Only entries without rows (status, staged, aborts...): no micro-batch to run.
-            # Once a snapshot passes the start, move on, before compaction can drop it.
-            stop = begin
-        if stop > begin:
-            self._last_batch_at = now
-        self._sizes = (begin, stop, scan.seen) if scan.covers(stop) else None
-        return offset_json(stop)
+        return offset_json(self.next_end(index_of(start, "start offset"), limit))
 
     def reportLatestOffset(self) -> dict:
         return offset_json(log_end(self.client()))
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = index_of(start, "start offset"), index_of(end, "end offset")
-        if stop <= begin:
-            return []
-        checked = self.checked_start(begin)
-        cached = self._sizes
-        sizes = cached[2] if cached and cached[0] == begin and cached[1] == stop else None
-        return self.plan([(checked, stop)], sizes)
+        return self.plan_batch(index_of(start, "start offset"), index_of(end, "end offset"))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.settings, partition)
 
     def commit(self, end: dict) -> None:
-        self._sizes = None
+        self.forget_sizes()
 
     def stop(self) -> None:
         self.close()
