@@ -14,15 +14,22 @@ Usage (the API later code programs against)::
         chp.set(b"/orders/3", b"v", uuid=my_uuid, properties={b"origin": b"spark"},
                 confirm=True)                        # waits for the KVPUB: receipt.sequence
         chp.delete(b"/orders/2")
+        chp.set_many([Update(b"/orders/4", b"a"), Update(b"/orders/5", b"b", uuid=u)])
+                                                     # -> {uuid: sequence}, all published
         for entry in chp.watch(include_snapshot=True):   # Entry per change, in order
             ...
         chp.watch(callback=handle)                   # handle(entry) on the client's thread
+        chp.watch(resyncs=True)                      # a Resync before each whole snapshot
 
 `Entry` (from `kvmap`) is what the replica stores: key, sequence of the update that set
 it, the setter's UUID, properties (a ttl in them is absolute, epoch milliseconds) and
 body; a delete is an `Entry` whose body is empty (`entry.deleted`). `snapshot()` and the
 watch stream are consistent: a watch opened with ``include_snapshot=True`` first yields
-the entries of the snapshot it was registered at, then every later change.
+the entries of the snapshot it was registered at, then every later change. A watch
+opened with ``resyncs=True`` gets, in place of the differences of each whole snapshot
+(the first sync, a failover, a server that went backwards), a `Resync` holding the
+snapshot's entries and its sequence, then the updates that followed it: for a consumer
+that keeps its own copy (e.g. across its own restarts) and diffs against that.
 
 How it works, as the zguide clone client (clone.py), and more: a background thread
 owns the sockets. It subscribes (SUB to P+1, to the subtree and HUGZ), waits until the
@@ -81,6 +88,16 @@ class MapSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Resync:
+    """In a `watch(resyncs=True)` stream: the client took a whole snapshot of `server`
+    at `sequence`; `entries` is the map then (under the subtree). Changes between the
+    previous item of the stream and this one were not seen one by one."""
+    sequence: int
+    entries: list[Entry]
+    server: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetReceipt:
     """What `set` sent: the UUID, and the sequence the server gave it when confirmed."""
     uuid: bytes
@@ -88,18 +105,20 @@ class SetReceipt:
 
 
 class Watch:
-    """A stream of `Entry` changes, in order. Iterate, or `get(timeout)`; `close()`
-    ends it (iteration stops). Unread changes queue without bound."""
+    """A stream of `Entry` changes, in order (and `Resync`s, if asked for). Iterate, or
+    `get(timeout)`; `close()` ends it (iteration stops). Unread changes queue without
+    bound."""
 
-    def __init__(self, client: "CloneClient") -> None:
+    def __init__(self, client: "CloneClient", resyncs: bool = False) -> None:
         self._client = client
-        self._queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Entry | Resync | None] = queue.SimpleQueue()
         self.closed = False
+        self.resyncs = resyncs
 
-    def put(self, entry: Entry) -> None:
+    def put(self, entry: Entry | Resync) -> None:
         self._queue.put(entry)
 
-    def get(self, timeout: float | None = None) -> Entry | None:
+    def get(self, timeout: float | None = None) -> Entry | Resync | None:
         """The next change, or None after `timeout` seconds or once closed."""
         if self.closed and self._queue.empty():
             return None
@@ -108,7 +127,7 @@ class Watch:
         except queue.Empty:
             return None
 
-    def __iter__(self) -> Iterator[Entry]:
+    def __iter__(self) -> Iterator[Entry | Resync]:
         while True:
             entry = self.get()
             if entry is None:
@@ -129,10 +148,11 @@ class Watch:
 
 
 class _Callback:
-    def __init__(self, fn: Callable[[Entry], None]) -> None:
+    def __init__(self, fn: Callable[[Entry | Resync], None], resyncs: bool) -> None:
         self.fn = fn
+        self.resyncs = resyncs
 
-    def put(self, entry: Entry) -> None:
+    def put(self, entry: Entry | Resync) -> None:
         try:
             self.fn(entry)
         except Exception:   # a watcher's bug must not kill the client
@@ -185,6 +205,40 @@ def _bytes(value: Bytesish, what: str) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise ConfigError(f"{what} must be bytes or str, not {type(value).__name__}")
+
+
+def _kvset_frames(key: Bytesish, value: Bytesish, ttl: float | None, uuid: bytes | None,
+                  properties: Mapping[Bytesish, Bytesish] | Iterable[tuple[Bytesish, Bytesish]]
+                  ) -> list[bytes]:
+    """The frames of a KVSET, checked (`ConfigError` names what is wrong)."""
+    key_b = _bytes(key, "key")
+    if not key_b or key_b in RESERVED_KEYS:
+        raise ConfigError(f"key {key_b!r} is reserved by the protocol; choose another")
+    uuid_b = uuid_module.uuid4().bytes if uuid is None else bytes(uuid)
+    if len(uuid_b) != UUID_LENGTH:
+        raise ConfigError(f"uuid must be 16 bytes, got {len(uuid_b)}")
+    pairs = list(properties.items() if isinstance(properties, Mapping) else properties)
+    props = [(_bytes(n, "property name"), _bytes(v, "property value")) for n, v in pairs]
+    if ttl is not None:
+        if not ttl > 0:
+            raise ConfigError(f"--ttl: must be a positive number of seconds, got {ttl!r}")
+        props = [p for p in props if p[0] != TTL]
+        props.append((TTL, b"%d" % ttl if float(ttl).is_integer() else repr(ttl).encode()))
+    try:
+        props_raw = format_properties(props)
+    except ProtocolError as exc:
+        raise ConfigError(f"properties: {exc.reason}") from None
+    return [key_b, pack_sequence(0), uuid_b, props_raw, _bytes(value, "value")]
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One KVSET for `CloneClient.set_many` (the arguments of `set`)."""
+    key: Bytesish
+    value: Bytesish
+    uuid: bytes | None = None
+    properties: Mapping[Bytesish, Bytesish] | Iterable[tuple[Bytesish, Bytesish]] = ()
+    ttl: float | None = None
 
 
 class CloneClient:
@@ -275,11 +329,13 @@ class CloneClient:
         return sorted((key, e.body) for key, e in entries.items())
 
     # ----------------------------------------------------------------- watching
-    def watch(self, callback: Callable[[Entry], None] | None = None, *,
-              include_snapshot: bool = False) -> Watch | None:
+    def watch(self, callback: Callable[[Entry | Resync], None] | None = None, *,
+              include_snapshot: bool = False, resyncs: bool = False) -> Watch | None:
         """Changes from now on (after the current entries, with `include_snapshot`):
-        as a `Watch` iterator, or passed to `callback` on the client's thread."""
-        watcher: Watch | _Callback = Watch(self) if callback is None else _Callback(callback)
+        as a `Watch` iterator, or passed to `callback` on the client's thread. With
+        `resyncs`, each whole snapshot comes as a `Resync` instead of differences."""
+        watcher: Watch | _Callback = (Watch(self, resyncs) if callback is None
+                                      else _Callback(callback, resyncs))
         with self._lock:
             if include_snapshot:
                 for entry in self._replica.map.entries(self.subtree):
@@ -301,29 +357,11 @@ class CloneClient:
         key. `uuid`: 16 bytes (default: a fresh uuid4). `properties`: extra name=value
         pairs. `confirm`: wait (up to `timeout`, default the server timeout) for the
         KVPUB and return its sequence. An empty value deletes the key."""
-        key_b = _bytes(key, "key")
-        if not key_b or key_b in RESERVED_KEYS:
-            raise ConfigError(f"key {key_b!r} is reserved by the protocol; choose another")
-        uuid_b = uuid_module.uuid4().bytes if uuid is None else bytes(uuid)
-        if len(uuid_b) != UUID_LENGTH:
-            raise ConfigError(f"uuid must be 16 bytes, got {len(uuid_b)}")
-        pairs = list(properties.items() if isinstance(properties, Mapping) else properties)
-        props = [(_bytes(n, "property name"), _bytes(v, "property value")) for n, v in pairs]
-        if ttl is not None:
-            if not ttl > 0:
-                raise ConfigError(f"--ttl: must be a positive number of seconds, got {ttl!r}")
-            props = [p for p in props if p[0] != TTL]
-            props.append((TTL, b"%d" % ttl if float(ttl).is_integer() else repr(ttl).encode()))
-        try:
-            props_raw = format_properties(props)
-        except ProtocolError as exc:
-            raise ConfigError(f"properties: {exc.reason}") from None
-        frames = [key_b, pack_sequence(0), uuid_b, props_raw, _bytes(value, "value")]
+        frames = _kvset_frames(key, value, ttl, uuid, properties)
+        key_b, uuid_b = frames[0], frames[2]
         waiter = None
         if confirm:
-            if not key_b.startswith(self.subtree):
-                raise ConfigError(f"confirm=True needs key {key_b!r} inside the client's "
-                                  f"subtree {self.subtree!r}, where its KVPUB is seen")
+            self._check_seen(key_b)
             waiter = self._waiters[uuid_b] = _Waiter()
         with self._pipe_lock:
             send_frames(self._pipe, [_SET, *frames])
@@ -338,10 +376,47 @@ class CloneClient:
             self._waiters.pop(uuid_b, None)
         return SetReceipt(uuid_b, waiter.entry.sequence)
 
+    def set_many(self, updates: Iterable[Update], *, timeout: float | None = None
+                 ) -> dict[bytes, int]:
+        """Send one KVSET per `Update`, in order, and wait until the server published
+        the last update of each key (an earlier one of the same key was applied before
+        it: one connection, in order): up to `timeout` seconds in all (default the
+        server timeout) or `ChpTimeout`, naming how many are unconfirmed. Returns
+        {uuid: sequence} of the confirmed updates. Every key must be in the subtree."""
+        last: dict[bytes, bytes] = {}
+        batch = []
+        for update in updates:
+            frames = _kvset_frames(update.key, update.value, update.ttl, update.uuid,
+                                   update.properties)
+            self._check_seen(frames[0])
+            last[frames[0]] = frames[2]
+            batch.append(frames)
+        waiters = {uuid_b: _Waiter() for uuid_b in last.values()}
+        self._waiters.update(waiters)
+        try:
+            with self._pipe_lock:
+                for frames in batch:
+                    send_frames(self._pipe, [_SET, *frames])
+            deadline = time.monotonic() + (self.server_timeout if timeout is None else timeout)
+            for waiter in waiters.values():
+                if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
+                    missing = sum(not w.event.is_set() for w in waiters.values())
+                    raise ChpTimeout(f"{missing} of {len(waiters)} updates were not published "
+                                     "within the timeout; they may or may not have been "
+                                     "applied (sending them again is safe)")
+        finally:
+            for uuid_b in waiters:
+                self._waiters.pop(uuid_b, None)
+        return {uuid_b: w.entry.sequence for uuid_b, w in waiters.items()}
+
+    def _check_seen(self, key: bytes) -> None:
+        if not key.startswith(self.subtree):
+            raise ConfigError(f"confirming needs key {key!r} inside the client's subtree "
+                              f"{self.subtree!r}, where its KVPUB is seen")
+
     def delete(self, key: Bytesish, **kwargs) -> SetReceipt:
         """A KVSET with an empty value (same options as `set`, but no ttl)."""
         return self.set(key, b"", **kwargs)
-
     # ----------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Stop the background thread and close every socket; ends open watches."""
@@ -369,15 +444,36 @@ class CloneClient:
     # ----------------------------------------------------------------- agent side
     def _deliver(self, entries: Iterable[Entry]) -> None:
         """Hand applied changes to watchers and confirm waiters (agent thread, lock held)."""
-        watchers, waiters = self._watchers, self._waiters
+        watchers = self._watchers
         for entry in entries:
             for watcher in watchers:
                 watcher.put(entry)
-            if waiters:
-                waiter = waiters.get(entry.uuid)
-                if waiter is not None and entry.key.startswith(self.subtree):
-                    waiter.entry = entry
-                    waiter.event.set()
+        self._confirm(entries)
+
+    def _deliver_synced(self, synced: Synced) -> None:
+        """A completed snapshot: its differences, or a `Resync` and the updates after it
+        for watchers that asked for resyncs (agent thread, lock held)."""
+        server = str(self.server)
+        for watcher in self._watchers:
+            if watcher.resyncs and synced.snapshot is not None:
+                watcher.put(Resync(synced.at, synced.snapshot, server))
+                entries = synced.updates
+            else:
+                entries = synced.changes
+            for entry in entries:
+                watcher.put(entry)
+        self._confirm(synced.changes)
+
+    def _confirm(self, entries: Iterable[Entry]) -> None:
+        """Wake the `set`s waiting for these updates' KVPUBs."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        for entry in entries:
+            waiter = waiters.get(entry.uuid)
+            if waiter is not None and entry.key.startswith(self.subtree):
+                waiter.entry = entry
+                waiter.event.set()
 
 
 class _Agent:
@@ -517,7 +613,7 @@ class _Agent:
             with client._lock:
                 synced = replica.on_snapshot(msg, time.time())
                 if synced is not None:
-                    client._deliver(synced.changes)
+                    client._deliver_synced(synced)
             if synced is not None:
                 self._on_synced(synced)
         self.expiry = time.monotonic() + client.server_timeout
@@ -540,4 +636,5 @@ class _Agent:
             client._ever_synced.set()
 
 
-__all__ = ["CloneClient", "MapSnapshot", "SERVER_TTL", "SetReceipt", "Watch"]
+__all__ = ["CloneClient", "MapSnapshot", "Resync", "SERVER_TTL", "SetReceipt", "Update",
+           "Watch"]

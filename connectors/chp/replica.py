@@ -53,10 +53,19 @@ class Phase(enum.Enum):
 @dataclass(slots=True)
 class Synced:
     """A snapshot completed: the replica is at `sequence`; `changes` are the entries
-    that differ from the replica before it (removed keys as entries with empty body)."""
+    that differ from the replica before it (removed keys as entries with empty body).
+
+    For a whole snapshot (not a resume), `snapshot` holds its entries (the map at `at`,
+    KTHXBAI's sequence, under the subtree) and `updates` the buffered updates applied
+    after it (the tail of `changes`): what a consumer keeping its own copy of the map
+    needs to compute its own differences (`client.Resync`). A resume leaves `snapshot`
+    None: its `changes` are every update, in order."""
     sequence: int
     changes: list[Entry] = field(default_factory=list)
     resyncs: int = 0
+    snapshot: list[Entry] | None = None
+    updates: list[Entry] = field(default_factory=list)
+    at: int = 0
 
 
 class Replica:
@@ -163,17 +172,19 @@ class Replica:
             for entry in changes:
                 self.map.replay(entry)
             self.map.sequence = max(self.map.sequence, msg.sequence)
+            snapshot = None
         else:
             old = self.map
-            new = CloneMap(msg.sequence, [e for e in self._snapshot if e.body],
-                           track_changes=old.track_changes)
+            snapshot = [e for e in self._snapshot if e.body]
+            new = CloneMap(msg.sequence, snapshot, track_changes=old.track_changes)
             changes = _differences(old, new, self.subtree)
             self.map = new
         self.identity = identity
         self.phase = Phase.LIVE
         buffered, self._buffer, self._snapshot = self._buffer, [], []
-        changes += self._apply_buffered(buffered, now)
-        return Synced(self.map.sequence, changes, self.resyncs)
+        updates = self._apply_buffered(buffered, now)
+        return Synced(self.map.sequence, changes + updates, self.resyncs, snapshot, updates,
+                      msg.sequence)
 
     def _apply_buffered(self, buffered: list[Kvpub], now: float) -> list[Entry]:
         """The updates that came while syncing, above the new sequence."""
