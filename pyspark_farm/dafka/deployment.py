@@ -4,7 +4,8 @@ become one `DafkaConfig` (a frozen dataclass: safe to pickle into tasks).
 `dafka.<path>` options pass the C tools' config paths straight through, with their
 units (milliseconds for times), e.g. ``.option("dafka.beacon/interval", "100")``: every
 node of a deployment must agree on the beacon interval and timeout, so Spark's nodes
-take the deployment's values, as the C tools would from their ZPL file.
+take the deployment's values, as the C tools would from their ZPL file. A tower whose
+publisher is not at PORT+1 is named by ``dafka.beacon/pub_address``.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def dafka_config(tower: tuple[str, ...], raw: Mapping[str, str]) -> DafkaConfig:
     paths = {str(k)[len(PASSTHROUGH):].lower(): str(v) for k, v in raw.items()
              if str(k).lower().startswith(PASSTHROUGH)}
     try:
-        return config_from_zpl(paths, DafkaConfig()).with_towers(list(tower)).validate()
+        return config_from_zpl(paths, DafkaConfig().with_towers(list(tower))).validate()
     except ConfigError as exc:
         raise OptionError(f"{PASSTHROUGH}*", f"{exc}; dafka.* options take the Dafka "
                           "config paths (beacon/interval, beacon/timeout in ms...)") from None
