@@ -20,6 +20,7 @@ from .errors import OptionError
 #: kind name -> the module implementing it (imported on first use).
 KINDS: dict[str, str] = {
     "raft": "pyspark_farm.raft.kind",
+    "chp": "pyspark_farm.chp.kind",
     "dafka": "pyspark_farm.dafka.kind",
 }
 DEFAULT_KIND = "raft"
