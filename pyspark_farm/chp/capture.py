@@ -1,0 +1,267 @@
+"""The capture: a CHP map's updates, appended to the farm's journal, so they can be replayed.
+
+One capture runs per streaming query, in the driver's long-lived source process, on a
+thread: a `CloneClient` (failing over between the servers of `endpoint`) watches the
+subtree, `changelog.Changelog` turns what it sees into changes, and every `linger`
+seconds (or `chunk_rows` changes) they become one **chunk**: an Arrow payload staged in
+the farm and committed by the ledger as batch N of the capture's own id (the "query id"
+of its commits). Executors read the chunks as any committed batch (`log_access`); the
+ledger makes a chunk visible once, whoever retries it.
+
+What makes it resumable: every chunk's commit carries ``{"chp": {"last", "server",
+"token"}}`` in its metadata; after a restart the capture reads its chunks back from the
+farm (from `since`, the index where it began) into the changelog's memory, takes chunk
+numbers on from the ledger's last committed one, and diffs the first snapshot against
+that memory. A `latest` capture writes its first snapshot aside, as batch 0 of
+``<id>#baseline`` (not shown as rows), so that memory survives too. Two captures with
+one id (two queries on one checkpoint) meet at the ledger: the second commit of a chunk
+number is a duplicate without our token, and the later capture stops with
+`CaptureConflict`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from connectors.chp.client import CloneClient, Resync
+
+from ..connection import FarmConnection
+from ..errors import DataLossError, GarlicFarmSparkError
+from ..log_access import PieceReader, entry_sizes, log_end
+from ..planning import Piece
+from .changelog import Change, Changelog
+from .rows import CHANGELOG_CONTENT, decode_payload, encode_payload, table_changes
+
+if TYPE_CHECKING:
+    from consensus.runtime import FarmClient
+
+log = logging.getLogger("pyspark_farm.chp.capture")
+RETRY_FOR = 60.0      # seconds a chunk is retried against an unavailable farm
+
+
+class CaptureConflict(GarlicFarmSparkError):
+    """Another capture with the same id wrote the chunk this one was writing."""
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What a capture follows and where it writes (picklable)."""
+    connection: FarmConnection
+    servers: tuple[str, ...]
+    subtree: bytes
+    server_timeout: float
+    emit_snapshot: bool
+    fail_on_data_loss: bool = True
+    linger: float = 0.05
+    chunk_rows: int = 10_000
+
+
+def baseline_id(capture_id: str) -> str:
+    return f"{capture_id}#baseline"
+
+
+class Capture:
+    """A running capture (`start`, `flush`, `check`, `stop`); see the module doc."""
+
+    def __init__(self, settings: CaptureSettings, capture_id: str, since: int) -> None:
+        self.settings = settings
+        self.capture_id = capture_id
+        self.since = since
+        self.chunks_written = 0
+        self.last_sequence: int | None = None   # the last sequence written to the farm
+        self._stop = threading.Event()
+        self._state = threading.Condition()
+        self._error: BaseException | None = None
+        self._asked = 0          # flush requests made
+        self._done = 0           # flush requests served (everything received is written)
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"chp-capture-{capture_id[:8]}")
+
+    # ----------------------------------------------------------------- control
+    def start(self) -> "Capture":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.settings.connection.timeout + 5)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def check(self) -> None:
+        """Raise what stopped the capture, if anything did."""
+        if self._error is not None:
+            raise self._error
+        if not self.alive and not self._stop.is_set():
+            raise GarlicFarmSparkError(f"the chp capture {self.capture_id} stopped")
+
+    def flush(self, timeout: float) -> None:
+        """Wait until the capture is in sync with a server and has written everything it
+        received before this call (Trigger.AvailableNow's "now")."""
+        with self._state:
+            self._asked += 1
+            ticket = self._asked
+            served = self._state.wait_for(
+                lambda: self._done >= ticket or self._error is not None or not self.alive,
+                timeout)
+        self.check()
+        if not served:
+            raise GarlicFarmSparkError(
+                f"the chp capture got no snapshot from {', '.join(self.settings.servers)} "
+                f"within {timeout:.0f}s: are the servers of the option 'endpoint' up?")
+
+    # ----------------------------------------------------------------- the thread
+    def _run(self) -> None:
+        farm = None
+        try:
+            farm = self.settings.connection.client()
+            changelog, chunk = self._rebuild(farm)
+            settings = self.settings
+            with CloneClient(list(settings.servers), settings.subtree,
+                             server_timeout=settings.server_timeout) as chp:
+                watch = chp.watch(include_snapshot=True, resyncs=True)
+                self._follow(farm, watch, changelog, chunk)
+        except BaseException as exc:   # handed to the query through check()
+            if not self._stop.is_set():
+                log.error("chp capture %s failed: %s", self.capture_id, exc)
+                self._error = exc
+        finally:
+            if farm is not None:
+                farm.close()
+            with self._state:
+                self._state.notify_all()
+
+    def _follow(self, farm: "FarmClient", watch, changelog: Changelog, chunk: int) -> None:
+        settings = self.settings
+        pending: list[Change] = []
+        oldest = 0.0
+        server = ""
+        synced = False
+        while not self._stop.is_set():
+            item = watch.get(timeout=settings.linger if pending else 0.1)
+            while item is not None:
+                if isinstance(item, Resync):
+                    server, synced = item.server, True
+                    pending += changelog.resync(item.sequence, item.entries)
+                    if changelog.baseline:
+                        self._write(farm, baseline_id(self.capture_id), 0, changelog.baseline,
+                                    item.sequence, server)
+                        changelog.baseline = []
+                else:
+                    change = changelog.update(item)
+                    if change is not None:
+                        pending.append(change)
+                if len(pending) >= settings.chunk_rows:
+                    break
+                item = watch.get(timeout=0)
+            now = time.monotonic()
+            if pending and not oldest:
+                oldest = now
+            with self._state:
+                asked = self._asked
+            drained = item is None
+            if pending and (len(pending) >= settings.chunk_rows or asked > self._done
+                            or now - oldest >= settings.linger):
+                self._write(farm, self.capture_id, chunk, pending, changelog.last, server)
+                chunk += 1
+                pending, oldest = [], 0.0
+            if synced and drained and not pending and asked > self._done:
+                with self._state:
+                    self._done = asked
+                    self._state.notify_all()
+
+    def _write(self, farm: "FarmClient", query_id: str, batch: int, changes: Sequence[Change],
+               last: int | None, server: str) -> None:
+        """One chunk: stage its payload, commit it as `batch` of `query_id`; retried
+        while the farm is unavailable, at most RETRY_FOR seconds."""
+        from consensus.runtime import FarmError
+        payload = encode_payload(changes)
+        token = uuid.uuid4().hex
+        metadata = {"rows": [len(changes)], "writer": "pyspark_farm.chp",
+                    "chp": {"last": last, "server": server, "token": token}}
+        deadline = time.monotonic() + RETRY_FOR
+        delay = 0.1
+        while True:
+            try:
+                staged = farm.stage(query_id, batch, 0, 0, payload, content_type=CHANGELOG_CONTENT)
+                outcome = farm.commit_batch(query_id, batch, [staged], metadata=metadata)
+                break
+            except FarmError as exc:
+                if time.monotonic() + delay > deadline or self._stop.is_set():
+                    raise
+                log.warning("chp capture %s: chunk %d not written yet (%s); retrying",
+                            self.capture_id, batch, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 2.0)
+        if outcome.duplicate and outcome.metadata.get("chp", {}).get("token") != token:
+            raise CaptureConflict(
+                f"chunk {batch} of the chp capture {query_id} was written by another capture: "
+                "two queries run with one checkpoint? Stop one of them.")
+        if query_id == self.capture_id:
+            self.chunks_written += 1
+            self.last_sequence = last
+
+    # ----------------------------------------------------------------- restart
+    def _rebuild(self, farm: "FarmClient") -> tuple[Changelog, int]:
+        """The changelog's memory and the next chunk number, from what this capture wrote
+        before (nothing for a new capture)."""
+        changelog = Changelog(emit_snapshot=self.settings.emit_snapshot)
+        base = farm.batch_status(baseline_id(self.capture_id), 0)
+        last_chunk = farm.last_committed_batch(self.capture_id)
+        if base is None and last_chunk is None:
+            return changelog, 0
+        reader = PieceReader(self.settings.connection, None, fail_on_data_loss=True)
+        try:
+            indexes = [] if base is None else [base.index]
+            indexes += [size.index for size in entry_sizes(
+                farm, self.since, log_end(farm), query_id=self.capture_id)]
+            for index in indexes:
+                for visible in reader.read([Piece(index, index + 1, (0, 1))]):
+                    for payload in visible.records:
+                        for change in table_changes(decode_payload(payload, visible.index)):
+                            changelog.replay(change)
+        except DataLossError:
+            if self.settings.fail_on_data_loss:
+                raise
+            log.warning("chp capture %s: its history was compacted away; the next snapshot "
+                        "is emitted whole (failOnDataLoss is false)", self.capture_id)
+            changelog = Changelog(emit_snapshot=True)
+        finally:
+            reader.close()
+        if last_chunk is not None:
+            status = farm.batch_status(self.capture_id, last_chunk)
+            recorded = (status.metadata.get("chp") or {}).get("last") if status else None
+            if recorded is not None and changelog.has_history:
+                changelog.last = recorded
+        self.chunks_written = 0 if last_chunk is None else last_chunk + 1
+        log.info("chp capture %s resumed: %d keys known, chunk %d next", self.capture_id,
+                 len(changelog.known), self.chunks_written)
+        return changelog, self.chunks_written
+
+
+_running: dict[str, Capture] = {}
+_running_lock = threading.Lock()
+
+
+def obtain(settings: CaptureSettings, capture_id: str, since: int) -> Capture:
+    """The running capture of `capture_id` in this process, started if needed (a query
+    restarted in the same driver finds its capture, rather than starting a rival)."""
+    with _running_lock:
+        capture = _running.get(capture_id)
+        if capture is None or not capture.alive:
+            capture = _running[capture_id] = Capture(settings, capture_id, since).start()
+        return capture
+
+
+def release(capture: Capture) -> None:
+    """Stop a capture and forget it."""
+    with _running_lock:
+        if _running.get(capture.capture_id) is capture:
+            del _running[capture.capture_id]
+    capture.stop()

@@ -1,0 +1,99 @@
+"""CHP rows as Arrow: the chp source's columns, the capture's journal payloads, the map.
+
+The capture stores its changes in the farm as Arrow IPC payloads that already have the
+source's columns (`CHP_SCHEMA`), so an executor hands them to Spark as they are (plus
+the columns `valueFormat` decodes). Keys are text in Spark: a key that is not UTF-8 is
+shown with U+FFFD in place of the bad bytes. Properties become a map; a ttl in them is
+the absolute expiry in epoch milliseconds (the stored form), except in a live update
+that set it (relative seconds, as the server published it).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+
+from connectors.chp.kvmap import Entry
+from connectors.chp.proto import parse_properties
+from consensus.wire.errors import ProtocolError
+
+from ..errors import GarlicFarmSparkError
+from .changelog import RESYNC_PROPERTY, Change
+
+#: The chp source's own columns (docs/options.md).
+CHP_COLUMNS_DDL = ("key string, sequence long, uuid binary, properties map<string,string>, "
+                   "value binary, deleted boolean")
+CHP_SCHEMA = pa.schema([("key", pa.string()), ("sequence", pa.int64()),
+                        ("uuid", pa.binary()), ("properties", pa.map_(pa.string(), pa.string())),
+                        ("value", pa.binary()), ("deleted", pa.bool_())])
+#: The content type of the capture's staged payloads.
+CHANGELOG_CONTENT = "chp-changelog"
+
+
+class PayloadError(GarlicFarmSparkError):
+    """A payload in the capture's journal is not what the capture writes."""
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def property_map(raw: bytes, resync: str | None = None) -> list[tuple[str, str]]:
+    """CHP properties (``name=value`` lines) as map items; unreadable ones are dropped
+    (the raw frame was the server's to check)."""
+    try:
+        pairs = [(_text(n), _text(v)) for n, v in parse_properties(raw)] if raw else []
+    except ProtocolError:
+        pairs = []
+    if resync is not None:
+        pairs.append((RESYNC_PROPERTY, resync))
+    return pairs
+
+
+def changes_batch(changes: Sequence[Change]) -> pa.RecordBatch:
+    """Changes as one record batch of `CHP_SCHEMA`."""
+    return pa.RecordBatch.from_arrays([
+        pa.array([_text(c.key) for c in changes], pa.string()),
+        pa.array([c.sequence for c in changes], pa.int64()),
+        pa.array([c.uuid for c in changes], pa.binary()),
+        pa.array([property_map(c.properties, c.resync) for c in changes],
+                 pa.map_(pa.string(), pa.string())),
+        pa.array([c.value for c in changes], pa.binary()),
+        pa.array([c.deleted for c in changes], pa.bool_()),
+    ], schema=CHP_SCHEMA)
+
+
+def entries_batch(entries: Iterable[Entry]) -> pa.RecordBatch:
+    """Stored map entries (a batch read of the map) as rows, `deleted` false."""
+    return changes_batch([Change(e.key, e.sequence, e.uuid, e.properties, e.body, False)
+                          for e in entries])
+
+
+def encode_payload(changes: Sequence[Change]) -> bytes:
+    """The capture's journal payload for `changes` (an Arrow IPC stream, zstd)."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, CHP_SCHEMA, options=options) as writer:
+        writer.write_batch(changes_batch(changes))
+    return sink.getvalue().to_pybytes()
+
+
+def decode_payload(payload: bytes, index: int) -> pa.Table:
+    """A journal payload back as a table of `CHP_SCHEMA`, checked."""
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise PayloadError(f"log index {index}: a chp capture payload is not an Arrow IPC "
+                           f"stream ({exc})") from None
+    if table.schema != CHP_SCHEMA:
+        raise PayloadError(f"log index {index}: a chp capture payload has the columns "
+                           f"{table.schema.names}, not the capture's")
+    return table
+
+
+def table_changes(table: pa.Table) -> Iterable[Change]:
+    """The changes in a decoded payload (for rebuilding the capture's memory)."""
+    for row in table.to_pylist():
+        props = dict(row["properties"] or ())
+        yield Change(row["key"].encode(), row["sequence"], row["uuid"], b"", row["value"],
+                     row["deleted"], props.get(RESYNC_PROPERTY))

@@ -1,0 +1,259 @@
+"""The chp source: a CHP map's changelog as a stream, and the map itself as a table.
+
+Streams: the driver's `capture` appends the map's changes to the farm's journal; offsets
+are positions in that journal, ``{"index": N, "capture": ID, "since": S}`` (the next log
+index to read, the capture's id, the index where it began): the id travels in the
+checkpoint, so a restarted query finds its capture's history and resumes it. Executors
+read the capture's chunks in the range as committed batches (`log_access`): the stream
+is replayable, and the CHP server is never asked for history it does not have.
+
+Batch reads (`spark.read`) return the current map straight from a server: one task
+takes a snapshot of the subtree, narrowed by pushed filters on `key` (=, IN, LIKE
+'prefix%').
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualNullSafe,
+                                    EqualTo, Filter, In, InputPartition, StringStartsWith)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+from connectors.chp.client import CloneClient
+
+from ..admission import Limits
+from ..log_access import LogPartition, LogPlanner, PieceReader, log_end
+from ..value_formats import value_decoder
+from .capture import Capture, CaptureSettings, obtain, release
+from .rows import decode_payload, entries_batch
+
+
+@dataclass(frozen=True)
+class ValueColumns:
+    """The Arrow schema of the batches Spark expects, and how to decode values."""
+    value_format: str
+    schema: pa.Schema               # the Arrow schema of every batch (Spark's, exactly)
+    value_schema: pa.Schema | None  # the decoded value columns
+
+    def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A batch of the chp columns, with the columns `valueFormat` decodes appended."""
+        columns = list(batch.columns)
+        if self.value_schema is not None:
+            columns += value_decoder(self.value_format, self.value_schema)(batch.column("value"))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+@dataclass(frozen=True)
+class ChpSourceSettings:
+    """The stream's options, typed; picklable (no sockets)."""
+    capture: CaptureSettings
+    limits: Limits
+    min_partitions: int
+    read_from: str
+    columns: ValueColumns
+
+    @property
+    def connection(self):
+        return self.capture.connection
+
+    @property
+    def fail_on_data_loss(self) -> bool:
+        return self.capture.fail_on_data_loss
+
+
+# --- offsets --------------------------------------------------------------------------------
+
+def chp_offset(index: int, capture_id: str, since: int) -> dict:
+    return {"index": int(index), "capture": capture_id, "since": int(since)}
+
+
+def parse_offset(offset: dict, what: str = "offset") -> tuple[int, str, int]:
+    """(index, capture id, since) of a checkpointed chp offset, or a clear error."""
+    if not isinstance(offset, dict) or set(offset) != {"index", "capture", "since"}:
+        raise ValueError(f"{what} {offset!r} is not a chp changelog offset (expected "
+                         '{"index": N, "capture": ID, "since": S}); was the checkpoint '
+                         "written by another source?")
+    index, capture_id, since = offset["index"], offset["capture"], offset["since"]
+    for name, number in (("index", index), ("since", since)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"{what} {offset!r}: {name} must be an integer >= 0")
+    if not isinstance(capture_id, str) or not capture_id:
+        raise ValueError(f"{what} {offset!r}: capture must be a non-empty id")
+    return index, capture_id, since
+
+
+# --- executors ------------------------------------------------------------------------------
+
+def read_changes(settings: ChpSourceSettings, partition: InputPartition
+                 ) -> Iterator[pa.RecordBatch]:
+    """The rows of one task: the capture's chunks it was given (runs in an executor)."""
+    if not isinstance(partition, LogPartition) or not partition.pieces:
+        return
+    reader = PieceReader(settings.connection, partition.endpoint,
+                         fail_on_data_loss=settings.fail_on_data_loss)
+    try:
+        for visible in reader.read(partition.pieces):
+            for payload in visible.records:
+                for batch in decode_payload(payload, visible.index).to_batches():
+                    yield settings.columns.batch(batch)
+    finally:
+        reader.close()
+
+
+# --- the stream -----------------------------------------------------------------------------
+
+class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over the capture's chunks; the capture runs beside it."""
+
+    def __init__(self, settings: ChpSourceSettings) -> None:
+        self.settings = settings
+        self._capture: Capture | None = None
+        self._available_now = False
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_capture"] = None
+        return state
+
+    def capture(self, capture_id: str, since: int) -> Capture:
+        if self._capture is None or self._capture.capture_id != capture_id:
+            self._capture = obtain(self.settings.capture, capture_id, since)
+        self._capture.check()
+        return self._capture
+
+    def initialOffset(self) -> dict:
+        since = log_end(self.client())
+        capture_id = f"chp-capture-{uuid.uuid4()}"
+        self.capture(capture_id, since)
+        return chp_offset(since, capture_id, since)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return self.settings.limits.default_read_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True   # the target is fixed once the capture is known
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin, capture_id, since = parse_offset(start, "start offset")
+        capture = self.capture(capture_id, since)
+        if self._available_now and self._target is None:
+            capture.flush(max(30.0, 3 * self.settings.capture.server_timeout))
+            self._target = log_end(self.client())
+        return chp_offset(self.next_end(begin, limit, query_id=capture_id), capture_id, since)
+
+    def reportLatestOffset(self) -> dict | None:
+        capture = self._capture
+        if capture is None:
+            return None
+        return chp_offset(log_end(self.client()), capture.capture_id, capture.since)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, capture_id, _ = parse_offset(start, "start offset")
+        stop, _, _ = parse_offset(end, "end offset")
+        return self.plan_batch(begin, stop, query_id=capture_id)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_changes(self.settings, partition)
+
+    def commit(self, end: dict) -> None:
+        self.forget_sizes()
+
+    def stop(self) -> None:
+        if self._capture is not None:
+            release(self._capture)
+            self._capture = None
+        self.close()
+
+
+# --- the map as a table ---------------------------------------------------------------------
+
+class KeyFilter:
+    """What filters on `key` leave of a subtree: a longer prefix, or exact keys."""
+
+    def __init__(self, subtree: bytes) -> None:
+        self.subtree = subtree
+        self.keys: set[bytes] | None = None
+        self.empty = False
+
+    def narrow(self, condition: Filter) -> bool:
+        """Take a filter into account; False when it says nothing about keys. Spark still
+        applies every filter after the read (they are all handed back)."""
+        if getattr(condition, "attribute", None) != ("key",):
+            return False
+        value = getattr(condition, "value", None)
+        if isinstance(condition, StringStartsWith) and isinstance(value, str):
+            self._prefix(value.encode())
+        elif isinstance(condition, (EqualTo, EqualNullSafe, In)):
+            values = value if isinstance(condition, In) else (value,)
+            if not all(isinstance(v, str) for v in values):
+                return False
+            found = {v.encode() for v in values}
+            self.keys = found if self.keys is None else self.keys & found
+            self._prefix(os.path.commonprefix(sorted(found)) if found else b"")
+            self.empty = self.empty or not self.keys
+        else:
+            return False
+        return True
+
+    def _prefix(self, prefix: bytes) -> None:
+        if prefix.startswith(self.subtree):
+            self.subtree = prefix
+        elif not self.subtree.startswith(prefix):
+            self.empty = True       # two prefixes that exclude each other
+
+    def wanted(self, key: bytes) -> bool:
+        return not self.empty and (self.keys is None or key in self.keys)
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    """What a batch read of the map needs (picklable)."""
+    servers: tuple[str, ...]
+    subtree: bytes
+    server_timeout: float
+    columns: ValueColumns
+
+
+class ChpMapPartition(InputPartition):
+    def __init__(self, subtree: bytes, keys: frozenset[bytes] | None) -> None:
+        super().__init__(None)
+        self.subtree = subtree
+        self.keys = keys
+
+
+class ChpMapReader(DataSourceReader):
+    """`spark.read`: the current map under `subtree` (narrowed by key filters)."""
+
+    def __init__(self, settings: MapSettings) -> None:
+        self.settings = settings
+        self.filter = KeyFilter(settings.subtree)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for condition in filters:
+            self.filter.narrow(condition)
+            yield condition
+
+    def partitions(self) -> Sequence[InputPartition]:
+        if self.filter.empty:
+            return [ChpMapPartition(b"", frozenset())]
+        keys = None if self.filter.keys is None else frozenset(self.filter.keys)
+        return [ChpMapPartition(self.filter.subtree, keys)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ChpMapPartition)
+        if partition.keys is not None and not partition.keys:
+            return
+        settings = self.settings
+        with CloneClient(list(settings.servers), partition.subtree,
+                         server_timeout=settings.server_timeout) as chp:
+            chp.wait_synced(max(10.0, 2 * settings.server_timeout))
+            entries = chp.snapshot(partition.subtree).entries
+        chosen = sorted((e for k, e in entries.items()
+                         if partition.keys is None or k in partition.keys),
+                        key=lambda e: e.key)
+        if chosen:
+            yield settings.columns.batch(entries_batch(chosen))
