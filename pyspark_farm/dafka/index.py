@@ -10,7 +10,9 @@ in one small JSON value per partition in the farm's key-value map (docs/exactly-
 * ``pending``: ranges allocated to task attempts and not yet decided, each tagged with
   its batch, the digest of its content and whether a later attempt *filled* part of it
   with empty filler records (then it can never be committed);
-* every other sequence below ``next`` is garbage (an attempt that lost or failed).
+* every other sequence below ``next`` is garbage (an attempt that lost or failed);
+* ``last``: the most recently committed range with its batch and digest (only the last
+  committed batch can be replayed: Spark re-runs the batch it had not logged as done).
 
 Allocation is idempotent per (batch, content digest): a replayed task with the same
 output (a retry, a restart from the checkpoint) gets the same range and republishes the
@@ -66,13 +68,17 @@ class PartitionIndex:
     next: int = 0
     committed: tuple[Range, ...] = ()
     pending: tuple[Pending, ...] = field(default=())
+    last: Pending | None = None
 
     # -- JSON (the value stored in the farm) ---------------------------------------------------
     def to_json(self) -> str:
         return json.dumps({"v": INDEX_VERSION, "query": self.query, "topic": self.topic,
                            "next": self.next, "committed": [list(r) for r in self.committed],
                            "pending": [[p.start, p.stop, p.batch, p.digest, int(p.filled)]
-                                       for p in self.pending]}, separators=(",", ":"))
+                                       for p in self.pending],
+                           "last": None if self.last is None else [
+                               self.last.start, self.last.stop, self.last.batch,
+                               self.last.digest]}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, key: str) -> "PartitionIndex":
@@ -82,8 +88,11 @@ class PartitionIndex:
                 raise ValueError(f"version {raw.get('v')!r}, expected {INDEX_VERSION}")
             pending = tuple(Pending(int(s), int(e), int(b), str(d), bool(f))
                             for s, e, b, d, f in raw["pending"])
+            last = raw.get("last")
             return cls(str(raw["query"]), str(raw["topic"]), int(raw["next"]),
-                       tuple((int(s), int(e)) for s, e in raw["committed"]), pending)
+                       tuple((int(s), int(e)) for s, e in raw["committed"]), pending,
+                       None if last is None else Pending(int(last[0]), int(last[1]),
+                                                         int(last[2]), str(last[3])))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise PartitionIndexError(f"the farm's key {key!r} is not a garlicfarm Dafka partition "
                               f"index ({exc}); was it written by another program?") from None
@@ -94,7 +103,9 @@ class PartitionIndex:
         the range that same output had before unless it was filled, else a fresh one."""
         if count <= 0:
             raise ValueError("allocate at least one sequence")
-        for p in self.pending:
+        for p in (self.last, *self.pending):
+            if p is None:
+                continue
             if p.batch == batch and p.digest == digest and not p.filled:
                 return self, p.start
         start = self.next
@@ -126,13 +137,16 @@ class PartitionIndex:
         never committed (garbage)."""
         committed = list(self.committed)
         pending = []
+        last = self.last
         for p in self.pending:
             if p.batch in winners:
                 if winners[p.batch] == (p.start, p.stop) and not p.filled:
                     committed.append((p.start, p.stop))
+                    if last is None or p.batch >= last.batch:
+                        last = p
             elif last_batch is None or p.batch > last_batch:
                 pending.append(p)
-        return replace(self, committed=merge(committed), pending=tuple(pending))
+        return replace(self, committed=merge(committed), pending=tuple(pending), last=last)
 
     @property
     def frontier(self) -> int:

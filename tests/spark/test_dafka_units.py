@@ -83,6 +83,12 @@ def test_decisions_frontier_and_visible_ranges():
     assert decided.visible(7, 9) == [(7, 9)]
     done = decided.decide(2, {2: (14, 20)})
     assert done.committed == ((5, 10), (14, 20)) and done.frontier == done.next == 20
+    # A replay of the last committed batch with the same output gets its range again;
+    # other output gets a fresh one (garbage once decided).
+    assert done.last == Pending(14, 20, 2, "w")
+    assert done.allocate(2, "w", 6) == (done, 14)
+    assert done.allocate(2, "other", 6)[1] == 20
+    assert PartitionIndex.from_json(done.to_json(), "k") == done
     assert not done.covered_below(20)
     # Batches never committed below the last committed one are garbage.
     assert index.decide(5, {}).committed == () and index.decide(5, {}).frontier == 20
