@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--election-ticks", type=int, help="election timeout in [n, 2n) ticks "
                    "(default 30: 300-600 ms)")
     p.add_argument("--snapshot-interval", type=int, help="applied entries between "
-                   "snapshots (default 10000)")
+                   "snapshots (default 100000)")
     p.add_argument("--retain-entries", type=int, help="log entries kept below the latest "
                    "snapshot (default 100000)")
     p.add_argument("--segment-bytes", type=int, help="log segment size; compaction drops "

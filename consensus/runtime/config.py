@@ -75,7 +75,7 @@ class NodeConfig:
     status_interval: float = 5.0
     tick: float = 0.01                          #: seconds per Raft tick
     election_ticks: int = 30                    #: election timeout in [n, 2n) ticks
-    snapshot_interval: int = 10_000             #: entries between snapshots
+    snapshot_interval: int = 100_000            #: entries between snapshots
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024

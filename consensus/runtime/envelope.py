@@ -125,7 +125,36 @@ def stamp(data: bytes, timestamp_ms: int) -> bytes:
     """The command with the leader's clock in it (other bytes are returned unchanged)."""
     if not is_command(data) or len(data) < HEAD.size:
         return data
-    return data[:2] + struct.pack(">Q", timestamp_ms) + data[HEAD.size:]
+    return stamp_head(timestamp_ms) + data[HEAD.size:]
+
+
+def stamp_head(timestamp_ms: int) -> bytes:
+    """The first `HEAD.size` bytes of every command stamped at `timestamp_ms` (a leader
+    stamps a turn's commands with one clock reading: ``head + data[HEAD.size:]``)."""
+    return HEAD.pack(MAGIC, VERSION, timestamp_ms)
+
+
+def journal_request_id(data: bytes) -> bytes | None:
+    """The request id of a well-formed JOURNAL command - one `decode_command` accepts -
+    checked without building the Command (the leader's hot path); None for anything
+    else, which then takes `decode_command` (and its errors)."""
+    if len(data) < 15 or data[0] != MAGIC or data[1] != VERSION or data[10] != 0x93 \
+            or data[11] != CommandKind.JOURNAL:
+        return None
+    try:
+        body = msgpack.unpackb(data[HEAD.size:], raw=False)
+    except Exception:   # noqa: BLE001 - msgpack's several error types: the slow path says
+        return None
+    if type(body) is not list or len(body) != 3:
+        return None
+    request_id, records = body[1], body[2]
+    if type(request_id) is not bytes or not 0 < len(request_id) <= MAX_REQUEST_ID or \
+            type(records) is not list:
+        return None
+    for record in records:
+        if type(record) is not bytes:
+            return None
+    return request_id
 
 
 _KIND_OF = {int(k): k for k in CommandKind}

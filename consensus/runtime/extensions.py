@@ -32,6 +32,7 @@ from consensus.wire.jraft import (REGISTRY, REQUEST_CODEC, RESPONSE_CODEC, JRaft
 
 PROTOCOL = "garlicfarm-ext"
 _HEAD = struct.Struct(">Biiqi")
+_BODY_SIZE = struct.Struct(">i")
 
 
 class ExtType(enum.IntEnum):
@@ -242,7 +243,10 @@ class ExtensionCodec(MessageCodec):
                         if (check := _checker(kind)) is not None]
 
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
-        (size,) = struct.unpack_from(">i", head, 17)
+        return self.size_at(head, 0, limits)
+
+    def size_at(self, buffer: bytes | bytearray, pos: int, limits: JRaftLimits) -> int:
+        (size,) = _BODY_SIZE.unpack_from(buffer, pos + 17)
         if size < 0:
             raise _bad("bodySize", f"negative size {size}", 17)
         if size > limits.max_log_data_size:
@@ -292,6 +296,16 @@ class ExtensionCodec(MessageCodec):
                     raise _bad(name, "not hex") from None
             _check_kind(name, kind, values[3 + i])
         return self.message_class(*values)
+
+
+def write_result_frame(source: int, term: int, request_id: bytes, index: int,
+                       entry_term: int, code: int = 0, result: Any = None,
+                       message: str = "", detail: dict | None = None) -> bytes:
+    """`encode(WriteResult(source, 0, term, ...))` without building the message (a
+    leader answers every write with one)."""
+    body = msgpack.packb([request_id, index, entry_term, code, result, message,
+                          detail or {}], use_bin_type=True)
+    return _HEAD.pack(ExtType.WRITE_RESULT, source, 0, term, len(body)) + body
 
 
 def _build_registry() -> MessageRegistry:

@@ -33,9 +33,10 @@ from consensus.raft.errors import ConfigurationError
 from consensus.runtime import extensions as ext
 from consensus.runtime.extensions import ExtType
 from consensus.wire.errors import InvalidField, ProtocolError
-from consensus.wire.jraft import (ClusterConfiguration, ClusterServer, LogEntry, LogPack,
-                                  LogPackFormat, MessageType, RaftRequest, RaftResponse,
-                                  SnapshotSyncRequest, ValueType, check_shape)
+from consensus.wire.jraft import (ENTRY_HEAD, REQUEST_HEAD, RESPONSE_LAYOUT,
+                                  ClusterConfiguration, ClusterServer, JRaftLimits, LogEntry,
+                                  LogPack, LogPackFormat, MessageType, RaftRequest,
+                                  RaftResponse, SnapshotSyncRequest, ValueType, check_shape)
 
 EXT_SERVER_ID = -1
 EXT_PREFIX = "gf:"
@@ -109,6 +110,93 @@ def entries_from_wire(wire: tuple[LogEntry, ...], first_index: int) -> list[Entr
         else:
             out.append(entry_from_wire(w, first_index + i))
     return out
+
+
+# -- fast paths: the hot messages straight between bytes and core messages -----------------
+#
+# Replication and client writes are most of the traffic. These read and write them in
+# place with the codec's precompiled layouts, without the wire objects (RaftRequest,
+# LogEntry) in between. They handle the common shapes only (Application entries and
+# no-ops) and return None for anything else, which then takes the generic path - the
+# one that also names the field at fault in a malformed message.
+
+def _values(frame: bytes, limits: JRaftLimits) -> list[tuple[int, bytes]] | None:
+    """(term, value) of the request's entries when all are Application values within
+    the limits; None otherwise."""
+    out: list[tuple[int, bytes]] = []
+    append, unpack = out.append, ENTRY_HEAD.unpack_from
+    max_value, max_entries = limits.max_value_size, limits.max_entries
+    pos, end = REQUEST_HEAD.size, len(frame)
+    while pos < end:
+        if end - pos < ENTRY_HEAD.size or len(out) == max_entries:
+            return None
+        term, value_type, size = unpack(frame, pos)
+        pos += ENTRY_HEAD.size
+        if value_type != 1 or not 0 <= size <= max_value or size > end - pos:
+            return None
+        append((term, frame[pos:pos + size]))
+        pos += size
+    return out
+
+
+def append_entries_from_frame(frame: bytes, limits: JRaftLimits) -> AppendEntries | None:
+    """An AppendEntriesRequest frame as the core's AppendEntries (None: not the common
+    shape, decode it the generic way)."""
+    values = _values(frame, limits)
+    if values is None:
+        return None
+    _, source, destination, term, prev_term, prev_index, commit, _ = \
+        REQUEST_HEAD.unpack_from(frame)
+    make, app, noop = Entry, EntryType.APPLICATION, EntryType.NOOP
+    entries = [make(t, i, app if v else noop, v)
+               for i, (t, v) in enumerate(values, prev_index + 1)]
+    return AppendEntries(term, source, destination, prev_index, prev_term, entries, commit)
+
+
+def client_values_from_frame(frame: bytes, limits: JRaftLimits) -> list[bytes] | None:
+    """A ClientRequest frame's Application values (None: not the common shape)."""
+    values = _values(frame, limits)
+    if not values:
+        return None                     # no entries at all is malformed: say so there
+    return [v for _, v in values]
+
+
+def append_response_from_frame(frame: bytes, echo: Echo) -> AppendEntriesResponse:
+    """An AppendEntriesResponse frame, completed with its request's echo."""
+    _, source, destination, term, next_index, accepted = RESPONSE_LAYOUT.unpack_from(frame)
+    return AppendEntriesResponse(term, source, destination, accepted == 1, next_index,
+                                 echo.log_index, echo.count, echo.ctx)
+
+
+def append_entries_frame(msg: AppendEntries, bodies: dict) -> bytes | None:
+    """The AppendEntriesRequest frame of `msg` (None when an entry is a configuration:
+    the generic path encodes those). `bodies` caches the last encoded run of entries,
+    which the next follower usually gets too: entries are encoded once per turn."""
+    entries = msg.entries
+    if entries:
+        key = (entries[0].index, entries[-1].index, entries[-1].term)
+        body = bodies.get(key)
+        if body is None:
+            app, noop, pack = EntryType.APPLICATION, EntryType.NOOP, ENTRY_HEAD.pack
+            parts = []
+            for e in entries:
+                if e.type is not app and e.type is not noop:
+                    return None
+                parts += (pack(e.term, 1, len(e.data)), e.data)
+            body = b"".join(parts)
+            bodies.clear()
+            bodies[key] = body
+    else:
+        body = b""
+    return REQUEST_HEAD.pack(MessageType.APPEND_ENTRIES_REQUEST, msg.source, msg.destination,
+                             msg.term, msg.prev_log_term, msg.prev_log_index, msg.commit,
+                             len(body)) + body
+
+
+def append_response_frame(msg: AppendEntriesResponse) -> bytes:
+    return RESPONSE_LAYOUT.pack(MessageType.APPEND_ENTRIES_RESPONSE, msg.source,
+                                msg.destination, msg.term, msg.next_index,
+                                1 if msg.success else 0)
 
 
 # -- pairing ------------------------------------------------------------------------------
@@ -396,5 +484,7 @@ def _pulled_entries(items: list, first: int) -> list[Entry]:
 
 
 __all__ = ["Echo", "ResponseSlot", "to_wire", "response_to_wire", "response_from_wire",
+           "append_entries_from_frame", "client_values_from_frame", "append_response_from_frame",
+           "append_entries_frame", "append_response_frame",
            "request_from_wire", "self_contained_from_wire", "fifo_response_type", "slot_key",
            "refusal", "RESPONSE_OF", "FIFO_RESPONSES", "PEER_REQUESTS", "ProtocolError"]

@@ -38,10 +38,14 @@ from consensus.wire.errors import ProtocolError
 DEDUP_CAPACITY = 65_536
 BATCHES_KEPT_PER_QUERY = 100_000
 ALLOCATIONS_KEPT = 100_000
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2           #: 2: requests as [id, [index, term, result, error]]
+_READABLE_VERSIONS = (1, 2)    #: 1: requests as [id, index, term, result, error]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen on purpose (like consensus.raft.Entry): one is built for every command
+# applied, on every member, and a frozen dataclass costs ~3x more to build. Treat as
+# immutable.
+@dataclass(slots=True)
 class Outcome:
     """What applying one command produced: `result` (msgpack-able) or an error, at the
     index/term of the entry that first carried its request id."""
@@ -78,10 +82,15 @@ class RequestLog:
             self.outcomes.popitem(last=False)
 
     def dump(self) -> list:
-        return [[rid, *v] for rid, v in self.outcomes.items()]
+        """[[request id, [index, term, result, error]], ...], oldest first (built by C
+        code: a snapshot holds up to 65,536 of these)."""
+        return list(self.outcomes.items())
 
-    def load(self, items: list) -> None:
-        self.outcomes = OrderedDict((item[0], tuple(item[1:])) for item in items)
+    def load(self, items: list, version: int = SNAPSHOT_VERSION) -> None:
+        if version == 1:
+            self.outcomes = OrderedDict((item[0], tuple(item[1:])) for item in items)
+        else:
+            self.outcomes = OrderedDict((rid, tuple(v)) for rid, v in items)
 
 
 class Ledger:
@@ -389,12 +398,12 @@ class FarmStateMachine:
 
     def restore(self, data: bytes) -> None:
         state = msgpack.unpackb(data, raw=False, strict_map_key=False)
-        if not isinstance(state, dict) or state.get("v") != SNAPSHOT_VERSION:
+        if not isinstance(state, dict) or state.get("v") not in _READABLE_VERSIONS:
             raise ValueError("not a farm state machine snapshot (or another version)")
         self.applied = state["applied"]
         self.kv = dict(state["kv"])
         self.requests = RequestLog()
-        self.requests.load(state["requests"])
+        self.requests.load(state["requests"], state["v"])
         self.ledger.load(state["ledger"])
         self.statuses = {int(k): v[1] for k, v in state["statuses"].items()}
         self.status_index = {int(k): v[0] for k, v in state["statuses"].items()}

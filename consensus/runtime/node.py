@@ -8,9 +8,12 @@ machine, the `Transport` and the client `Service`. One loop turn:
    that came due by the monotonic clock (missed ones too);
 3. then the lease-sensitive work: forwarded ReadIndex requests and the clients' calls;
    the service turns the turn's writes into one `propose_many`;
-4. run the Ready loop (docs/raft-core.md): send `send_now`, persist (fsync when asked),
-   save the hard state, send `send_after_persist`, apply committed entries and answer
-   the clients waiting for them, hand read states to their readers;
+4. run the Ready loop (docs/raft-core.md): send `send_now` at once when it carries
+   entries (replication leaves before our own disk work; bare commit notices and
+   heartbeats go with the turn's other bytes), persist (fsync when asked), save the hard state, send
+   `send_after_persist` at once (a follower acknowledges before it applies), apply
+   committed entries and answer the clients waiting for them, hand read states to
+   their readers;
 5. answer what the core dropped, write everything queued.
 
 Every `status_interval` the node appends its Garlic Farm status to the log (through the
@@ -27,8 +30,9 @@ import threading
 import time
 from typing import Callable
 
-from consensus.raft import (Configuration, Message, RaftError, RaftNode, RaftOptions,
-                            ReadIndexRequest, Role, SoftState, StateMachine, TimeoutNow)
+from consensus.raft import (AppendEntries, Configuration, Message, RaftError, RaftNode,
+                            RaftOptions, ReadIndexRequest, Role, SoftState, StateMachine,
+                            TimeoutNow)
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.service import Service
@@ -258,22 +262,30 @@ class FarmNode:
 
     # -- the Ready loop -----------------------------------------------------------------------
     def _process_ready(self) -> None:
-        """Hand out Readys until none is left. With an fsync to do, the fsync runs on the
-        sync thread and the loop goes on (reading, stepping, proposing: the core allows
-        it before `advance`); the Ready is finished when the fsync is done. Its committed
-        entries and read states are handled at once: they are durable already."""
+        """Hand out Readys until none is left. Without an fsync: send `send_now`, append,
+        save the hard state, send `send_after_persist`, then apply (the acknowledgements
+        leave before the apply work). With an fsync to do, it runs on the sync thread
+        and the loop goes on (reading, stepping, proposing: the core allows it before
+        `advance`); the Ready is finished when the fsync is done. Its committed entries
+        and read states are handled at once: they are durable already."""
         if self._syncing is not None:
             if not self._syncer.done():
                 return
             rd, self._syncing = self._syncing, None
-            self._after_persist(rd)
+            self._persisted(rd)
+            self._finish(rd)
         raft, storage, transport = self.raft, self.storage, self.transport
         send = transport.send
         while raft.has_ready():
             rd = raft.ready()
             transport.handed_out(rd.send_after_persist)
-            for msg in rd.send_now:
-                send(msg)
+            if rd.send_now:
+                carries = False
+                for msg in rd.send_now:
+                    send(msg)
+                    carries = carries or type(msg) is not AppendEntries or bool(msg.entries)
+                if carries:                 # replication leaves before our own disk work;
+                    transport.flush()       # commit notices wait for the clients' answers
             if rd.soft_state is not None:
                 self._on_soft_state(rd.soft_state)
             if rd.snapshot is not None:
@@ -283,36 +295,44 @@ class FarmNode:
                 self.service.on_restored(rd.snapshot.index)
             if rd.entries and storage.append(rd.entries):
                 self.service.on_truncated(rd.entries[0].index)
-            if rd.committed_entries:
-                self._apply(rd.committed_entries)
-            if rd.read_states:
-                self.service.on_read_states(rd.read_states)
+            if rd.must_sync and self.fsyncs:
+                self._apply_ready(rd)       # its committed entries are durable already
+                transport.flush()           # and their answers leave before the fsync
+                self._syncing = rd          # the fsync runs on the sync thread (the
+                self._syncer.start()        # followers persist meanwhile)
+                return
             if rd.must_sync:
-                if self.fsyncs:
-                    transport.flush()       # the followers persist while we fsync
-                    self._syncing = rd
-                    self._syncer.start()
-                    return
                 storage.sync()
-            self._after_persist(rd)
+            self._persisted(rd)
+            self._apply_ready(rd)           # after the acknowledgements left
+            self._finish(rd)
 
-    def _after_persist(self, rd) -> None:
+    def _persisted(self, rd) -> None:
         """The Ready's entries are durable: save the hard state, send what promised it."""
         if rd.hard_state is not None:
             self.storage.save_hard_state(rd.hard_state, urgent=rd.term_or_vote_changed)
-        for msg in rd.send_after_persist:
-            self.transport.send(msg)
+        if rd.send_after_persist:
+            for msg in rd.send_after_persist:
+                self.transport.send(msg)
+            self.transport.flush()          # acknowledgements leave before we apply
+
+    def _apply_ready(self, rd) -> None:
+        if rd.committed_entries:
+            self._apply(rd.committed_entries)
+        if rd.read_states:
+            self.service.on_read_states(rd.read_states)
+
+    def _finish(self, rd) -> None:
         self.raft.advance(rd)
         if self._snapshot_due:
             self._take_snapshot()
 
     def _apply(self, entries) -> None:
-        machine, service = self.machine, self.service
+        apply, on_applied = self.machine.apply, self.service.on_applied
         for entry in entries:
-            outcome = machine.apply(entry)
-            service.on_applied(entry, outcome)
+            on_applied(entry, apply(entry))
         last = entries[-1].index
-        service.on_state_changed(last)
+        self.service.on_state_changed(last)
         if last - self._snapshot_index >= self.config.snapshot_interval:
             self._snapshot_due = True
 

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from consensus.raft import (Entry, EntryType, MembershipChangeError, NotLeader, ProposalDropped,
                             PullStatus, ReadStatus, Role)
 from consensus.runtime import extensions as ext
-from consensus.runtime.envelope import (decode_command, described, header_of, is_command,
-                                        request_id_of, stamp)
+from consensus.runtime.envelope import (HEAD, decode_command, described, header_of,
+                                        is_command, journal_request_id, request_id_of,
+                                        stamp_head)
 from consensus.runtime.errors import (FarmError, Incomplete, IndexOverflow, IndexUnderflow,
                                       NotLeaderError, RetryableWrite, Unavailable, error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
@@ -66,13 +67,6 @@ class _Waiter:
     index: int = 0
     term: int = 0
     done: bool = False
-
-
-@dataclass(slots=True)
-class _Proposal:
-    data: bytes
-    request_id: bytes | None
-    waiter: _Waiter | None
 
 
 @dataclass(slots=True)
@@ -139,6 +133,9 @@ class Service:
 
     # -- dispatch ---------------------------------------------------------------------------
     def on_client(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
+        if wire.__class__ is list:          # a Hello client's ClientRequest, its values
+            self._writes(conn, wire)        # (the transport's fast path)
+            return
         kind = wire.message_type
         if kind == ExtType.HELLO:
             conn.extensions = True
@@ -168,29 +165,43 @@ class Service:
                 self._refuse_write(conn, wire, slot,
                                    FarmError(f"malformed ClientRequest: {exc}"))
                 return
+        if conn.extensions:
+            self._writes(conn, [entry.value for entry in entries])
+            return
         if raft.role is not Role.LEADER:
             self._refuse_write(conn, wire, slot, self.not_leader())
             return
-        if not conn.extensions:
-            waiter = _Waiter(conn, None, slot)
-            last = len(wire.entries) - 1
-            for i, entry in enumerate(wire.entries):
-                self._pending.append(_Proposal(stamp(entry.value, _now_ms()), None,
-                                               waiter if i == last else None))
-            return
-        for entry in wire.entries:
-            data = entry.value
-            if not is_command(data):
-                self._pending.append(_Proposal(data, None, _Waiter(conn, None)))
-                continue
-            try:
-                command = decode_command(data)
-            except ProtocolError as exc:
+        waiter = _Waiter(conn, None, slot)      # a plain JRaft client: one answer for all
+        last = len(entries) - 1
+        for i, entry in enumerate(entries):
+            value = entry.value
+            self._pending.append((value, len(value) >= HEAD.size and is_command(value), None,
+                                  waiter if i == last else None))
+
+    def _writes(self, conn: "Connection", values: list[bytes]) -> None:
+        """A Hello client's writes: farm commands, each answered by a WriteResult (other
+        bytes go to the application state machine, answered once applied)."""
+        if self.node.raft.role is not Role.LEADER:
+            error = self.not_leader()
+            for data in values:
                 found = request_id_of(data)
-                self._write_result_error(conn, found[1] if found else b"",
-                                         FarmError(f"malformed command: {exc}"))
-                continue
-            self._write(conn, data, command.request_id)
+                self._write_result_error(conn, found[1] if found else b"", error)
+            return
+        for data in values:
+            request_id = journal_request_id(data)   # the common case, checked quickly
+            if request_id is not None:
+                self._write(conn, data, request_id)
+            elif not is_command(data):
+                self._pending.append((data, False, None, _Waiter(conn, None)))
+            else:
+                try:
+                    command = decode_command(data)
+                except ProtocolError as exc:
+                    found = request_id_of(data)
+                    self._write_result_error(conn, found[1] if found else b"",
+                                             FarmError(f"malformed command: {exc}"))
+                    continue
+                self._write(conn, data, command.request_id)
 
     def _write(self, conn: "Connection", data: bytes, request_id: bytes) -> None:
         known = self.node.machine.requests.get(request_id)
@@ -198,43 +209,49 @@ class Service:
             self._write_result(conn, known)
             return
         waiter = _Waiter(conn, request_id)
-        index = self._inflight.get(request_id)
-        if index is not None:                    # the same write is in the log already
+        if request_id in self._inflight:         # the same write is in the log already
             self._by_request.setdefault(request_id, []).append(waiter)
             return
-        self._pending.append(_Proposal(stamp(data, _now_ms()), request_id, waiter))
+        self._pending.append((data, True, request_id, waiter))
 
     def propose_raw(self, data: bytes) -> None:
         """An entry of the node's own (its status), answered to nobody."""
-        self._pending.append(_Proposal(data, None, None))
+        self._pending.append((data, False, None, None))
 
     def propose_pending(self) -> None:
+        """Every write of the turn in one `propose_many`; commands get the leader's
+        clock (envelope.stamp), the same for all of them."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
         raft = self.node.raft
+        head = stamp_head(_now_ms())
         try:
-            last = raft.propose_many([p.data for p in pending])
+            last = raft.propose_many([head + data[HEAD.size:] if command else data
+                                      for data, command, _, _ in pending])
         except (NotLeader, ProposalDropped) as exc:
             error = self.not_leader() if isinstance(exc, NotLeader) else Unavailable(
                 f"the leader refused the write for now ({exc}); retry")
-            for p in pending:
-                if p.waiter is not None:
-                    self._fail_waiter(p.waiter, error)
+            for _, _, _, waiter in pending:
+                if waiter is not None:
+                    self._fail_waiter(waiter, error)
             return
         term = raft.term
-        first = last - len(pending) + 1
-        for offset, p in enumerate(pending):
-            index = first + offset
-            if p.request_id is not None:
-                self._inflight[p.request_id] = index
-                self._inflight_at[index] = p.request_id
-            waiter = p.waiter
-            if waiter is not None:
+        inflight, inflight_at = self._inflight, self._inflight_at
+        by_request, by_index = self._by_request, self._by_index
+        for index, (_, _, request_id, waiter) in enumerate(pending, last - len(pending) + 1):
+            if request_id is not None:
+                inflight[request_id] = index
+                inflight_at[index] = request_id
+                if waiter is not None:
+                    waiters = by_request.get(request_id)
+                    if waiters is None:
+                        by_request[request_id] = [waiter]
+                    else:
+                        waiters.append(waiter)
+            elif waiter is not None:
                 waiter.index, waiter.term = index, term
-                self._by_index.setdefault(index, []).append(waiter)
-                if waiter.request_id is not None:
-                    self._by_request.setdefault(waiter.request_id, []).append(waiter)
+                by_index.setdefault(index, []).append(waiter)
 
     def on_became_leader(self) -> None:
         """Note the request ids in our unapplied log tail (the previous leader's writes):
@@ -251,7 +268,7 @@ class Service:
 
     def on_applied(self, entry: Entry, outcome: Outcome | None) -> None:
         index = entry.index
-        request_id = self._inflight_at.pop(index, None)
+        request_id = self._inflight_at.pop(index, None) if self._inflight_at else None
         if request_id is not None:
             if self._inflight.get(request_id) == index:
                 del self._inflight[request_id]
@@ -263,21 +280,26 @@ class Service:
                         self._fail_waiter(waiter, RetryableWrite(
                             f"the write at index {index} was replaced after a leader "
                             f"change; send it again"))
-        if outcome is not None:
-            for waiter in self._by_request.pop(outcome.request_id, ()):
-                if not waiter.done:
+        if outcome is not None and self._by_request:
+            waiters = self._by_request.pop(outcome.request_id, None)
+            if waiters:
+                frame = self._result_frame(outcome)
+                reply = self.node.transport.reply
+                for waiter in waiters:
+                    if not waiter.done:
+                        waiter.done = True
+                        reply(waiter.conn, frame)
+        if self._by_index:
+            for waiter in self._by_index.pop(index, ()):
+                if waiter.done:
+                    continue
+                if entry.term != waiter.term:
+                    self._fail_waiter(waiter, RetryableWrite(
+                        f"the write at index {index} was replaced after a leader change; "
+                        f"send it again"))
+                else:
                     waiter.done = True
-                    self._write_result(waiter.conn, outcome)
-        for waiter in self._by_index.pop(index, ()):
-            if waiter.done:
-                continue
-            if entry.term != waiter.term:
-                self._fail_waiter(waiter, RetryableWrite(
-                    f"the write at index {index} was replaced after a leader change; "
-                    f"send it again"))
-            elif waiter.request_id is None:
-                waiter.done = True
-                self._ack(waiter, entry)
+                    self._ack(waiter, entry)
 
     def on_truncated(self, first: int) -> None:
         """Our log lost its entries from `first` on (a new leader's differ): the writes
@@ -351,14 +373,14 @@ class Service:
             found = request_id_of(entry.value)
             self._write_result_error(conn, found[1] if found else b"", exc)
 
+    def _result_frame(self, outcome: Outcome) -> bytes:
+        code, message = outcome.error if outcome.error is not None else (0, "")
+        return ext.write_result_frame(self.node.id, self.node.raft.term, outcome.request_id,
+                                      outcome.index, outcome.term, code,
+                                      None if code else outcome.result, message)
+
     def _write_result(self, conn: "Connection", outcome: Outcome) -> None:
-        if outcome.error is not None:
-            code, message = outcome.error
-            self._send(conn, ext.WriteResult(*self._head(), outcome.request_id, outcome.index,
-                                             outcome.term, code, None, message, {}))
-            return
-        self._send(conn, ext.WriteResult(*self._head(), outcome.request_id, outcome.index,
-                                         outcome.term, 0, outcome.result, "", {}))
+        self.node.transport.reply(conn, self._result_frame(outcome))
 
     def _write_result_error(self, conn: "Connection", request_id: bytes, exc: FarmError) -> None:
         self._send(conn, ext.WriteResult(*self._head(), request_id, 0, 0, int(exc.code), None,

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from consensus.raft import Message, RequestVoteResponse
+from consensus.raft import AppendEntries, AppendEntriesResponse, Message, RequestVoteResponse
 from consensus.raft import PullEntriesResponse as CorePullEntriesResponse
 from consensus.raft import PullSnapshotResponse as CorePullSnapshotResponse
 from consensus.raft import ReadIndexResponse as CoreReadIndexResponse
@@ -74,8 +74,28 @@ class JRaftWire:
 
     def on_data(self, conn: Connection, data: bytes) -> None:
         t = self.t
-        for w in conn.decoder.feed(data):
-            kind = w.message_type
+        decoder = conn.decoder
+        limits = decoder.limits
+        for registration, frame in decoder.split(data):
+            kind = registration.message_type
+            # the hot messages first, straight to core messages (jraft_mapping)
+            if kind == MessageType.APPEND_ENTRIES_REQUEST:
+                core = jm.append_entries_from_frame(frame, limits)
+                if core is not None:
+                    t.peer_core_request(conn, core, (core.prev_log_index + 1,
+                                                     len(core.entries)))
+                    continue
+            elif kind == MessageType.APPEND_ENTRIES_RESPONSE:
+                echoes = conn.echoes
+                if echoes and echoes[0].response_type == kind and not echoes[0].client:
+                    t.on_core(jm.append_response_from_frame(frame, echoes.popleft()))
+                    continue
+            elif kind == MessageType.CLIENT_REQUEST and conn.extensions:
+                values = jm.client_values_from_frame(frame, limits)
+                if values is not None:
+                    t.on_client(conn, values, None)
+                    continue
+            w = registration.codec.decode(frame, kind, limits)
             if isinstance(w, RaftResponse):
                 if kind in jm.FIFO_RESPONSES:
                     if not conn.echoes:
@@ -117,6 +137,13 @@ class JRaftWire:
                 raise ProtocolError("messageType", f"{kind} is not accepted by a node")
 
     def send(self, conn: Connection, msg: Message) -> bool:
+        if type(msg) is AppendEntries:
+            frame = jm.append_entries_frame(msg, self.t.bodies)
+            if frame is not None:
+                conn.out += frame
+                conn.echoes.append(jm.Echo(MessageType.APPEND_ENTRIES_RESPONSE,
+                                           msg.prev_log_index + 1, len(msg.entries), msg.ctx))
+                return True
         mapped = jm.to_wire(msg, self.extensions)
         if mapped is None:
             return False
@@ -131,7 +158,10 @@ class JRaftWire:
                                                 or slot.key == key)
 
     def respond(self, slot: jm.ResponseSlot, msg: Message) -> None:
-        slot.data = encode(jm.response_to_wire(msg), self.registry)
+        if type(msg) is AppendEntriesResponse:
+            slot.data = jm.append_response_frame(msg)
+        else:
+            slot.data = encode(jm.response_to_wire(msg), self.registry)
 
     def refuse(self, slot: jm.ResponseSlot, term: int) -> None:
         slot.data = encode(jm.refusal(slot, self.t.node_id, term), self.registry)
@@ -193,6 +223,7 @@ class Transport:
         # id(answer) -> (answer, connection, slot): the slot a handed-out answer fills
         self._claims: dict[int, tuple[Message, Connection, jm.ResponseSlot]] = {}
         self._dirty: set[Connection] = set()
+        self.bodies: dict = {}              # the last AppendEntries body encoded (reused)
         self.jraft = JRaftWire(self, extensions=(wire == "garlicfarm"))
         self.garlicfarm = self.jraft if wire == "garlicfarm" else JRaftWire(self, True)
         self.marker = None
@@ -332,6 +363,14 @@ class Transport:
             log.warning("refusing a malformed request from %s: %s", conn.label, exc)
             return
         self.on_core(core)
+
+    def peer_core_request(self, conn: Connection, core: AppendEntries, key) -> None:
+        """`peer_request` for an AppendEntries the fast path decoded."""
+        self.owe(conn, jm.ResponseSlot(MessageType.APPEND_ENTRIES_RESPONSE, key,
+                                       source=core.source))
+        self.note_peer(conn, core.source)
+        if core.destination == self.node_id:
+            self.on_core(core)
 
     # -- sending core messages --------------------------------------------------------------
     def send(self, msg: Message) -> None:

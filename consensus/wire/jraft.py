@@ -48,7 +48,7 @@ __all__ = [
     "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",
     "ResponseCodec", "REQUEST_CODEC", "RESPONSE_CODEC", "Registration", "MessageRegistry",
     "REGISTRY", "JRaftDecoder", "encode", "decode", "to_json", "from_json", "check_shape",
-    "client_request",
+    "client_request", "REQUEST_HEAD", "RESPONSE_LAYOUT", "ENTRY_HEAD",
     # re-exported from jraft_values / jraft_logpack, so users import one module
     "JRaftLimits", "DEFAULT_LIMITS", "ValueType", "LogEntry", "Payload", "ClusterServer",
     "ServerId", "ClusterConfiguration", "SnapshotSyncRequest", "LogPack", "LogPackFormat",
@@ -124,6 +124,11 @@ class MessageCodec(ABC):
     @abstractmethod
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int: ...
 
+    def size_at(self, buffer: bytes | bytearray, pos: int, limits: JRaftLimits) -> int:
+        """`frame_size` of the message starting at `buffer[pos]` (its head is there);
+        codecs read it in place, the default copies the head."""
+        return self.frame_size(bytes(buffer[pos:pos + self.head_size]), limits)
+
     @abstractmethod
     def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> Message: ...
 
@@ -137,10 +142,13 @@ class MessageCodec(ABC):
     def fields_from_json(self, obj: dict, message_type: int) -> Message: ...
 
 
-_REQUEST_HEAD = struct.Struct(">Biiqqqqi")
+#: The layouts, for callers that read or write hot messages in place (the runtime's fast
+#: paths): a request's 45-byte header, a 26-byte response, an entry's 13-byte head.
+REQUEST_HEAD = _REQUEST_HEAD = struct.Struct(">Biiqqqqi")
+_LOG_DATA_SIZE = struct.Struct(">i")
 _REQUEST_NAMES = ("messageType", "source", "destination", "term", "lastLogTerm",
                   "lastLogIndex", "commitIndex", "logDataSize")
-_RESPONSE = struct.Struct(">BiiqqB")
+RESPONSE_LAYOUT = _RESPONSE = struct.Struct(">BiiqqB")
 _RESPONSE_NAMES = ("messageType", "source", "destination", "term", "nextIndex", "accepted")
 
 
@@ -157,7 +165,10 @@ class RequestCodec(MessageCodec):
     _JSON_INTS = _REQUEST_NAMES[1:7]
 
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
-        (size,) = struct.unpack_from(">i", head, 41)
+        return self.size_at(head, 0, limits)
+
+    def size_at(self, buffer: bytes | bytearray, pos: int, limits: JRaftLimits) -> int:
+        (size,) = _LOG_DATA_SIZE.unpack_from(buffer, pos + 41)
         if size < 0:
             raise error(InvalidField, "logDataSize", f"negative size {size}", 41)
         if size > limits.max_log_data_size:
@@ -202,6 +213,9 @@ class ResponseCodec(MessageCodec):
     _JSON_INTS = _RESPONSE_NAMES[1:5]
 
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
+        return self.head_size
+
+    def size_at(self, buffer: bytes | bytearray, pos: int, limits: JRaftLimits) -> int:
         return self.head_size
 
     def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> RaftResponse:
@@ -348,17 +362,30 @@ class JRaftDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Message]:
-        if self._error is not None:
-            raise self._error
-        self._buffer += data
         messages: list[Message] = []
         try:
-            self._drain(messages)
+            for registration, frame, offset in self._split(data):
+                try:
+                    messages.append(registration.codec.decode(
+                        frame, registration.message_type, self.limits))
+                except ProtocolError as exc:
+                    raise _at_stream_offset(exc, offset) from None
         except ProtocolError as exc:
             self._error = exc
             if not messages:
                 raise
         return messages
+
+    def split(self, data: bytes) -> list[tuple[Registration, bytes]]:
+        """Like `feed`, but the whole messages come back undecoded, as (registration,
+        frame bytes), their sizes checked against the limits: a caller with a faster
+        decoder for some types decodes those itself (the others with
+        ``registration.codec.decode(frame, registration.message_type, limits)``)."""
+        try:
+            return [(registration, frame) for registration, frame, _ in self._split(data)]
+        except ProtocolError as exc:
+            self._error = exc
+            raise
 
     def eof(self) -> None:
         """The stream ended: raise `Truncated` if a message was cut short."""
@@ -371,32 +398,52 @@ class JRaftDecoder:
                                 self._consumed + len(self._buffer))
             raise self._error
 
-    def _drain(self, messages: list[Message]) -> None:
-        buffer, limits, lookup = self._buffer, self.limits, self.registry.lookup
+    def _split(self, data: bytes) -> list[tuple[Registration, bytes, int]]:
+        """The whole messages now received: (registration, frame, stream offset). A
+        framing error (an unknown type, a size beyond the limits) is raised at once when
+        no whole message came before it, else by the next call (see `feed`)."""
+        if self._error is not None:
+            raise self._error
+        if self._buffer:
+            self._buffer += data
+            buffer = self._buffer
+        else:
+            buffer = data               # nothing pending: read the bytes in place
+        frames: list[tuple[Registration, bytes, int]] = []
+        limits, lookup = self.limits, self.registry.lookup
         pos, end = 0, len(buffer)
         try:
             while pos < end:
                 if self._pending is None:
                     registration = lookup(buffer[pos])
-                    head = registration.codec.head_size
-                    if end - pos < head:
+                    codec = registration.codec
+                    if end - pos < codec.head_size:
                         break
-                    size = registration.codec.frame_size(bytes(buffer[pos:pos + head]), limits)
-                    self._pending = (registration, size)
+                    self._pending = (registration, codec.size_at(buffer, pos, limits))
                 registration, size = self._pending
                 if end - pos < size:
                     break
-                messages.append(registration.codec.decode(
-                    bytes(buffer[pos:pos + size]), registration.message_type, limits))
+                frames.append((registration, bytes(buffer[pos:pos + size]),
+                               self._consumed + pos))
                 self._pending = None
                 pos += size
         except ProtocolError as exc:
-            # offsets from codecs count from the message's first byte; make them the stream's
-            raise type(exc)(exc.field, exc.reason, protocol=exc.protocol or PROTOCOL,
-                            offset=self._consumed + pos + (exc.offset or 0)) from None
+            self._error = _at_stream_offset(exc, self._consumed + pos)
+            if not frames:
+                raise self._error from None
         finally:
-            del buffer[:pos]
+            if buffer is data:
+                self._buffer = bytearray(data[pos:]) if pos < end else bytearray()
+            else:
+                del buffer[:pos]
             self._consumed += pos
+        return frames
+
+
+def _at_stream_offset(exc: ProtocolError, start: int) -> ProtocolError:
+    """A codec's error (offsets from the message's first byte) with the stream's offset."""
+    return type(exc)(exc.field, exc.reason, protocol=exc.protocol or PROTOCOL,
+                     offset=start + (exc.offset or 0))
 
 
 # ---------------------------------------------------------------------------------------

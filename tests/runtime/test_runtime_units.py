@@ -17,7 +17,8 @@ from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.marker_wire import entry_bytes, entry_from_bytes
 from consensus.runtime.status import choose_publisher, parse_status, status_json
 from consensus.wire.errors import InvalidField, LimitExceeded, ProtocolError, Truncated
-from consensus.wire.jraft import JRaftDecoder, JRaftLimits, MessageType, encode
+from consensus.wire.jraft import (JRaftDecoder, JRaftLimits, LogEntry, MessageType, RaftRequest,
+                                  ValueType, encode)
 
 
 def command(kind, *args, rid=b"r1", ts=0):
@@ -89,6 +90,18 @@ def test_request_ids_apply_once_across_snapshots():
     restored.restore(machine.snapshot())
     third = restored.apply(app(3, command(envelope.CommandKind.KV_APPEND, "k", "a", rid=b"x")))
     assert third.index == 1 and restored.kv == {"k": "a"} and restored.applied == 3
+
+
+def test_snapshots_of_the_previous_format_still_restore():
+    machine = FarmStateMachine()
+    machine.apply(app(1, command(envelope.CommandKind.KV_PUT, "k", "v", rid=b"x")))
+    state = msgpack.unpackb(machine.snapshot(), raw=False, strict_map_key=False)
+    assert state["v"] == 2
+    state["v"], state["requests"] = 1, [[rid, *v] for rid, v in state["requests"]]
+    restored = FarmStateMachine()
+    restored.restore(msgpack.packb(state, use_bin_type=True))
+    again = restored.apply(app(2, command(envelope.CommandKind.KV_PUT, "k", "w", rid=b"x")))
+    assert again.duplicate and again.index == 1 and restored.kv == {"k": "v"}
 
 
 def test_ledger_rules():
@@ -217,6 +230,67 @@ def test_entries_survive_the_jraft_wire():
     plain, _ = jm.to_wire(msg, extensions=False)
     voters_only = jm.entries_from_wire(plain.entries, 5)[2]
     assert Configuration.decode(voters_only.data).voters == {1, 2}
+
+
+def test_hot_frames_are_the_generic_codec_s_bytes():
+    """The fast paths (AppendEntries, its response, a client's values) read and write
+    exactly what the generic codec does, and leave every other shape to it."""
+    registry = ext.GARLICFARM_REGISTRY
+    limits = JRaftLimits()
+    entries = [Entry(2, 5, EntryType.NOOP), Entry(2, 6, EntryType.APPLICATION, b"data"),
+               Entry(3, 7, EntryType.APPLICATION, b"x" * 300)]
+    msg = AppendEntries(3, 1, 2, 4, 2, entries, 4, ctx=99)
+    bodies: dict = {}
+    frame = jm.append_entries_frame(msg, bodies)
+    assert frame == encode(jm.to_wire(msg, extensions=True)[0], registry)
+    assert jm.append_entries_frame(AppendEntries(3, 1, 3, 4, 2, entries, 5), bodies)[45:] \
+        == frame[45:]                                   # the body is encoded once
+    assert jm.append_entries_frame(AppendEntries(3, 1, 2, 7, 3, [], 7), bodies) == \
+        encode(jm.to_wire(AppendEntries(3, 1, 2, 7, 3, [], 7), True)[0], registry)
+    generic = jm.request_from_wire(JRaftDecoder(registry=registry).feed(frame)[0])
+    assert jm.append_entries_from_frame(frame, limits) == generic
+    # a configuration entry, a value type that is not Application, too many entries:
+    # not the common shape (None), and the generic decoder names what is wrong
+    with_config = AppendEntries(3, 1, 2, 4, 2, [Entry(3, 5, EntryType.CONFIGURATION,
+                                                      CONFIG.encode())], 4)
+    assert jm.append_entries_frame(with_config, {}) is None
+    bad_type = bytearray(frame)
+    bad_type[45 + 8] = 9                                # entries[0].valueType
+    assert jm.append_entries_from_frame(bytes(bad_type), limits) is None
+    with pytest.raises(ProtocolError) as info:
+        JRaftDecoder(registry=registry).feed(bytes(bad_type))
+    assert info.value.field.startswith("entries[0]")
+    assert jm.append_entries_from_frame(frame, JRaftLimits(max_entries=2)) is None
+    assert jm.append_entries_from_frame(frame[:-1], limits) is None         # cut short
+    # the response, paired with its request's echo
+    _, echo = jm.to_wire(msg, extensions=True)
+    answer = AppendEntriesResponse(3, 2, 1, True, 8, 5, 3, 99)
+    answer_frame = jm.append_response_frame(answer)
+    assert answer_frame == encode(jm.response_to_wire(answer), registry)
+    assert jm.append_response_from_frame(answer_frame, echo) == answer
+    # a client's values; an empty request is not the common shape
+    request = encode(RaftRequest(MessageType.CLIENT_REQUEST, entries=(
+        LogEntry(0, ValueType.APPLICATION, b"a"), LogEntry(0, ValueType.APPLICATION, b"bc"))),
+        registry)
+    assert jm.client_values_from_frame(request, limits) == [b"a", b"bc"]
+    assert jm.client_values_from_frame(request[:45], limits) is None
+
+
+def test_split_returns_the_frames_feed_decodes_in_any_chunking():
+    registry = ext.GARLICFARM_REGISTRY
+    msgs = [AppendEntries(3, 1, 2, 4, 2, [Entry(3, 5, EntryType.APPLICATION, b"v" * i)], 4)
+            for i in range(1, 6)]
+    data = b"".join(jm.append_entries_frame(m, {}) for m in msgs) + \
+        encode(ext.Call(0, 0, 0, 7, "ping", {}), registry)
+    for step in (1, 7, 64, len(data)):
+        decoder = JRaftDecoder(registry=registry)
+        frames = []
+        for i in range(0, len(data), step):
+            frames += decoder.split(data[i:i + step])
+        assert b"".join(f for _, f in frames) == data
+        assert [r.codec.decode(f, r.message_type, decoder.limits) for r, f in frames] == \
+            JRaftDecoder(registry=registry).feed(data)
+        assert decoder.buffered == 0
 
 
 def test_only_the_garlicfarm_wire_carries_extensions():
