@@ -126,6 +126,7 @@ class _Planner:
 
     settings: DafkaSourceSettings
     _stores: StoreClient | None = None
+    _stores_used = 0.0
     _farm: "FarmClient | None" = None
 
     def _indexes(self) -> dict[PartitionKey, PartitionIndex | None]:
@@ -135,7 +136,7 @@ class _Planner:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_stores", "_farm", "_index_cache")}
+                if k not in ("_stores", "_farm", "_index_cache", "_latest")}
 
     def close(self) -> None:
         if self._stores is not None:
@@ -146,9 +147,17 @@ class _Planner:
             self._farm = None
 
     def _store_client(self) -> StoreClient:
+        """The store client, fresh when it sat idle long enough for the stores to forget
+        it (it beacons only inside calls; stores drop a node silent for beacon/timeout)."""
+        now = time.monotonic()
+        if self._stores is not None and \
+                now - self._stores_used > self.settings.config.beacon_timeout / 2:
+            self._stores.stop()
+            self._stores = None
         if self._stores is None:
             self._stores = StoreClient(self.settings.config)
             self._stores.open()
+        self._stores_used = now
         return self._stores
 
     def _farm_client(self) -> "FarmClient":
@@ -176,11 +185,13 @@ class _Planner:
                                       timeout=self.settings.fetch_timeout))
         latest = {k: head + 1 for k, head in heads.items()
                   if self.settings.subscription.wants(k)}
+        self._stores_used = time.monotonic()
         if self.settings.read_committed:
             for key, end in latest.items():
                 index = self.index(key, end)
                 if index is not None:
                     latest[key] = min(end, index.frontier)
+        self._latest = (time.monotonic(), latest)
         return latest
 
     def tasks(self, starts: Offsets, ends: Offsets) -> list[DafkaPartition]:
@@ -231,6 +242,10 @@ class DafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         return offsets_json(ends)
 
     def reportLatestOffset(self) -> dict:
+        """What latestOffset last saw (Spark asks right after it), else a fresh look."""
+        seen = getattr(self, "_latest", None)
+        if seen is not None and time.monotonic() - seen[0] < 1.0:
+            return offsets_json(seen[1])
         return offsets_json(self.latest())
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
