@@ -107,32 +107,31 @@ class ChpSinkBackend:
             raise
         return client
 
-    def committed_batch(self, query_id: str) -> int:
-        """The last batch the marker of `query_id` covers (-1: none)."""
-        key = marker_key(self.marker_prefix, query_id)
-        with self._client(key) as chp:
-            raw = chp.get(key)
-        return marker_batch(raw)
-
     def stage_batches(self, tag: TaskTag, batches: Iterator[pa.RecordBatch]) -> StagedOutput:
-        """Send a task's rows as KVSETs and wait until they are published."""
-        if self.markers and self.committed_batch(tag.query_id) >= tag.batch_id:
-            log.warning("batch %s of query %s is committed already (its marker says so): "
-                        "partition %s sends nothing", tag.batch_id, tag.query_id, tag.partition)
-            return StagedOutput(tag)
+        """Send a task's rows as KVSETs and wait until they are published. Before each
+        window the marker (followed live by a client of its key alone) is checked: an
+        attempt of a batch that is committed already (a re-run, or a zombie attempt
+        Spark gave up on while it was still sending) sends nothing more."""
         rows = 0
         sequences = [0]
-        with self._client(self.subtree) as chp:
-            window: list[Update] = []
-            for batch in batches:
-                for update in updates(batch, tag, rows):
-                    window.append(update)
-                    rows += 1
-                    if len(window) >= WINDOW:
-                        sequences += chp.set_many(window, timeout=self.confirm_timeout).values()
-                        window = []
-            if window:
-                sequences += chp.set_many(window, timeout=self.confirm_timeout).values()
+        key = marker_key(self.marker_prefix, tag.query_id)
+        with self._client(key) as marker, self._client(self.subtree) as chp:
+            def committed() -> bool:
+                done = self.markers and marker_batch(marker.get(key)) >= tag.batch_id
+                if done:
+                    log.warning("batch %s of query %s is committed already (its marker says "
+                                "so): partition %s attempt %s sends nothing more",
+                                tag.batch_id, tag.query_id, tag.partition, tag.attempt)
+                return done
+
+            for batch in batches:      # each input batch is sent and confirmed in turn
+                sent = list(updates(batch, tag, rows))
+                rows += len(sent)
+                for start in range(0, len(sent), WINDOW):
+                    if committed():
+                        return StagedOutput(tag)
+                    window = sent[start:start + WINDOW]
+                    sequences += chp.set_many(window, timeout=self.confirm_timeout).values()
         # refs: the highest sequence the task's KVSETs got (a commit needs some ref)
         return StagedOutput(tag, (max(sequences),) if rows else (), (rows,) if rows else ())
 
