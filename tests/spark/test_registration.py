@@ -1,8 +1,11 @@
 """Zero registration, the session helper, and option errors as Spark users see them."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import textwrap
 
 import pytest
 from pyspark.errors import PySparkException
@@ -15,6 +18,43 @@ from pyspark_farm.session import PUSHDOWN_CONF, ensure_worker_python
 pytestmark = pytest.mark.spark
 
 RAFT_COLUMNS = ["cluster", "index", "term", "type", "value", "timestamp"]
+
+# A user's first program: a plain SparkSession in a new process (its own JVM, so no data
+# source lookup cached by the test session), `register` made to fail, the format used
+# for a write and a read in executors. Batch reads need Python filter pushdown on
+# (docs/options.md): without it Spark refuses the read, naming the setting.
+FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import DataSourceRegistration
+
+    def refuse(self, data_source):
+        raise AssertionError("the data source was registered")
+
+    DataSourceRegistration.register = refuse
+    options, start = json.loads(sys.argv[1]), int(sys.argv[2])
+    imported_before = "pyspark_farm" in sys.modules
+    spark = (SparkSession.builder.master("local[1]").appName("zero-registration")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        (spark.createDataFrame([("first",), ("second",)], "value string")
+         .write.format("garlicfarm").options(**options).mode("append").save())
+        read = lambda: (spark.read.format("garlicfarm").options(**options)
+                        .option("startingOffsets", json.dumps({"index": start})).load())
+        try:
+            read().collect()
+            refused = ""
+        except Exception as exc:
+            refused = str(exc)
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        frame = read()
+        values = sorted(bytes(r.value).decode() for r in frame.collect())
+        print(json.dumps({"values": values, "columns": frame.columns, "refused": refused,
+                          "imported_before": imported_before}))
+    finally:
+        spark.stop()
+""")
 
 
 def test_format_resolves_without_register_in_a_fresh_session(spark):
@@ -30,6 +70,23 @@ def test_format_resolves_without_register_in_a_fresh_session(spark):
     assert stream.isStreaming and stream.columns == RAFT_COLUMNS
     assert fresh.conf.get(PUSHDOWN_CONF) == "true"
     assert pyspark_farm.DefaultSource.name() == "garlicfarm"
+
+
+@pytest.mark.timeout(300)
+def test_format_resolves_without_register_in_a_new_process(farm, tmp_path):
+    with farm.client() as client:
+        start = client.last_applied() + 1
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    env["PYSPARK_PYTHON"] = sys.executable
+    done = subprocess.run([sys.executable, "-c", FRESH_PROCESS, json.dumps(farm.options),
+                           str(start)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=280, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["values"] == ["first", "second"] and result["columns"] == RAFT_COLUMNS
+    assert result["imported_before"] is False
+    assert "DATA_SOURCE_PUSHDOWN_DISABLED" in result["refused"]
+    assert PUSHDOWN_CONF in result["refused"]
 
 
 @pytest.mark.parametrize("options,needle", [
