@@ -9,12 +9,10 @@ from pyspark.sql.types import StructType
 from ..admission import Limits
 from ..connection import CONNECTION_OPTIONS, FarmConnection
 from ..errors import OptionError
+from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
+                            sink_writers)
 from ..options import Option, OptionSet, boolean, non_empty, positive_float
-from ..raft.kind import SOURCE_OPTIONS as _RAFT_SOURCE_OPTIONS
-from ..raft.kind import VALUE_FORMAT
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
-from ..sink import FarmBatchWriter, FarmStreamWriter
-from ..value_formats import check_value_column
 from .deployment import dafka_config, passthrough_keys, towers
 from .offsets import OffsetsSpec, Subscription, offsets_spec_parser
 from .sink import DafkaSinkBackend
@@ -23,10 +21,6 @@ from .source import DAFKA_COLUMNS_DDL, DafkaBatchReader, DafkaSourceSettings, Da
 COLUMNS = KindColumns(DAFKA_COLUMNS_DDL)
 TOWER = Option("tower", towers, required=True,
                doc="set it to the Dafka towers' beacon endpoints, tcp://HOST:PORT[,...]")
-# The read limits and value decoding mean the same for every log kind: the raft kind's.
-_SHARED = tuple(_RAFT_SOURCE_OPTIONS.by_key[name.lower()] for name in (
-    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss",
-    "valueFormat", "valueSchema"))
 _FARM = tuple(o for o in CONNECTION_OPTIONS.options if o.name != "endpoints") + (
     Option("endpoints", CONNECTION_OPTIONS.by_key["endpoints"].parse, None,
            doc="the farm of the sink's ledger (host:port,...)"),)
@@ -44,7 +38,7 @@ SOURCE_OPTIONS = OptionSet("the dafka source", (
            doc="sink-written partitions: committed batches only (needs endpoints)"),
     Option("fetchTimeout", positive_float, 30.0,
            doc="seconds a range may go unserved by every store before the read fails"),
-) + _SHARED + _FARM)
+) + READ_OPTIONS.options + _FARM)
 
 SINK_OPTIONS = OptionSet("the dafka sink", (
     TOWER,
@@ -56,10 +50,7 @@ SINK_OPTIONS = OptionSet("the dafka sink", (
 
 
 def _source_values(options: Mapping[str, str]) -> dict:
-    values = SOURCE_OPTIONS.parse(options, ignore=("kind", *passthrough_keys(options)))
-    low, high = values["minOffsetsPerTrigger"], values["maxOffsetsPerTrigger"]
-    if low is not None and high is not None and low > high:
-        raise OptionError("minOffsetsPerTrigger", f"{low} is above maxOffsetsPerTrigger {high}")
+    values = parse_source(SOURCE_OPTIONS, options, passthrough_keys(options))
     if values["readCommitted"] and values["endpoints"] is None:
         raise OptionError("endpoints", "readCommitted (true by default) needs the farm of "
                           "the garlicfarm sink's ledger: set endpoints (and username/password), "
@@ -76,21 +67,9 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
               ) -> DafkaSourceSettings:
     values = _source_values(options)
     value_columns = split_schema(COLUMNS, schema_)
-    starting: OffsetsSpec | None = values["startingOffsets"]
-    ending: OffsetsSpec | None = values["endingOffsets"]
-    if streaming:
-        if ending is not None:
-            raise OptionError("endingOffsets", "is for batch reads (spark.read); a stream "
-                              "runs on: drop it, or use Trigger.AvailableNow")
-        starting, ending = starting or OffsetsSpec("latest"), OffsetsSpec("latest")
-    else:
-        starting, ending = starting or OffsetsSpec("earliest"), ending or OffsetsSpec("latest")
-        if starting.position == "latest":
-            raise OptionError("startingOffsets", "'latest' would read nothing in a batch "
-                              "query: use earliest or per-partition JSON")
-        if ending.position == "earliest":
-            raise OptionError("endingOffsets", "'earliest' would read nothing in a batch "
-                              "query: use latest or per-partition JSON")
+    starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
+                                     OffsetsSpec, streaming=streaming,
+                                     exact="per-partition JSON")
     return DafkaSourceSettings(
         config=dafka_config(values["tower"], options),
         subscription=Subscription.from_options(values["subscribe"],
@@ -114,25 +93,11 @@ def batch_reader(options: Mapping[str, str], schema_: StructType) -> DafkaBatchR
 
 
 def _backend(options: Mapping[str, str], schema_: StructType) -> tuple[DafkaSinkBackend, str]:
-    values = SINK_OPTIONS.parse(options, ignore=("kind", *passthrough_keys(options)))
-    if values["valueFormat"] == "binary":   # fail when the query starts, not in a task
-        value = next((f for f in schema_.fields if f.name == "value"), None)
-        check_value_column(schema_.fieldNames(),
-                           value.dataType.typeName() if value is not None else None)
+    values = parse_sink(SINK_OPTIONS, options, schema_, passthrough_keys(options))
     return (DafkaSinkBackend(FarmConnection.from_options(values),
                              dafka_config(values["tower"], options), values["topic"],
                              values["ackTimeout"]),
             values["valueFormat"])
 
 
-def stream_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool
-                  ) -> FarmStreamWriter:
-    # Complete mode asks to overwrite: like Kafka, a partition sink appends each batch.
-    return FarmStreamWriter(*_backend(options, schema_))
-
-
-def batch_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool
-                 ) -> FarmBatchWriter:
-    if overwrite:
-        raise OptionError("mode", "Dafka partitions are append-only: use mode('append')")
-    return FarmBatchWriter(*_backend(options, schema_))
+stream_writer, batch_writer = sink_writers(_backend, "Dafka partitions are append-only")

@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 

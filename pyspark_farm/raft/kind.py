@@ -7,36 +7,26 @@ from pyspark.sql.types import StructType
 
 from ..admission import Limits
 from ..connection import CONNECTION_OPTIONS, FarmConnection
-from ..errors import OptionError
-from ..offsets import OffsetSpec, offset_spec_parser
-from ..options import Option, OptionSet, boolean, choice, duration, integer, text
-from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
-from ..sink import FarmBatchWriter, FarmStreamWriter
-from ..value_formats import FORMATS, check_value_column
+from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
+                            sink_writers)
 from ..log_access import READ_FROM
+from ..offsets import OffsetSpec, offset_spec_parser
+from ..options import Option, OptionSet, choice, integer
+from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
 from .rows import RAFT_COLUMNS_DDL
 from .sink import COMPRESSIONS, RaftSinkBackend
 from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader
 
 COLUMNS = KindColumns(RAFT_COLUMNS_DDL)
-VALUE_FORMAT = Option("valueFormat", choice(*FORMATS), "binary",
-                      doc="how values carry columns: binary, json, msgpack or arrow")
 
 SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
     Option("startingOffsets", offset_spec_parser("startingOffsets"), None,
            doc='earliest, latest or {"index": N}'),
     Option("endingOffsets", offset_spec_parser("endingOffsets"), None,
            doc='batch reads only: earliest, latest or {"index": N}'),
-    Option("maxOffsetsPerTrigger", integer(1), None, doc="rows per micro-batch, at most"),
-    Option("minOffsetsPerTrigger", integer(1), None, doc="rows per micro-batch, at least"),
-    Option("maxTriggerDelay", duration, 900.0,
-           doc="longest wait for minOffsetsPerTrigger rows"),
-    Option("failOnDataLoss", boolean, True, doc="fail when entries were compacted away"),
     Option("minPartitions", integer(1), 1, doc="Spark tasks per micro-batch, at least"),
     Option("readFrom", choice(*READ_FROM), "any", doc="which members serve the reads"),
-    VALUE_FORMAT,
-    Option("valueSchema", text, None, doc="columns decoded from values (DDL or JSON)"),
-))
+)) + READ_OPTIONS
 
 SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
     VALUE_FORMAT,
@@ -49,40 +39,17 @@ SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
 ))
 
 
-def _source_values(options: Mapping[str, str]) -> dict:
-    values = SOURCE_OPTIONS.parse(options, ignore=("kind",))
-    low, high = values["minOffsetsPerTrigger"], values["maxOffsetsPerTrigger"]
-    if low is not None and high is not None and low > high:
-        raise OptionError("minOffsetsPerTrigger", f"{low} is above maxOffsetsPerTrigger {high}")
-    return values
-
-
 def schema(options: Mapping[str, str]) -> str:
-    values = _source_values(options)
+    values = parse_source(SOURCE_OPTIONS, options)
     return source_ddl(COLUMNS, values["valueFormat"], values["valueSchema"])
 
 
 def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: bool
               ) -> RaftSourceSettings:
-    values = _source_values(options)
+    values = parse_source(SOURCE_OPTIONS, options)
     value_columns = split_schema(COLUMNS, schema_)
-    starting: OffsetSpec | None = values["startingOffsets"]
-    ending: OffsetSpec | None = values["endingOffsets"]
-    if streaming:
-        if ending is not None:
-            raise OptionError("endingOffsets", "is for batch reads (spark.read); a stream "
-                              "runs on: drop it, or use Trigger.AvailableNow")
-        starting = starting or OffsetSpec("latest")
-        ending = OffsetSpec("latest")
-    else:
-        starting = starting or OffsetSpec("earliest")
-        ending = ending or OffsetSpec("latest")
-        if starting.position == "latest":
-            raise OptionError("startingOffsets", "'latest' would read nothing in a batch "
-                              'query: use earliest or {"index": N}')
-        if ending.position == "earliest":
-            raise OptionError("endingOffsets", "'earliest' would read nothing in a batch "
-                              'query: use latest or {"index": N}')
+    starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
+                                     OffsetSpec, streaming=streaming, exact='{"index": N}')
     return RaftSourceSettings(
         connection=FarmConnection.from_options(values), starting=starting, ending=ending,
         limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
@@ -103,24 +70,10 @@ def batch_reader(options: Mapping[str, str], schema_: StructType) -> RaftBatchRe
 
 def _backend(options: Mapping[str, str], schema_: StructType
              ) -> tuple[RaftSinkBackend, str]:
-    values = SINK_OPTIONS.parse(options, ignore=("kind",))
-    if values["valueFormat"] == "binary":   # fail when the query starts, not in a task
-        value = next((f for f in schema_.fields if f.name == "value"), None)
-        check_value_column(schema_.fieldNames(),
-                           value.dataType.typeName() if value is not None else None)
+    values = parse_sink(SINK_OPTIONS, options, schema_)
     return (RaftSinkBackend(FarmConnection.from_options(values), values["stageBytes"],
                             values["stageThreads"], values["compression"]),
             values["valueFormat"])
 
 
-def stream_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool
-                  ) -> FarmStreamWriter:
-    # Complete mode asks to overwrite: like Kafka, a log sink appends each batch's rows.
-    return FarmStreamWriter(*_backend(options, schema_))
-
-
-def batch_writer(options: Mapping[str, str], schema_: StructType, overwrite: bool
-                 ) -> FarmBatchWriter:
-    if overwrite:
-        raise OptionError("mode", "a raft log is append-only: use mode('append')")
-    return FarmBatchWriter(*_backend(options, schema_))
+stream_writer, batch_writer = sink_writers(_backend, "a raft log is append-only")
