@@ -7,6 +7,7 @@ with numpy, so no Python object is made per row.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -21,7 +22,14 @@ RAFT_COLUMNS_DDL = ("cluster string, index long, term long, type string, value b
 ARROW_CONTENT = "arrow"
 #: Entry types that show rows: a journal entry's records, a committed batch's rows.
 TYPES = ("journal", "commit")
-_TYPE_NAMES = pa.array(TYPES, pa.string())
+
+
+@functools.cache
+def _type_names() -> pa.Array:
+    """TYPES as an Arrow array, made on first use: any pyarrow array built from Python
+    imports pandas (~0.4 s), which the driver's planning and commit workers, importing
+    this module, never need."""
+    return pa.array(TYPES, pa.string())
 
 
 class PayloadError(GarlicFarmSparkError):
@@ -128,7 +136,7 @@ class RowBatchBuilder:
             pa.repeat(pa.scalar(self.cluster, pa.string()), rows),
             pa.array(np.repeat(np.asarray(self._indexes, dtype=np.int64), counts)),
             pa.array(np.repeat(np.asarray(self._terms, dtype=np.int64), counts)),
-            _TYPE_NAMES.take(pa.array(np.repeat(np.asarray(self._types, dtype=np.int8), counts))),
+            _type_names().take(pa.array(np.repeat(np.asarray(self._types, dtype=np.int8), counts))),
             values,
             pa.array(np.repeat(np.asarray(self._times, dtype=np.int64) * 1000, counts),
                      pa.timestamp("us", tz="UTC")),
