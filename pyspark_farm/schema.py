@@ -25,7 +25,19 @@ class KindColumns:
 
     @property
     def names(self) -> list[str]:
-        return [part.split()[0].strip("`") for part in self.ddl.split(",")]
+        return [part.split()[0].strip("`") for part in top_level_fields(self.ddl)]
+
+
+def top_level_fields(ddl: str) -> list[str]:
+    """The fields of DDL text, split at commas outside <...> (map<string,string>)."""
+    fields, depth, start = [], 0, 0
+    for position, char in enumerate(ddl):
+        depth += (char == "<") - (char == ">")
+        if char == "," and depth == 0:
+            fields.append(ddl[start:position])
+            start = position + 1
+    fields.append(ddl[start:])
+    return fields
 
 
 def value_schema_ddl(value_schema: str) -> str:

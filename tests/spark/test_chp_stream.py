@@ -5,6 +5,7 @@ changelog folds to exactly the server's map, and its sequences have no gap."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,13 @@ def chp_server(tmp_path):
 
 
 def write_rows(folder: Path, number: int, rows: list[tuple[str, str | None]]) -> None:
+    """File `number` of the input; its modification time orders it (the file source
+    takes files in that order, and two files written in one second would tie)."""
     folder.mkdir(parents=True, exist_ok=True)
     staging = folder.parent / f".{number}.json"
     staging.write_text("".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in rows))
+    stamp = 1_700_000_000 + number * 10
+    os.utime(staging, (stamp, stamp))
     staging.rename(folder / f"{number:04d}.json")
 
 
@@ -114,6 +119,9 @@ def test_sink_and_changelog_round_trip_with_failures_and_restarts(spark, small_f
     output, inbox = tmp_path / "out", tmp_path / "in"
     read = reader(spark, small_farm, chp_server, output, tmp_path / "chk-r")
     try:
+        wait_until(lambda: read.lastProgress is not None or read.exception() is not None, 120,
+                   interval=0.2, message="the changelog query's first trigger")
+        assert read.exception() is None
         # Batch 0 sets /k/0..59; batch 1 changes some, deletes some (null values).
         write_rows(inbox, 0, [(f"/k/{n}", f"v{n}") for n in range(60)])
         write_rows(inbox, 1, [(f"/k/{n}", f"w{n}") for n in range(0, 60, 3)]

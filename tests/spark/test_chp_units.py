@@ -127,3 +127,10 @@ def test_marker_values():
     assert marker_batch(None) == -1 and marker_batch(b"junk") == -1
     assert marker_batch(json.dumps({"batch": 4}).encode()) == 4
     assert pa.types.is_map(CHP_SCHEMA.field("properties").type)
+
+
+def test_column_names_of_ddl_with_a_map():
+    from pyspark_farm.chp.rows import CHP_COLUMNS_DDL
+    from pyspark_farm.schema import KindColumns
+    assert KindColumns(CHP_COLUMNS_DDL).names == [
+        "key", "sequence", "uuid", "properties", "value", "deleted"]
