@@ -47,11 +47,11 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,  # noqa: E402
                                     InputPartition, WriterCommitMessage)
+from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 from pyspark_farm import LocalFarm, spark_session  # noqa: E402
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL  # noqa: E402
 from pyspark_farm.raft.sink import ipc_payload  # noqa: E402
-from pyspark_farm.schema import arrow_schema  # noqa: E402
 
 WARM_ROWS = 10_000
 
@@ -74,6 +74,12 @@ def constant_column(field_: pa.Field, size: int) -> pa.Array:
         return pa.repeat(pa.scalar("x" if pa.types.is_string(kind) else b"x", kind), size)
     if pa.types.is_timestamp(kind):
         return pa.array(np.zeros(size, dtype=np.int64), kind)
+    if pa.types.is_boolean(kind):
+        return pa.array(np.zeros(size, dtype=bool))
+    if pa.types.is_map(kind):     # empty maps
+        return pa.MapArray.from_arrays(pa.array(np.zeros(size + 1, dtype=np.int32)),
+                                       pa.array([], kind.key_type), pa.array([], kind.item_type),
+                                       type=kind)
     return pa.array(np.ones(size, dtype=np.int64)).cast(kind)
 
 
@@ -83,7 +89,9 @@ class CeilingReader(DataSourceReader):
     `valueBytes`-byte values; the others repeat one value."""
 
     def __init__(self, schema, options) -> None:
-        self.arrow = arrow_schema(schema)
+        # pyspark's conversion (as pyspark_farm.schema.arrow_schema does): the baseline's
+        # workers import nothing of garlicfarm, so they do not pay for its imports.
+        self.arrow = to_arrow_schema(schema, timezone="UTC")
         self.rows = int(options["rows"])
         self.parts = int(options["partitions"])
         self.value_bytes = int(options["valueBytes"])
