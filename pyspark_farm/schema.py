@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from .errors import OptionError, SchemaError
+from .errors import GarlicFarmSparkError, OptionError, SchemaError
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,21 @@ def split_schema(columns: KindColumns, schema: StructType) -> StructType:
         raise OptionError("valueSchema", f"column(s) {', '.join(clash)} clash with the "
                           f"source's own columns ({', '.join(names)}); rename them")
     return values
+
+
+class PayloadError(GarlicFarmSparkError):
+    """A committed payload is not what the garlicfarm writer of its kind writes (corrupt,
+    or written by another writer)."""
+
+
+def open_ipc(payload: bytes, index: int, what: str) -> pa.Table:
+    """A payload read at log `index` as an Arrow IPC stream (zero-copy), or a
+    `PayloadError` naming `what` it should have been."""
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise PayloadError(f"log index {index}: {what} is not an Arrow IPC stream "
+                           f"({exc})") from None
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

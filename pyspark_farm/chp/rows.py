@@ -17,7 +17,7 @@ from connectors.chp.kvmap import Entry
 from connectors.chp.proto import parse_properties
 from consensus.wire.errors import ProtocolError
 
-from ..errors import GarlicFarmSparkError
+from ..schema import PayloadError, open_ipc
 from .changelog import RESYNC_PROPERTY, Change
 
 #: The chp source's own columns (docs/options.md).
@@ -28,10 +28,6 @@ CHP_SCHEMA = pa.schema([("key", pa.string()), ("sequence", pa.int64()),
                         ("value", pa.binary()), ("deleted", pa.bool_())])
 #: The content type of the capture's staged payloads.
 CHANGELOG_CONTENT = "chp-changelog"
-
-
-class PayloadError(GarlicFarmSparkError):
-    """A payload in the capture's journal is not what the capture writes."""
 
 
 def _text(raw: bytes) -> str:
@@ -80,11 +76,7 @@ def encode_payload(changes: Sequence[Change]) -> bytes:
 
 def decode_payload(payload: bytes, index: int) -> pa.Table:
     """A journal payload back as a table of `CHP_SCHEMA`, checked."""
-    try:
-        table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise PayloadError(f"log index {index}: a chp capture payload is not an Arrow IPC "
-                           f"stream ({exc})") from None
+    table = open_ipc(payload, index, "a chp capture payload")
     if table.schema != CHP_SCHEMA:
         raise PayloadError(f"log index {index}: a chp capture payload has the columns "
                            f"{table.schema.names}, not the capture's")

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..errors import GarlicFarmSparkError
+from ..schema import PayloadError, open_ipc
 
 #: The raft source's own columns (docs/options.md).
 RAFT_COLUMNS_DDL = ("cluster string, index long, term long, type string, value binary, "
@@ -32,18 +32,9 @@ def _type_names() -> pa.Array:
     return pa.array(TYPES, pa.string())
 
 
-class PayloadError(GarlicFarmSparkError):
-    """A committed payload is not what the sink writes (corrupt, or staged by another
-    writer with a content type it did not honour)."""
-
-
 def arrow_values(payload: bytes, index: int) -> pa.Array:
     """The `value` column of a staged Arrow IPC payload (zero-copy)."""
-    try:
-        table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise PayloadError(f"log index {index}: a committed 'arrow' payload is not an Arrow "
-                           f"IPC stream ({exc})") from None
+    table = open_ipc(payload, index, "a committed 'arrow' payload")
     if "value" not in table.schema.names:
         raise PayloadError(f"log index {index}: a committed 'arrow' payload has no 'value' "
                            f"column (columns: {table.schema.names})")
