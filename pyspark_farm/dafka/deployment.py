@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from connectors.dafka import ConfigError, DafkaConfig
+from connectors.dafka import ConfigError, DafkaConfig, StoreClient
 from connectors.dafka.config import config_from_zpl
 
 from ..errors import OptionError
@@ -46,3 +46,17 @@ def dafka_config(tower: tuple[str, ...], raw: Mapping[str, str]) -> DafkaConfig:
     except ConfigError as exc:
         raise OptionError(f"{PASSTHROUGH}*", f"{exc}; dafka.* options take the Dafka "
                           "config paths (beacon/interval, beacon/timeout in ms...)") from None
+
+
+def open_store_client(config: DafkaConfig, timeout: float) -> StoreClient:
+    """A store client that has found every live store, not just the first one: stores are
+    discovered by their beacons, one per beacon interval each, and heads asked of some of
+    the stores only would understate what the deployment holds."""
+    client = StoreClient(config)
+    try:
+        client.wait_for_stores(1, timeout)
+        client.run_until(lambda: False, 2 * config.beacon_interval)
+    except BaseException:
+        client.stop()
+        raise
+    return client

@@ -25,12 +25,13 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.dafka import DafkaConfig, Producer, StoreClient, deterministic_address
+from connectors.dafka import DafkaConfig, Producer, deterministic_address
 
 from ..connection import FarmConnection
 from ..errors import GarlicFarmSparkError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
 from ..value_formats import contiguous_data
+from .deployment import open_store_client
 from .index import GapNotFillable, PartitionIndex
 from .ledger import change_index, decided, load_index
 
@@ -148,8 +149,11 @@ class DafkaSinkBackend:
                 time.sleep(self.config.beacon_interval)   # a store coming back: rediscovery
 
     def _stored_head(self, address: str) -> int:
-        with StoreClient(self.config) as stores:
+        stores = open_store_client(self.config, self.ack_timeout)
+        try:
             heads = stores.heads(self.topic, timeout=self.ack_timeout)
+        finally:
+            stores.stop()
         return heads.get((self.topic, address), -1)
 
     def _publish(self, address: str, fill_from: int, start: int, spool: Spool) -> None:

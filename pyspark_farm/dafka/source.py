@@ -26,6 +26,7 @@ from ..admission import Limits
 from ..connection import FarmConnection
 from ..errors import GarlicFarmSparkError
 from ..value_formats import value_decoder
+from .deployment import open_store_client
 from .index import PartitionIndex, Range
 from .ledger import decided, load_index
 from .offsets import (Offsets, OffsetsSpec, PartitionKey, Subscription, offsets_json,
@@ -155,8 +156,7 @@ class _Planner:
             self._stores.stop()
             self._stores = None
         if self._stores is None:
-            self._stores = StoreClient(self.settings.config)
-            self._stores.open()
+            self._stores = open_store_client(self.settings.config, self.settings.fetch_timeout)
         self._stores_used = now
         return self._stores
 

@@ -141,16 +141,22 @@ def test_failed_task_attempts_leave_exactly_the_input(spark, farm, dafka, tmp_pa
     chunks = _chunks(0, 2, "f")
     write_files(inbox, chunks)
 
+    failures = tmp_path / "failures"
+    failures.mkdir()
+
     @F.udf(StringType())
     def flaky(value):
         from pyspark import TaskContext
-        if TaskContext.get().attemptNumber() == 0 and value.endswith("-035"):
+        context = TaskContext.get()
+        if context.attemptNumber() == 0 and value.endswith("-035"):
+            (failures / f"{context.stageId()}-{context.partitionId()}").touch()
             raise RuntimeError("injected failure of a first attempt")
         return value
 
     frame = file_stream(spark, inbox).select(flaky("value").alias("value"))
     writer = _sink(frame, dafka, farm, tmp_path / "chk", topic)
     _finish(writer, 180)
+    assert len(list(failures.iterdir())) == len(chunks)      # one failed attempt per batch
     back = _read(spark, dafka, farm, topic).collect()
     assert sorted(bytes(r.value).decode() for r in back) == sorted(sum(chunks, []))
     _assert_contiguous(back)
