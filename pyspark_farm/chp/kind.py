@@ -13,9 +13,9 @@ from ..admission import Limits
 from ..connection import CONNECTION_OPTIONS, FarmConnection
 from ..errors import OptionError
 from ..log_access import READ_FROM
-from ..options import Option, OptionSet, boolean, choice, duration, integer, non_empty, text
+from ..kind_options import READ_OPTIONS, parse_source
+from ..options import Option, OptionSet, choice, duration, integer, non_empty, text
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
-from ..value_formats import FORMATS
 from .capture import CaptureSettings
 from .rows import CHP_COLUMNS_DDL
 from .sink import MARKER_PREFIX, ChpBatchWriter, ChpSinkBackend, ChpStreamWriter, check_input
@@ -46,23 +46,16 @@ SERVER_OPTIONS = OptionSet("", (
            doc="silence after which a client fails over to the next server"),
 ))
 
-VALUE_OPTIONS = OptionSet("", (
-    Option("valueFormat", choice(*FORMATS), "binary", doc="how values carry columns"),
-    Option("valueSchema", text, None, doc="columns decoded from values (DDL or JSON)"),
-))
+VALUE_OPTIONS = OptionSet("", tuple(READ_OPTIONS.by_key[k] for k in ("valueformat",
+                                                                       "valueschema")))
 
 #: `spark.read`: the map from the server; no farm involved.
 MAP_OPTIONS = SERVER_OPTIONS.named("the chp map read") + VALUE_OPTIONS
 
-SOURCE_OPTIONS = (CONNECTION_OPTIONS.named("the chp source") + SERVER_OPTIONS + VALUE_OPTIONS
+SOURCE_OPTIONS = (CONNECTION_OPTIONS.named("the chp source") + SERVER_OPTIONS + READ_OPTIONS
                   + OptionSet("", (
     Option("startingOffsets", choice("snapshot", "latest"), "snapshot",
            doc="snapshot (the current map first, then updates) or latest"),
-    Option("maxOffsetsPerTrigger", integer(1), None, doc="rows per micro-batch, at most"),
-    Option("minOffsetsPerTrigger", integer(1), None, doc="rows per micro-batch, at least"),
-    Option("maxTriggerDelay", duration, 900.0, doc="longest wait for minOffsetsPerTrigger"),
-    Option("failOnDataLoss", boolean, True,
-           doc="fail when the farm compacted the capture's journal before it was read"),
     Option("minPartitions", integer(1), 1, doc="Spark tasks per micro-batch, at least"),
     Option("readFrom", choice(*READ_FROM), "any", doc="which farm members serve the reads"),
     Option("captureLinger", duration, 0.05, doc="longest wait before captured updates are "
@@ -81,11 +74,7 @@ SINK_OPTIONS = SERVER_OPTIONS.named("the chp sink") + OptionSet("", (
 
 
 def _source_values(options: Mapping[str, str]) -> dict:
-    values = SOURCE_OPTIONS.parse(options, ignore=("kind",))
-    low, high = values["minOffsetsPerTrigger"], values["maxOffsetsPerTrigger"]
-    if low is not None and high is not None and low > high:
-        raise OptionError("minOffsetsPerTrigger", f"{low} is above maxOffsetsPerTrigger {high}")
-    return values
+    return parse_source(SOURCE_OPTIONS, options)
 
 
 def _map_values(options: Mapping[str, str]) -> dict:

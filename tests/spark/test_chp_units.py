@@ -134,3 +134,20 @@ def test_column_names_of_ddl_with_a_map():
     from pyspark_farm.schema import KindColumns
     assert KindColumns(CHP_COLUMNS_DDL).names == [
         "key", "sequence", "uuid", "properties", "value", "deleted"]
+
+
+def test_options_name_what_is_wrong():
+    from pyspark_farm.chp import kind
+    from pyspark_farm.errors import OptionError
+    with pytest.raises(OptionError, match="'endpoint'.*needs it"):
+        kind.schema({})
+    with pytest.raises(OptionError, match="'endpoint'"):
+        kind.schema({"endpoint": "nowhere"})
+    with pytest.raises(OptionError, match="'startingOffsets'"):
+        kind._source_values({"endpoint": "127.0.0.1:5556", "endpoints": "127.0.0.1:9",
+                             "startingOffsets": "earliest"})
+    with pytest.raises(OptionError, match="'minOffsetsPerTrigger'"):
+        kind._source_values({"endpoint": "127.0.0.1:5556", "endpoints": "127.0.0.1:9",
+                             "minOffsetsPerTrigger": "5", "maxOffsetsPerTrigger": "2"})
+    assert kind.SERVER_OPTIONS.parse({"endpoint": "127.0.0.1:5556, 127.0.0.1:5566"})[
+        "endpoint"] == ("127.0.0.1:5556", "127.0.0.1:5566")
