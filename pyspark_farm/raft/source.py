@@ -24,7 +24,7 @@ from ..connection import FarmConnection
 from ..log_access import LogPartition, LogPlanner, PieceReader, first_index, log_end
 from ..offsets import OffsetSpec, index_of, offset_json
 from ..value_formats import value_decoder
-from .rows import RowBatchBuilder, payload_values
+from .rows import RowBatchBuilder, payload_chunks
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,9 @@ def read_partition(settings: RaftSourceSettings, partition: InputPartition
                                                visible.timestamp_ms, visible.records)
                 continue
             for payload, content_type in zip(visible.records, visible.content_types):
-                values = payload_values(payload, content_type, visible.index)
-                yield from builder.add_values(visible.index, visible.term, visible.type,
-                                              visible.timestamp_ms, values)
+                for values in payload_chunks(payload, content_type, visible.index):
+                    yield from builder.add_values(visible.index, visible.term, visible.type,
+                                                  visible.timestamp_ms, values)
         yield from builder.finish()
     finally:
         reader.close()

@@ -10,6 +10,7 @@ from pyspark.sql.types import StructType
 
 from pyspark_farm.errors import CommitConflict, OptionError, SchemaError
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL, PayloadError, RowBatchBuilder, payload_values
+from pyspark_farm.raft.rows import payload_chunks as payload_chunks_of
 from pyspark_farm.raft.sink import ipc_payload, payload_chunks
 from pyspark_farm.schema import KindColumns, arrow_schema, split_schema
 from pyspark_farm.sink import StagedOutput, TaskTag, winning_outputs
@@ -89,6 +90,27 @@ def test_row_batches_match_sparks_arrow_schema_and_keep_log_order():
     assert [r["type"] for r in rows] == ["journal"] * 2 + ["commit"] * 3 + ["journal"]
     assert {r["cluster"] for r in rows} == {"farm"}
     assert rows[0]["timestamp"] == datetime.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
+
+
+def test_large_payload_batches_go_to_spark_without_copies_in_log_order():
+    schema = arrow_schema(RAFT_SCHEMA)
+    builder = RowBatchBuilder("farm", schema, max_rows=5000, direct_rows=100)
+    sent = [pa.array([f"a{i}".encode() for i in range(7000)], pa.binary()),
+            pa.array([b"b0", b"b1"], pa.binary())]
+    payload = ipc_payload(sent)
+    chunks = payload_chunks_of(payload, "arrow", 5)
+    assert [len(c) for c in chunks] == [7000, 2]       # one array per batch the sink wrote
+    batches = list(builder.add_records(3, 1, "journal", 0, [b"j"]))
+    for values in chunks:
+        batches += builder.add_values(5, 1, "commit", 0, values)
+    batches += builder.finish()
+    assert [b.num_rows for b in batches] == [1, 5000, 2000, 2]
+    assert batches[1].column("value").buffers()[2].address == chunks[0].buffers()[2].address
+    assert [v for b in batches for v in b.column("value").to_pylist()] == \
+        [b"j"] + sent[0].to_pylist() + sent[1].to_pylist()
+    assert [i for b in batches for i in b.column("index").to_pylist()] == [3] + [5] * 7002
+    assert payload_values(payload, "arrow", 5).to_pylist() == \
+        sent[0].to_pylist() + sent[1].to_pylist()
 
 
 def test_row_batches_are_cut_at_max_rows_and_decode_values():
