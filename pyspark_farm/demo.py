@@ -107,6 +107,16 @@ def _result(rows: list, generated: Generated, distinct: int, console: Console) -
     return ok
 
 
+def _wait_started(query, deadline: float) -> None:
+    """Until the query's sources are up (it waits for data or a trigger), or it failed."""
+    while query.status["message"] == "Initializing sources" and query.isActive:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"query {query.name} did not start in time")
+        time.sleep(0.1)   # polling Spark's query status
+    if query.exception() is not None:
+        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="garlicfarm demo", description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=30_000, help="events to generate")
@@ -139,12 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"farm endpoints: [cyan]{farm.endpoints}[/]")
         first = farm.client()
         start = first.last_applied() + 1
-        writer = (spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1)
-                  .json(str(inbox))
-                  .select(F.to_json(F.struct("*")).alias("value"))
-                  .writeStream.format("garlicfarm").options(**farm.options)
-                  .option("checkpointLocation", str(root / "chk-writer"))
-                  .trigger(processingTime="500 milliseconds").queryName("writer").start())
         reader = (spark.readStream.format("garlicfarm").options(**farm.options)
                   .option("startingOffsets", json.dumps({"index": start}))
                   .option("valueFormat", "json").option("valueSchema", EVENT_SCHEMA)
@@ -154,6 +158,21 @@ def main(argv: list[str] | None = None) -> int:
                   .writeStream.format("memory").queryName("demo_totals").outputMode("complete")
                   .option("checkpointLocation", str(root / "chk-reader"))
                   .trigger(processingTime="500 milliseconds").start())
+        # The reader's source starts first, on a quiet Spark: Spark gives the Python process
+        # that plans a streaming source 10 s to connect back, which a busy machine can miss.
+        console.print("starting the [bold]reader[/] query (raft source) ...")
+        try:
+            _wait_started(reader, time.monotonic() + args.timeout)
+        except BaseException:
+            reader.stop()
+            raise
+        console.print("starting the [bold]writer[/] query (exactly-once sink) and the generator")
+        writer = (spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1)
+                  .json(str(inbox))
+                  .select(F.to_json(F.struct("*")).alias("value"))
+                  .writeStream.format("garlicfarm").options(**farm.options)
+                  .option("checkpointLocation", str(root / "chk-writer"))
+                  .trigger(processingTime="500 milliseconds").queryName("writer").start())
         producer = threading.Thread(target=generate, daemon=True, name="demo-generator",
                                     args=(inbox, args.events, args.files, args.pause,
                                           generated, stop))
