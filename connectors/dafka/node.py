@@ -238,6 +238,8 @@ class Node:
         wait = min((t[0] for t in self._timers), default=now + 1.0) - now
         if timeout is not None:
             wait = min(wait, timeout)
+        if self._has_work():
+            wait = 0.0
         ready = self._poller.poll(max(0.0, wait) * 1000)
         now = time.monotonic()
         for sock, _ in ready:
@@ -246,6 +248,8 @@ class Node:
             if timer[0] <= now:
                 timer[0] = max(timer[0] + timer[1], now)
                 timer[2](now)
+        if self._has_work():
+            self._work(now)
 
     def run_until(self, condition: Callable[[], object], timeout: float) -> bool:
         """Drive the loop in the caller's thread until `condition()` or the deadline."""
@@ -333,6 +337,15 @@ class Node:
 
     def _before_poll(self) -> None:
         """Called before each poll (flow control)."""
+
+    def _has_work(self) -> bool:
+        """True while queued work waits for `_work`: the loop then polls without waiting."""
+        return False
+
+    def _work(self, now: float) -> None:
+        """One bounded slice of queued work, after each poll: a long job done in slices
+        keeps the node beaconing and answering (a node silent for beacon/timeout is
+        forgotten by its peers, which drop what they had queued from it)."""
 
     def _peer_connected(self, endpoint: str) -> None:
         """A new peer publisher was connected."""

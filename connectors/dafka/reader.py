@@ -20,8 +20,10 @@ subject starts with the topic) and collects answers until none arrived for `sett
 seconds (the protocol has no end-of-answer marker). `read_range` sends FETCH to the
 partition address (the producer, if alive, and every store get it), buffers
 DIRECT-RECORDs, yields them in order and re-FETCHes from the first missing offset when
-no progress was made for `retry` seconds. A store answers only if it holds the first
-requested offset; a range that no store (and no producer) holds raises TimeoutError.
+nothing arrived for `retry` seconds (a store replaces the rest of our previous FETCH
+with the new one, so re-FETCHes do not pile up work in the stores). A store answers
+only if it holds the first requested offset; a range that no store (and no producer)
+holds raises TimeoutError.
 """
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.consumer import ConsumerRecord
 from connectors.dafka.node import Node
+from connectors.dafka.sockets import iter_messages
 
 MAX_WINDOW = proto.FETCH_BLOCK    # offsets asked per FETCH (and buffered at most)
+DRAIN_LIMIT = 10_000              # DIRECT-RECORDs handled per loop turn
 
 
 class NoStoreError(TimeoutError):
@@ -78,7 +82,9 @@ class StoreClient(Node):
                     self.hello_readers.discard(msg.topic)
 
     def _drain_data(self, now: float) -> None:
-        for msg in self.messages(self.data):
+        # A bounded drain per loop turn: draining 100000 records at once takes seconds,
+        # during which we would not beacon and the stores would forget us.
+        for msg in iter_messages(self.data, self.decoder, self.stats, DRAIN_LIMIT):
             kind = type(msg)
             if kind is proto.DirectRecord:
                 self._records.append(msg)
@@ -124,18 +130,23 @@ class StoreClient(Node):
         return heads
 
     def read_range_batches(self, topic: str, partition: str, start: int, end: int, *,
-                           min_stores: int = 1, timeout: float = 30.0, retry: float = 0.5
-                           ) -> Iterator[list[ConsumerRecord]]:
-        """Offsets [start, end) of one partition, in order, as batches. Raises
-        TimeoutError when no progress was made for `timeout` s."""
+                           min_stores: int = 1, timeout: float = 30.0, retry: float = 0.5,
+                           window: int = MAX_WINDOW) -> Iterator[list[ConsumerRecord]]:
+        """Offsets [start, end) of one partition, in order, as batches, asked `window`
+        offsets per FETCH. Raises TimeoutError when no progress was made for `timeout`
+        s. A re-FETCH (from the first missing offset) goes out when nothing of the
+        partition arrived for `retry` s; the time the caller holds a batch counts as
+        neither (the stores keep answering meanwhile)."""
         if not proto.is_address(partition):
             raise ValueError(f"partition {partition!r}: a producer address (32 hex)")
+        if window < 1:
+            raise ValueError(f"window {window}: at least 1 offset per FETCH")
         if start >= end:
             return
         self.wait_for_stores(min_stores, timeout)
         nxt = start
         ahead: dict[int, bytes] = {}
-        last_progress = asked_at = time.monotonic()
+        last_progress = last_arrival = time.monotonic()
         asked_until = start          # the current FETCH window ends here
         self._records.clear()
         while nxt < end:
@@ -144,25 +155,27 @@ class StoreClient(Node):
                 raise TimeoutError(
                     f"read_range {topic}/{partition}: stuck at offset {nxt} of "
                     f"[{start}, {end}) for {timeout:g} s; no store or producer has it")
-            if nxt >= asked_until or now - max(asked_at, last_progress) > retry:
-                window = min(end - nxt, MAX_WINDOW)
+            if nxt >= asked_until or now - last_arrival > retry:
+                size = min(end - nxt, window)
                 # A store answers seq..seq+count inclusive, a producer count records.
                 self.send(proto.Fetch(partition, self.address, topic, nxt,
-                                      max(window - 1, 1)))
-                asked_at, asked_until = now, nxt + window
+                                      max(size - 1, 1)))
+                self.stats["fetches"] += 1
+                last_arrival, asked_until = now, nxt + size
             self.step(retry / 5)
             for rec in self._records:
                 if (rec.subject == topic and rec.address == partition
                         and nxt <= rec.sequence < end):
                     ahead[rec.sequence] = rec.content
+                    last_arrival = time.monotonic()
             self._records.clear()
             batch: list[ConsumerRecord] = []
             while nxt in ahead:
                 batch.append(ConsumerRecord(topic, partition, nxt, ahead.pop(nxt)))
                 nxt += 1
             if batch:
-                last_progress = time.monotonic()
                 yield batch
+                last_progress = last_arrival = time.monotonic()   # the caller's time
 
     def read_range(self, topic: str, partition: str, start: int, end: int, **kwargs
                    ) -> Iterator[ConsumerRecord]:

@@ -17,6 +17,15 @@ As in the C code a store is two nodes with distinct addresses and beacons, shari
   partition whose subject starts with T / a subject; a consumer subscribing to
   ``L``+its address -> STORE-HELLO.
 
+  A FETCH answer (up to 100000 records, seconds of Python) is queued and sent
+  `READ_CHUNK` records per loop turn, so the reader keeps beaconing and answering in
+  between: a reader silent for beacon/timeout is forgotten by its peers, whose SUBs
+  then disconnect and drop everything queued from it (a StoreClient stalled at a
+  window boundary that way). A new FETCH from the same requester for the same
+  partition replaces the queued rest of its previous one (a requester re-FETCHes
+  from its first missing offset, so the rest is stale): re-FETCHes of a slow reader
+  cannot pile up whole windows of work that outlive the reader.
+
 ```python
 with Store(config, "/var/lib/dafka") as store:   # config.store_db is the default dir
     ...
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass
 
 import zmq
 
@@ -34,7 +44,16 @@ from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
 
-READ_CHUNK = 1000          # records read from the log per batch when answering a FETCH
+READ_CHUNK = 1000          # records read from the log and sent per loop turn (FETCH answers)
+
+
+@dataclass
+class FetchAnswer:
+    """The unsent rest of one FETCH answer: records [next, stop) of `key`."""
+    key: Key
+    prefix: bytes      # frame 0 of the DIRECT-RECORDs up to the sequence
+    next: int
+    stop: int
 
 
 class StoreWriter(Node):
@@ -112,11 +131,16 @@ class StoreReader(Node):
     PUB_TYPE = zmq.XPUB
 
     def __init__(self, config: DafkaConfig, partitions: PartitionStore, writer_address: str,
-                 *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS
-                 ) -> None:
+                 *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS,
+                 read_chunk: int = READ_CHUNK) -> None:
         super().__init__(config, address=address, limits=limits)
+        if read_chunk < 1:
+            raise ValueError(f"read_chunk {read_chunk}: at least 1 record per loop turn")
         self.partitions = partitions
         self.writer_address = writer_address
+        self.read_chunk = read_chunk
+        # (requester, subject, partition) -> what is left to send, oldest first
+        self.answers: dict[tuple[str, str, str], FetchAnswer] = {}
 
     def _setup(self) -> None:
         self.requests = self._add_sub([
@@ -157,13 +181,29 @@ class StoreReader(Node):
         prefix = proto.frame0_prefix(proto.Command.DIRECT_RECORD, fetch.address,
                                      fetch.topic, fetch.subject)
         stop = min(fetch.sequence + fetch.count, head) + 1      # inclusive, as the C store
+        if self.answers.pop((fetch.address, *key), None) is not None:
+            self.stats["fetches_superseded"] += 1
+        self.answers[(fetch.address, *key)] = FetchAnswer(key, prefix, fetch.sequence, stop)
+
+    def _has_work(self) -> bool:
+        return bool(self.answers)
+
+    def _work(self, now: float) -> None:
+        """Send the next chunk of the oldest queued answer (round robin over answers)."""
+        requester, answer = next(iter(self.answers.items()))
+        chunk = self.partitions.read(answer.key, answer.next,
+                                     min(answer.next + self.read_chunk, answer.stop))
         send = self.pub.send
-        for start in range(fetch.sequence, stop, READ_CHUNK):
-            chunk = self.partitions.read(key, start, min(start + READ_CHUNK, stop))
-            for seq, content in enumerate(chunk, start):
-                send(prefix + proto.pack_sequence(seq), zmq.SNDMORE)
-                send(content)
-            self.stats["direct_records"] += len(chunk)
+        prefix = answer.prefix
+        for seq, content in enumerate(chunk, answer.next):
+            send(prefix + proto.pack_sequence(seq), zmq.SNDMORE)
+            send(content)
+        self.stats["direct_records"] += len(chunk)
+        answer.next += len(chunk)
+        if not chunk or answer.next >= answer.stop:
+            del self.answers[requester]          # only now: `answers` empty means idle
+        elif len(self.answers) > 1:
+            self.answers[requester] = self.answers.pop(requester)    # to the back
 
     def _send_heads(self, consumer: str, subjects: list[str]) -> None:
         sent = set()
@@ -217,4 +257,4 @@ class Store:
         return merged
 
 
-__all__ = ["Store", "StoreReader", "StoreWriter"]
+__all__ = ["FetchAnswer", "READ_CHUNK", "Store", "StoreReader", "StoreWriter"]
