@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -67,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     store.add_argument("--data-dir", metavar="DIR", help="data directory (store/db)")
     store.add_argument("--fsync", choices=("always", "batch", "never"),
                        help="store/fsync (default batch: one fsync per drain, then ACK)")
+    store.add_argument("--exit-with-parent", type=int, metavar="PID",
+                       help="stop (cleanly) once the parent process PID is gone, e.g. "
+                            "a program that started this store and died")
 
     produce = commands.add_parser("produce", help="publish one record per stdin line")
     _common(produce)
@@ -123,6 +127,20 @@ def _until_signal() -> threading.Event:
     return stop
 
 
+PARENT_CHECK = 0.5   # seconds between checks of --exit-with-parent
+
+
+def _wait(stop: threading.Event, parent: int | None) -> None:
+    """Until a signal, or until `parent` is no longer our parent process (it died and
+    we were re-parented): polling getppid works for any parent, where Linux's
+    PR_SET_PDEATHSIG fires when the *thread* that started us exits."""
+    while not stop.wait(None if parent is None else PARENT_CHECK):
+        if os.getppid() != parent:
+            _say(f"dafka store: parent process {parent} is gone (--exit-with-parent); "
+                 f"stopping")
+            return
+
+
 def _say(text: str) -> None:
     print(text, flush=True)
 
@@ -149,7 +167,7 @@ def run_store(args: argparse.Namespace) -> int:
     store = Store(config).start()
     _say(f"dafka store: writer {store.writer.address} at {store.writer.endpoint}, reader "
          f"{store.reader.address} at {store.reader.endpoint}, data in {store.data_dir}")
-    stop.wait()
+    _wait(stop, args.exit_with_parent)
     store.stop()
     if config.verbose:
         print(json.dumps(store.stats), file=sys.stderr)

@@ -138,7 +138,8 @@ class LocalDafka:
             [sys.executable, "-m", "consensus.cli", "dafka", "store",
              "--tower", self.tower_endpoint, "--data-dir", str(self.store_dir(number)),
              "--beacon-interval", str(self.beacon_interval),
-             "--beacon-timeout", str(self.beacon_timeout)],
+             "--beacon-timeout", str(self.beacon_timeout),
+             "--exit-with-parent", str(os.getpid())],   # no orphan if we die
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         if wait:
             self.wait_for_stores()

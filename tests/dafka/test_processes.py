@@ -3,9 +3,11 @@ stores, config files. Everything on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -156,3 +158,39 @@ def test_two_stores_each_keep_everything(config, nodes, tmp_path):
     wait_until(lambda: got.extend(consumer.poll(0.1)) or len(got) >= 500,
                message="everything from the remaining store")
     assert [r.offset for r in got] == list(range(500))
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_store_exits_when_the_parent_that_started_it_dies(procs, config, tmp_path):
+    # A parent that starts a store with --exit-with-parent, prints its pid, then waits.
+    launcher = (
+        "import os, subprocess, sys\n"
+        "store = subprocess.Popen([sys.executable, '-m', 'consensus.cli', 'dafka', "
+        "'store', *sys.argv[1:], '--exit-with-parent', str(os.getpid())], "
+        "stdout=subprocess.DEVNULL, start_new_session=True)\n"
+        "print(store.pid, flush=True)\n"
+        "sys.stdin.read()\n")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", launcher, *tower_args(config), *FAST_ARGS,
+         "--data-dir", str(tmp_path / "db")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    procs.procs.append(parent)
+    store_pid = int(read_line(parent))
+    try:
+        with StoreClient(config) as client:
+            client.wait_for_stores(1, timeout=20)     # it runs while its parent lives
+        assert not _gone(store_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        wait_until(lambda: _gone(store_pid), timeout=15, message="the orphaned store exits")
+    finally:
+        if not _gone(store_pid):
+            os.kill(store_pid, signal.SIGKILL)
