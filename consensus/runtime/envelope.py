@@ -171,7 +171,8 @@ def decode_command(data: bytes) -> Command:
     if version != VERSION:
         raise _bad("version", f"{version} is not supported (this node reads {VERSION})")
     try:
-        body = msgpack.unpackb(data[HEAD.size:], raw=False, strict_map_key=False)
+        # a view, not a slice: a STAGE command's megabytes are copied once, into its payload
+        body = msgpack.unpackb(memoryview(data)[HEAD.size:], raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several types: ExtraData, ValueError, ...
         raise _bad("body", f"not msgpack ({exc})") from None
     if type(body) is not list or len(body) < 2:

@@ -257,8 +257,8 @@ class ExtensionCodec(MessageCodec):
     def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> ExtensionMessage:
         _, source, destination, term, _size = _HEAD.unpack_from(frame)
         try:
-            body = msgpack.unpackb(frame[self.head_size:], raw=False, strict_map_key=False,
-                                   use_list=True)
+            body = msgpack.unpackb(memoryview(frame)[self.head_size:], raw=False,
+                                   strict_map_key=False, use_list=True)   # no copy of the body
         except Exception as exc:    # msgpack raises ExtraData, ValueError, FormatError...
             raise _bad("body", f"not msgpack ({exc})", self.head_size) from None
         if body.__class__ is not list or len(body) != len(self._names):

@@ -81,18 +81,25 @@ class Link:
         if left <= 0:
             return False
         self.sock.settimeout(left)
+        # A large answer (a page of staged payloads) is read straight into a buffer of its
+        # size: no chunk is copied into the decoder's stream buffer and sliced out again.
+        into = self.decoder.pending_buffer()
         try:
-            data = self.sock.recv(READ_BYTES)
+            data = self.sock.recv(READ_BYTES) if into is None else self.sock.recv_into(into)
         except socket.timeout:
             return False
         except OSError as exc:
             self.close()
             raise NoAnswer(f"lost the connection to {self.endpoint}: {exc}") from None
+        finally:
+            if into is not None:
+                into.release()
         if not data:
             self.close()
             raise NoAnswer(f"{self.endpoint} closed the connection")
         try:
-            self.frames.extend(self.decoder.feed(data))
+            self.frames.extend(self.decoder.feed(data) if into is None
+                               else self.decoder.filled(data))
         except ProtocolError as exc:
             self.close()
             raise ProtocolMismatch(f"corrupt answer from {self.endpoint}: {exc}") from None

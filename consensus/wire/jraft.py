@@ -48,7 +48,7 @@ __all__ = [
     "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",
     "ResponseCodec", "REQUEST_CODEC", "RESPONSE_CODEC", "Registration", "MessageRegistry",
     "REGISTRY", "JRaftDecoder", "encode", "decode", "to_json", "from_json", "check_shape",
-    "client_request", "REQUEST_HEAD", "RESPONSE_LAYOUT", "ENTRY_HEAD",
+    "client_request", "REQUEST_HEAD", "RESPONSE_LAYOUT", "ENTRY_HEAD", "LARGE_FRAME",
     # re-exported from jraft_values / jraft_logpack, so users import one module
     "JRaftLimits", "DEFAULT_LIMITS", "ValueType", "LogEntry", "Payload", "ClusterServer",
     "ServerId", "ClusterConfiguration", "SnapshotSyncRequest", "LogPack", "LogPackFormat",
@@ -355,11 +355,31 @@ class JRaftDecoder:
         self._consumed = 0          # stream offset of _buffer[0]
         self._pending: tuple[Registration, int] | None = None
         self._error: ProtocolError | None = None
+        self._frame: bytearray | None = None    # a large frame being assembled in place
+        self._filled = 0                        # bytes of it received
+        self._frame_start = 0                   # its stream offset
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a whole message."""
-        return len(self._buffer)
+        return len(self._buffer) + self._filled
+
+    def pending_buffer(self) -> memoryview | None:
+        """Where the rest of a large message goes (`LARGE_FRAME`): the unfilled part of a
+        buffer of its exact size, for ``sock.recv_into``; tell `filled` how many bytes
+        went in. None when no large message is under way (then use `feed`)."""
+        if self._frame is None or self._error is not None:
+            return None
+        return memoryview(self._frame)[self._filled:]
+
+    def filled(self, nbytes: int) -> list[Message]:
+        """`nbytes` were written into `pending_buffer()`: the messages now complete, as
+        `feed` returns them."""
+        if self._frame is None or not 0 <= nbytes <= len(self._frame) - self._filled:
+            raise ValueError(f"{nbytes} bytes do not fit the pending buffer")
+        self._filled += nbytes
+        self._consumed += nbytes
+        return self.feed(b"")
 
     def feed(self, data: bytes) -> list[Message]:
         messages: list[Message] = []
@@ -391,10 +411,11 @@ class JRaftDecoder:
         """The stream ended: raise `Truncated` if a message was cut short."""
         if self._error is not None:
             raise self._error
-        if self._buffer:
-            registration = self.registry.lookup(self._buffer[0])
+        if self._buffer or self._frame is not None:
+            registration = self._pending[0] if self._frame is not None else \
+                self.registry.lookup(self._buffer[0])
             self._error = error(Truncated, registration.name, f"the stream ended "
-                                f"{len(self._buffer)} bytes into the message",
+                                f"{self.buffered} bytes into the message",
                                 self._consumed + len(self._buffer))
             raise self._error
 
@@ -404,12 +425,16 @@ class JRaftDecoder:
         no whole message came before it, else by the next call (see `feed`)."""
         if self._error is not None:
             raise self._error
+        frames: list[tuple[Registration, bytes, int]] = []
+        if self._frame is not None:
+            data = self._fill(data, frames)
+            if self._frame is not None or not data:
+                return frames
         if self._buffer:
             self._buffer += data
             buffer = self._buffer
         else:
             buffer = data               # nothing pending: read the bytes in place
-        frames: list[tuple[Registration, bytes, int]] = []
         limits, lookup = self.limits, self.registry.lookup
         pos, end = 0, len(buffer)
         try:
@@ -422,8 +447,11 @@ class JRaftDecoder:
                     self._pending = (registration, codec.size_at(buffer, pos, limits))
                 registration, size = self._pending
                 if end - pos < size:
+                    if size >= LARGE_FRAME and (end - pos) * LARGE_FRAME_SHARE >= size:
+                        self._start_frame(buffer, pos, size)
+                        pos = end
                     break
-                frames.append((registration, bytes(buffer[pos:pos + size]),
+                frames.append((registration, _frame_bytes(buffer, pos, size),
                                self._consumed + pos))
                 self._pending = None
                 pos += size
@@ -438,6 +466,48 @@ class JRaftDecoder:
                 del buffer[:pos]
             self._consumed += pos
         return frames
+
+    def _start_frame(self, buffer: bytes | bytearray | memoryview, pos: int, size: int) -> None:
+        """Move the received start of a large message (`buffer[pos:]`) into a buffer of
+        its size, which later bytes fill in place (its size passed the limits)."""
+        self._frame = bytearray(size)
+        with memoryview(buffer) as view:
+            self._frame[:len(buffer) - pos] = view[pos:]
+        self._filled = len(buffer) - pos
+        self._frame_start = self._consumed + pos
+
+    def _fill(self, data: bytes | memoryview,
+              frames: list[tuple[Registration, bytes, int]]) -> memoryview:
+        """Copy what the large message still lacks from `data`; when it is whole, add it
+        to `frames` (as bytes: its one copy). The bytes after it are returned."""
+        frame, filled = self._frame, self._filled
+        view = memoryview(data)
+        taken = min(len(frame) - filled, len(view))
+        frame[filled:filled + taken] = view[:taken]
+        self._filled += taken
+        self._consumed += taken
+        if self._filled == len(frame):
+            frames.append((self._pending[0], bytes(frame), self._frame_start))
+            self._frame, self._filled, self._pending = None, 0, None
+        return view[taken:]
+
+
+#: Messages at least this large are assembled in a buffer of their exact size (rather
+#: than grown in the stream buffer and sliced out): each byte is copied once on the way
+#: in, or not at all when the caller `recv_into`s `JRaftDecoder.pending_buffer()`. The
+#: buffer is allocated once the size has passed the limits and 1/LARGE_FRAME_SHARE of the
+#: message has arrived, so a header alone never makes the decoder allocate its body.
+LARGE_FRAME = 64 << 10
+LARGE_FRAME_SHARE = 8
+
+
+def _frame_bytes(buffer: bytes | bytearray | memoryview, pos: int, size: int) -> bytes:
+    """`buffer[pos:pos + size]` as bytes, copied once (not at all when it is all of
+    `buffer` and `buffer` is bytes)."""
+    if buffer.__class__ is bytes:
+        return buffer[pos:pos + size]
+    with memoryview(buffer) as view:
+        return bytes(view[pos:pos + size])
 
 
 def _at_stream_offset(exc: ProtocolError, start: int) -> ProtocolError:

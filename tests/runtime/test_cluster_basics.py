@@ -2,6 +2,8 @@
 map and the sink ledger, through FarmClient."""
 from __future__ import annotations
 
+import os
+
 import msgpack
 import pytest
 
@@ -84,6 +86,18 @@ def test_ledger_commit_is_atomic_and_idempotent(client):
     batches = [v for v in visible if v.commit is not None]
     assert [v.records for v in batches] == [[b"part-0", b"part-1"]]
     assert batches[0].commit.effective is True
+
+
+def test_megabyte_payloads_read_back_whole_through_pages_of_large_frames(client):
+    """Pages of staged payloads arrive as multi-megabyte Replies, which the client reads
+    straight into buffers of their size (JRaftDecoder.pending_buffer)."""
+    payloads = [bytes([i]) * 7 + os.urandom(3 << 19) for i in range(3)]
+    staged = [client.stage("q-large", 1, i, 0, p) for i, p in enumerate(payloads)]
+    commit = client.commit_batch("q-large", 1, staged)
+    pages = list(client.read_committed(commit.index, commit.index + 1,
+                                       max_bytes=4 << 20))
+    assert [p.records for p in pages] == [payloads]
+    assert all(type(r) is bytes for r in pages[0].records)
 
 
 def test_a_write_above_the_entry_limit_is_refused_before_sending(client):

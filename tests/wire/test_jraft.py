@@ -203,6 +203,77 @@ def test_an_error_after_good_messages_comes_on_the_next_call() -> None:
         decoder.eof()
 
 
+# ------------------------------------------------------------- large messages, in place
+
+def large_request(value_size: int) -> tuple[bytes, RaftRequest]:
+    message = RaftRequest(MessageType.APPEND_ENTRIES_REQUEST, 1, 2, 5, 4, 42, 40,
+                          (LogEntry(7, ValueType.APPLICATION, bytes(range(256)) *
+                                    (value_size // 256)),))
+    return jraft.encode(message), message
+
+
+@pytest.mark.parametrize("first", [45, 46 + jraft.LARGE_FRAME // 8, 200_000])
+def test_a_large_message_is_assembled_whole_however_it_arrives(first: int) -> None:
+    data, message = large_request(jraft.LARGE_FRAME * 4)
+    small = bytes.fromhex(MESSAGES[0]["hex"])
+    stream = small + data + small
+    start = len(small) + first
+    decoder = JRaftDecoder()
+    got = decoder.feed(stream[:start])
+    assert decoder.buffered == first
+    for cut in range(start, len(stream), 70_001):
+        got += decoder.feed(stream[cut:cut + 70_001])
+    decoder.eof()
+    assert got == [jraft.decode(small), message, jraft.decode(small)]
+    assert type(got[1].entries[0].value) is bytes and decoder.buffered == 0
+
+
+def test_a_large_message_fills_the_buffer_its_reader_receives_into() -> None:
+    data, message = large_request(jraft.LARGE_FRAME * 4)
+    decoder = JRaftDecoder()
+    assert decoder.pending_buffer() is None
+    assert decoder.feed(data[:len(data) // 4]) == []
+    got, pos = [], len(data) // 4
+    while (view := decoder.pending_buffer()) is not None:
+        step = min(len(view), 50_000)
+        view[:step] = data[pos:pos + step]
+        view.release()
+        pos += step
+        got += decoder.filled(step)
+    assert got == [message] and pos == len(data) and decoder.buffered == 0
+    assert decoder.feed(data[:100]) == [] and decoder.pending_buffer() is None
+
+
+def test_filling_more_than_the_pending_buffer_holds_is_refused() -> None:
+    data, _ = large_request(jraft.LARGE_FRAME * 2)
+    decoder = JRaftDecoder()
+    decoder.feed(data[:len(data) // 2])
+    with pytest.raises(ValueError):
+        decoder.filled(len(data))
+    with pytest.raises(ValueError):
+        JRaftDecoder().filled(1)
+
+
+def test_eof_and_errors_inside_a_large_message_keep_their_offsets() -> None:
+    data, _ = large_request(jraft.LARGE_FRAME * 2)
+    small = bytes.fromhex(MESSAGES[0]["hex"])
+    decoder = JRaftDecoder()
+    assert decoder.feed(small + data[:-10]) == [jraft.decode(small)]
+    with pytest.raises(Truncated) as caught:
+        decoder.eof()
+    assert caught.value.field == "AppendEntriesRequest"
+    assert caught.value.offset == len(small) + len(data) - 10
+    corrupt = bytearray(data)
+    corrupt[45 + 9:45 + 13] = struct.pack(">i", len(data))   # the entry's value size
+    decoder = JRaftDecoder()
+    decoder.feed(small + bytes(corrupt[:len(data) // 2]))
+    with pytest.raises(ProtocolError) as caught:
+        decoder.feed(bytes(corrupt[len(data) // 2:]))
+    assert caught.value.offset is not None and caught.value.offset > len(small)
+    with pytest.raises(ProtocolError):
+        decoder.feed(b"")
+
+
 # --------------------------------------------------------------------------- limits
 
 def test_two_gib_log_data_size_is_refused_from_the_header_alone() -> None:
