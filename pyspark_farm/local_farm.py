@@ -35,7 +35,7 @@ class LocalFarm:
         self.nodes = nodes
         self.cluster_name = cluster
         self.username = username
-        self.password = password or secrets.token_urlsafe(18)
+        self.password = password or secrets.token_hex(16)   # safe on any command line
         self.leader_timeout = leader_timeout
         self._settings: dict[str, Any] = dict(
             nodes=nodes, data_dir=None if data_dir is None else str(data_dir), wire=wire,

@@ -106,10 +106,31 @@ class LocalCluster:
                 leader = self._agreed_leader(client)
                 if leader is not None:
                     return leader
+                if not any(self.running(i) for i in self.node_ids):
+                    raise Unavailable(f"every node exited before a leader was elected\n"
+                                      f"{self.describe_nodes()}")
                 if time.monotonic() >= deadline:
-                    raise Unavailable(f"no leader within {timeout}s; see the node logs in "
-                                      f"{self.data_dir}")
+                    raise Unavailable(f"no leader within {timeout}s\n{self.describe_nodes()}")
                 time.sleep(0.02)
+
+    def describe_nodes(self, lines: int = 6) -> str:
+        """Each node's state and the end of its log (a temporary data dir is gone by the
+        time anyone reads an error: the log's tail travels in the message instead)."""
+        parts = []
+        for node_id in self.node_ids:
+            proc = self._procs.get(node_id)
+            state = ("not started" if proc is None else "running" if proc.poll() is None
+                     else f"exited with {proc.returncode}")
+            try:
+                with open(self.log_path(node_id), "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 4096))
+                    tail = f.read().decode("utf-8", "replace").splitlines()[-lines:]
+            except OSError:
+                tail = []
+            parts.append(f"node {node_id} ({state}), {self.log_path(node_id)}:"
+                         + "".join(f"\n    {line}" for line in tail))
+        return "\n".join(parts)
 
     def _agreed_leader(self, client: FarmClient) -> int | None:
         for node_id in self.node_ids:
@@ -232,8 +253,22 @@ class LocalCluster:
     def _common_args(self, node_id: int) -> list[str]:
         return ["--id", str(node_id), "--listen", self.endpoint_of(node_id),
                 "--data-dir", self.node_dir(node_id), "--cluster", self.cluster,
-                "--wire", self.wire, "--user", self.username, "--password", self.password,
+                "--wire", self.wire, "--credentials", self._credentials_file(),
                 "--fsync", self.fsync, "--status-interval", str(self.status_interval)]
+
+    def _credentials_file(self) -> str:
+        """The farm's ``user:password`` in a file only this user can read, for the nodes'
+        ``--credentials``: a password on the command line shows in every `ps`, and one
+        that starts with "-" reads to argparse as another option (the nodes then exit at
+        once: a generated password did so once in 64 starts)."""
+        if "\n" in self.password or "\r" in self.password or ":" in self.username:
+            raise ValueError("LocalCluster: the username cannot hold ':' and the password "
+                             "cannot hold a line break (credentials file format)")
+        path = os.path.join(self.data_dir, "credentials")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"{self.username}:{self.password}\n")
+        return path
 
     def _initial_args(self, node_id: int) -> list[str]:
         args = self._common_args(node_id)

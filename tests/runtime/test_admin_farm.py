@@ -35,7 +35,7 @@ def farm():
 @pytest.fixture
 def base(farm) -> list[str]:
     return ["--endpoints", farm.endpoints, "--cluster", "adm", "--user", farm.username,
-            "--password", farm.password, "--timeout", "20"]
+            f"--password={farm.password}", "--timeout", "20"]
 
 
 def servers(farm):
@@ -148,7 +148,7 @@ def test_transfer_leader(farm, base):
 
 
 def test_farm_errors_exit_1_naming_the_cause(farm, base):
-    wrong = [a if a != farm.password else "wrong" for a in base]
+    wrong = [a if a != f"--password={farm.password}" else "--password=wrong" for a in base]
     code, _, err = run("status", wrong)
     assert code == EXIT_FARM and "AuthenticationError" in err
     nobody = f"127.0.0.1:{free_port()}"

@@ -178,3 +178,29 @@ def test_client_knowing_only_a_follower_finds_the_leader(farm, client):
     assert info.value.leader_id == leader
     assert info.value.leader_endpoint == farm.endpoint_of(leader)
     assert info.value.members == {i: farm.endpoint_of(i) for i in farm.node_ids}
+
+
+def test_any_password_reaches_the_nodes_and_stays_off_their_command_lines(tmp_path):
+    """A password that starts with "-" once made every node exit at start (argparse read
+    it as an option): the farm then waited 30 s for a leader that could not come."""
+    password = "-looks-like-an-option"
+    with LocalCluster(1, data_dir=str(tmp_path / "farm"), password=password,
+                      fsync="never") as cluster:
+        cluster.wait_for_leader(20)
+        with cluster.client(timeout=10) as c:
+            assert c.append([b"in"])[0] >= 1
+        pid = cluster._procs[1].pid
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            assert password.encode() not in f.read()
+        assert os.stat(tmp_path / "farm" / "credentials").st_mode & 0o077 == 0
+
+
+def test_nodes_that_exit_at_start_fail_the_wait_at_once_with_their_logs(tmp_path):
+    with LocalCluster(2, data_dir=str(tmp_path / "farm"),
+                      extra_args=["--no-such-option"]) as cluster:
+        with pytest.raises(FarmError) as failure:
+            cluster.wait_for_leader(60)
+    message = str(failure.value)
+    assert "every node exited" in message
+    assert "node 1 (exited with 2)" in message and "node 2 (exited with 2)" in message
+    assert "--no-such-option" in message      # argparse's complaint, from the log's tail
