@@ -1,12 +1,15 @@
-"""A streaming driver run as its own process by test_raft_faults (so it can be SIGKILLed).
+"""A streaming driver run as its own process by the driver-crash tests (so it can be
+SIGKILLed).
 
-    python driver_script.py OPTIONS_JSON INBOX CHECKPOINT [--crash-after-commit BATCH]
+    python driver_script.py OPTIONS_JSON INBOX CHECKPOINT [--schema DDL]
+        [--crash-after-commit BATCH]
 
-Streams the JSON files of INBOX (one per micro-batch) into the farm with the garlicfarm
-sink, Trigger.AvailableNow, from CHECKPOINT. With --crash-after-commit, the sink's driver
-commit SIGKILLs this whole process group (driver, JVM, workers) right after the farm
-accepted the commit of BATCH: the moment between the sink's commit and Spark's own
-commit log, where a restart re-runs a batch the sink has already made visible.
+Streams the JSON files of INBOX (one per micro-batch, columns `--schema`, default
+`value string`) into the garlicfarm sink of the kind OPTIONS_JSON names, with
+Trigger.AvailableNow, from CHECKPOINT. With --crash-after-commit, the sink's driver commit
+SIGKILLs this whole process group (driver, JVM, workers) right after the kind's commit of
+BATCH returned: the moment between the sink's commit and Spark's own commit log, where a
+restart re-runs a batch the sink has already made visible.
 """
 from __future__ import annotations
 
@@ -18,10 +21,11 @@ import sys
 
 from pyspark_farm import spark_session
 from pyspark_farm.datasource import GarlicFarmDataSource
-from pyspark_farm.sink import FarmStreamWriter
 
 
-class CrashingWriter(FarmStreamWriter):
+class CrashAfterCommit:
+    """Mixed in front of the kind's own stream writer class: its commit, then the kill."""
+
     def commit(self, messages, batchId):
         super().commit(messages, batchId)
         if batchId == int(os.environ["CRASH_AFTER_COMMIT"]):
@@ -35,7 +39,11 @@ class CrashingSource(GarlicFarmDataSource):
 
     def streamWriter(self, schema, overwrite):
         plain = super().streamWriter(schema, overwrite)
-        return CrashingWriter(plain.backend, plain.value_format)
+        crashing_class = type(f"Crashing{type(plain).__name__}",
+                              (CrashAfterCommit, type(plain)), {})
+        crashing = crashing_class.__new__(crashing_class)
+        crashing.__dict__.update(plain.__dict__)
+        return crashing
 
 
 def main() -> int:
@@ -43,6 +51,7 @@ def main() -> int:
     parser.add_argument("options")
     parser.add_argument("inbox")
     parser.add_argument("checkpoint")
+    parser.add_argument("--schema", default="value string")
     parser.add_argument("--crash-after-commit", type=int)
     args = parser.parse_args()
     os.environ["DRIVER_PGID"] = str(os.getpgid(0))
@@ -55,7 +64,7 @@ def main() -> int:
     if args.crash_after_commit is not None:
         spark.dataSource.register(CrashingSource)   # a test double; the plain run registers nothing
         fmt = "garlicfarm_crashing"
-    query = (spark.readStream.schema("value string").option("maxFilesPerTrigger", 1)
+    query = (spark.readStream.schema(args.schema).option("maxFilesPerTrigger", 1)
              .json(args.inbox)
              .writeStream.format(fmt).options(**json.loads(args.options))
              .option("checkpointLocation", args.checkpoint)

