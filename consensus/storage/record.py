@@ -23,9 +23,9 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass
-from itertools import compress
-from operator import eq
-from typing import Iterator
+from itertools import compress, repeat
+from operator import add, eq, sub
+from typing import Iterator, Sequence
 
 HEADER = struct.Struct(">II")  # length, crc
 HEADER_SIZE = HEADER.size
@@ -161,3 +161,49 @@ def unframe(buf: memoryview, pos: int, expected_length: int, base: int) -> memor
     if record_crc(zlib.crc32(payload), length, base + pos) != crc:
         raise ValueError("CRC mismatch")
     return payload
+
+
+class BadRecord(ValueError):
+    """`unframe_many`: the record at file offset `offset` is not what the index says."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"at byte {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+def unframe_many(buf: memoryview, base: int, offsets: Sequence[int], ends: Sequence[int]
+                 ) -> list[memoryview]:
+    """The payloads of the records at file offsets `offsets` (record k ends at
+    `ends[k]`), from `buf`, which was read from file offset `base`; every record's
+    length and CRC are checked exactly as `unframe` does, raising ValueError naming the
+    first bad record's offset and the reason.
+
+    Why: a store answers reads of 10^4-10^5 small records, and `unframe` in a Python
+    loop costs ~0.8 us a record. Here every step is a `map` over C callables (slices,
+    zlib.crc32, struct), so no Python bytecode runs per record; same checks, and the
+    payloads come back as views (no copy) for the caller to join or copy. Raises
+    `BadRecord` (a ValueError) for the first bad record."""
+    lengths = list(map(sub, map(sub, ends, offsets), repeat(HEADER_SIZE)))
+    rel = list(map(sub, offsets, repeat(base)))
+    starts = list(map(add, rel, repeat(HEADER_SIZE)))
+    views = list(map(buf.__getitem__, map(slice, starts, map(add, starts, lengths))))
+    if len(views) != len(lengths) or any(map(sub, map(len, views), lengths)):
+        raise BadRecord(base, "the buffer is shorter than the records it should hold")
+    crcs = map(zlib.crc32, map(_TRAILER.pack, lengths, offsets), map(zlib.crc32, views))
+    stored = list(map(HEADER.unpack_from, repeat(buf), rel))
+    if stored != list(zip(lengths, crcs)):
+        _raise_first_problem(buf, base, rel, lengths)
+    return views
+
+
+def _raise_first_problem(buf: memoryview, base: int, rel: Sequence[int],
+                         lengths: Sequence[int]) -> None:
+    """The slow path of `unframe_many`: find and report the first bad record."""
+    for pos, length in zip(rel, lengths):
+        try:
+            unframe(buf, pos, length, base)
+        except ValueError as exc:
+            raise BadRecord(base + pos, str(exc)) from None
+    raise AssertionError("unframe_many: a mismatch that unframe does not see")
+
