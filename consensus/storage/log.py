@@ -328,14 +328,13 @@ class SegmentedLog:
                     ) -> tuple[array, bytes]:
         """Like `read`, packed: (the payload lengths as an array('I'), the payloads
         concatenated). For readers that ship many records as one buffer (the Dafka
-        store's bulk answers): every record is checked as by `read`, and no bytes
-        object is built per record (the payloads are joined from views of the read
-        buffer, one copy)."""
+        store's bulk answers): every record is checked as by `read`, and the payloads
+        are joined once, with no Python step per record."""
         if max_bytes is not None:
             _check_int("max_bytes", max_bytes, 0)
         if start > stop:
             raise ValueError(f"read_joined(start={start}, stop={stop}): start is after stop")
-        views: list[memoryview] = []
+        views: list[bytes] = []
         with self._lock:
             self._check_usable()
             self._check_range(start, stop)
@@ -345,7 +344,7 @@ class SegmentedLog:
                 segment = self._segments[position]
                 a = index - segment.first_index
                 b = min(stop, segment.next_index) - segment.first_index
-                got = segment.read_views(a, b, budget, not views)
+                got = segment.read(a, b, budget, not views)
                 views += got
                 index += len(got)
                 if len(got) < b - a:

@@ -200,17 +200,11 @@ class Segment:
     def read(self, a: int, b: int, max_bytes: int | None, at_least_one: bool) -> list[bytes]:
         """The payloads of records a..b-1, stopping before their sizes would pass
         `max_bytes` (but returning record a when `at_least_one`)."""
-        return list(map(bytes, self.read_views(a, b, max_bytes, at_least_one)))
-
-    def read_views(self, a: int, b: int, max_bytes: int | None, at_least_one: bool
-                   ) -> list[memoryview]:
-        """Like `read`, the payloads as views into one buffer read from the file (no
-        copy per record: a caller that joins them copies each byte once)."""
         if max_bytes is not None and b > a:
             b = self._fitting(a, b, max_bytes, at_least_one)
         if b <= a:
             return []
-        return self._views(a, b)
+        return self._payloads(a, b)
 
     def _fitting(self, a: int, b: int, max_bytes: int, at_least_one: bool) -> int:
         """The largest stop in a..b whose records a..stop-1 hold at most `max_bytes`
@@ -226,8 +220,9 @@ class Segment:
         stop = a + bisect.bisect_right(range(a + 1, b + 1), max_bytes, key=payload_bytes)
         return max(stop, a + 1) if at_least_one else stop
 
-    def _views(self, a: int, b: int) -> list[memoryview]:
-        """Records a..b-1 (a < b), checked (length and CRC), as views: one pread."""
+    def _payloads(self, a: int, b: int) -> list[bytes]:
+        """Records a..b-1 (a < b), checked (length and CRC): one pread, then
+        `record.unframe_many` (no Python step per record)."""
         offsets = self.offsets
         base = offsets[a]
         data = read_exactly(self._fd, self.record_end(b - 1) - base, base)
@@ -237,7 +232,7 @@ class Segment:
         ends = offsets[a + 1:b]
         ends.append(self.record_end(b - 1))
         try:
-            return record.unframe_many(memoryview(data), base, offsets[a:b], ends)
+            return record.unframe_many(data, base, offsets[a:b], ends)
         except record.BadRecord as exc:
             raise CorruptLogError(self.path, exc.offset, exc.reason) from None
 
