@@ -303,13 +303,15 @@ class Store:
 
     def __init__(self, config: DafkaConfig, data_dir: str | os.PathLike | None = None, *,
                  writer_address: str | None = None, reader_address: str | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS, bulk: bool = True) -> None:
+                 limits: proto.Limits = proto.DEFAULT_LIMITS, bulk: bool = True,
+                 bulk_slice_records: int = BULK_SLICE_RECORDS) -> None:
         self.data_dir = os.fspath(data_dir or config.store_db)
         self.partitions = PartitionStore(self.data_dir, fsync=config.store_fsync)
         self.writer = StoreWriter(config, self.partitions, address=writer_address,
                                   limits=limits)
         self.reader = StoreReader(config, self.partitions, self.writer.address,
-                                  address=reader_address, limits=limits, bulk=bulk)
+                                  address=reader_address, limits=limits, bulk=bulk,
+                                  bulk_slice_records=bulk_slice_records)
 
     def start(self) -> "Store":
         try:
