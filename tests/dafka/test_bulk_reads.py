@@ -191,3 +191,47 @@ def test_read_range_arrays_checks_its_arguments(config):
         with pytest.raises(ValueError, match="window 0"):
             next(client.read_range_arrays(TOPIC, new_address(), 0, 1, window=0))
         assert read_all(client, new_address(), 5, 5) == []
+
+
+# ----------------------------------------------------------------- the Spark source's reads
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "fallback-plain"])
+def test_the_dafka_source_reads_arrow_batches_of_its_exact_schema(tmp_path, bulk):
+    """`read_task` (what a Spark executor runs) against real stores, no Spark session:
+    batches carry Spark's schema exactly (value `binary`), offsets and values in order,
+    with stores that speak the extension and with stores that do not."""
+    from connectors.dafka import DafkaConfig
+    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+    from pyspark_farm.dafka import kind
+    from pyspark_farm.dafka.local import _tower_on_free_ports
+
+    count = 3000
+    address = stored_partition(tmp_path / "db", count)
+    schema = StructType([StructField("topic", StringType()),
+                         StructField("partition", StringType()),
+                         StructField("offset", LongType()),
+                         StructField("value", BinaryType()),
+                         StructField("timestamp", TimestampType())])
+    tower = _tower_on_free_ports()
+    try:
+        config = DafkaConfig(beacon_interval=0.05, beacon_timeout=0.6,
+                             bind="tcp://127.0.0.1:*").with_towers([tower.sub_endpoint])
+        store = Store(config, tmp_path / "db", bulk=bulk, bulk_slice_records=500).start()
+        try:
+            reader = kind.batch_reader({
+                "kind": "dafka", "tower": tower.sub_endpoint, "subscribe": TOPIC,
+                "dafka.beacon/interval": "50", "dafka.beacon/timeout": "600",
+                "fetchTimeout": "20", "readCommitted": "false"}, schema)
+            batches = [batch for task in reader.partitions() for batch in reader.read(task)]
+            bulk_records = store.stats.get("store-reader.bulk_records", 0)
+        finally:
+            store.stop()
+    finally:
+        tower.stop()
+    assert batches and all(b.schema == reader.settings.schema for b in batches)
+    assert reader.settings.schema.field("value").type == pa.binary()
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(count))
+    assert table.column("value").to_pylist() == [b"r%d" % s for s in range(count)]
+    assert set(table.column("partition").to_pylist()) == {address}
+    assert (bulk_records > 0) == bulk
