@@ -12,10 +12,10 @@ from RFC 46; this module follows the real code:
 * What the topic in frame 0 holds depends on the command (see each message class);
   subscribers filter by the ZeroMQ prefix ``command id + topic`` (`subscription_prefix`).
 
-Besides the nine protocol commands, the codec speaks garlicfarm's bulk read extension
-(docs/protocol.md, "Dafka conventions"): BULK-FETCH (``X``) and BULK-RECORDS (``Y``),
+Besides the nine RFC 46 commands, the codec speaks garlicfarm's bulk read extension
+(docs/protocol.md, "Bulk read extension"): BULK-FETCH (``X``) and BULK-RECORDS (``Y``),
 command ids the C code neither sends nor subscribes to, so a C peer never receives them.
-Besides the protocol commands, `decode` understands the discovery frames (node
+Besides the commands, `decode` understands the discovery frames (node
 `Beacon`, `TowerBeacon`, tower `Welcome`) and the subscription frames a verbose XPUB
 receives (`Subscription`), so one inspector decodes everything seen on a Dafka wire.
 
