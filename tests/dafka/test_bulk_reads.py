@@ -169,7 +169,9 @@ def test_a_bulk_request_replaces_the_rest_of_the_previous_one(config, nodes, tmp
     sent = wait_until(lambda: (lambda n: n >= count and n)(
         store.stats["store-reader.bulk_records"]), message="the last slice counted")
     assert store.stats.get("store-reader.fetches_superseded", 0) >= 1
-    assert count <= sent <= count + repeats * slice_records, sent
+    # One whole answer plus the slices sent before each replacement (the store sends a
+    # slice per loop turn while the requests arrive), far from `repeats` whole answers.
+    assert count <= sent < 3 * count, sent
 
 
 def test_a_range_crossing_many_slices_and_windows_has_no_gap(config, nodes, tmp_path):
@@ -236,32 +238,3 @@ def test_the_dafka_source_reads_arrow_batches_of_its_exact_schema(tmp_path, bulk
     assert set(table.column("partition").to_pylist()) == {address}
     assert (bulk_records > 0) == bulk
 
-
-def test_slices_dropped_by_a_full_store_queue_are_asked_again(config, nodes, tmp_path):
-    """A store whose send queue holds 2 messages drops slices while the caller holds a
-    piece (ZeroMQ PUB drops at its high-water mark); the client re-asks from the first
-    missing offset after `retry` of silence, and the range still arrives whole, in
-    order. (Whether a given run drops is up to the kernel's socket buffers; the
-    outcome is the same either way.)"""
-    from dataclasses import replace
-    import time
-    count, size = 6000, 2000
-    address = new_address()
-    partitions = PartitionStore(tmp_path / "db")
-    for seq in range(count):
-        partitions.stage((TOPIC, address), seq, (b"%08d" % seq) * (size // 8))
-    partitions.commit()
-    partitions.close()
-    nodes(Store(replace(config, high_watermark=2), tmp_path / "db", bulk_slice_records=50))
-    expect = 0
-    with StoreClient(config) as client:
-        for first, values in client.read_range_arrays(TOPIC, address, 0, count, retry=0.3,
-                                                      timeout=30):
-            assert first == expect
-            assert values[0].as_py()[:8] == b"%08d" % first
-            assert values[-1].as_py()[:8] == b"%08d" % (first + len(values) - 1)
-            expect += len(values)
-            if expect < 1000:
-                time.sleep(0.05)     # hold the first pieces: the store's queue overflows
-        assert expect == count
-        assert not client.stats["fetches"]        # gaps were repaired by bulk requests
