@@ -238,3 +238,28 @@ def test_the_dafka_source_reads_arrow_batches_of_its_exact_schema(tmp_path, bulk
     assert set(table.column("partition").to_pylist()) == {address}
     assert (bulk_records > 0) == bulk
 
+
+
+def test_a_store_dying_mid_read_hands_the_rest_to_another(config, nodes, tmp_path):
+    """The chosen store stops after the first piece: silence, a re-request, silence
+    again, then the other store is asked from the first missing offset; no gap."""
+    count = 20_000
+    address = stored_partition(tmp_path / "a", count)
+    stored_partition(tmp_path / "b", count, address)
+    stores = [nodes(Store(config, tmp_path / d, bulk_slice_records=100)) for d in "ab"]
+    expect = 0
+    with StoreClient(config) as client:
+        client.wait_for_stores(2)
+        chosen = next(s for s in stores
+                      if s.reader.address == client._bulk_store(address, set()))
+        for first, values in client.read_range_arrays(TOPIC, address, 0, count, retry=0.2,
+                                                      timeout=20):
+            assert first == expect
+            assert values.to_pylist() == [b"r%d" % s for s in range(first, first + len(values))]
+            expect += len(values)
+            if chosen.reader.running:
+                chosen.stop()                 # dies after its first piece was read
+        assert expect == count
+        assert not client.stats["fetches"]    # the other store spoke the extension too
+    other = stores[1 - stores.index(chosen)]
+    assert other.stats.get("store-reader.bulk_records", 0) > 0
