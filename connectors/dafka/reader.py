@@ -323,7 +323,8 @@ class StoreClient(Node):
     def _bulk_request(self, store: str, topic: str, partition: str, nxt: int, end: int,
                       window: int, max_bytes: int) -> None:
         self.send(proto.BulkFetch(store, self.address, partition, topic, nxt,
-                                  min(end - nxt, window, proto.MAX_COUNT), max_bytes))
+                                  min(end - nxt, window, proto.MAX_COUNT),
+                                  min(max_bytes, proto.MAX_COUNT)))
         self.stats["bulk_fetches"] += 1
 
     def read_range(self, topic: str, partition: str, start: int, end: int, **kwargs
