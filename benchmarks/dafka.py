@@ -8,8 +8,13 @@ Three measurements in one run (best of --repeat each):
   store      Producer.publish_many -> Store (group commit, fsync per drain, cumulative
              ACKs) until the producer holds no unacked record (flush)
   consumer   Producer.publish_many -> Consumer.poll, every record delivered in order
-Rates are records/s from the first publish to the last receipt (consumer, baseline) or
-the last ACK (store), and ratios against the baseline of the same run.
+  read-plain a store holding the records -> StoreClient.read_range_batches (FETCH, one
+             DIRECT-RECORD per record: what a C store offers)
+  read-bulk  the same -> StoreClient.read_range_arrays (the bulk read extension: Arrow
+             arrays, docs/protocol.md)
+Rates are records/s from the first publish to the last receipt (consumer, baseline),
+the last ACK (store), or from the read call to its last record (read-*), and ratios
+against the baseline of the same run.
 """
 from __future__ import annotations
 
@@ -24,8 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zmq  # noqa: E402
 
-from connectors.dafka import Consumer, DafkaConfig, Producer, Store, Tower  # noqa: E402
-from connectors.dafka.node import Node  # noqa: E402
+from connectors.dafka import (Consumer, DafkaConfig, Producer, Store, StoreClient,  # noqa: E402
+                              Tower)
+from connectors.dafka.node import Node, new_address  # noqa: E402
+from connectors.dafka.partitions import PartitionStore  # noqa: E402
 
 SIZE = 100
 TOPIC = "bench"
@@ -187,24 +194,78 @@ def run_dafka(n: int, kind: str) -> float:
         tower.stop()
 
 
+def run_read(n: int, kind: str) -> float:
+    """A store process over a directory holding `n` records of one partition; this
+    process reads them all (after one warm-up read of 1,000) with a StoreClient."""
+    ctx = mp.get_context("spawn")
+    tower = Tower("tcp://127.0.0.1:*", "tcp://127.0.0.1:*").start()
+    sub, pub = tower.sub_endpoint, tower.pub_endpoint
+    ready, stop = ctx.Event(), ctx.Event()
+    proc = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="dafka-bench-") as data:
+            partition = new_address()
+            store = PartitionStore(data, fsync="never")
+            payload = b"x" * SIZE
+            for first in range(0, n, CHUNK):
+                for seq in range(first, min(n, first + CHUNK)):
+                    store.stage((TOPIC, partition), seq, payload)
+                store.commit()
+            store.close()
+            proc = ctx.Process(target=dafka_store, args=(sub, pub, stop, ready, data))
+            proc.start()
+            ready.wait(60)
+            with StoreClient(_config(sub, pub)) as client:
+                client.wait_for_stores(1, 30)
+                read = client.read_range_arrays if kind == "read-bulk" else \
+                    client.read_range_batches
+                sum(len(piece if kind == "read-plain" else piece[1])
+                    for piece in read(TOPIC, partition, 0, min(n, 1000)))
+                began = time.time()
+                got = sum(len(piece if kind == "read-plain" else piece[1])
+                          for piece in read(TOPIC, partition, 0, n))
+                elapsed = time.time() - began
+            if got != n:
+                raise SystemExit(f"{kind}: read {got} of {n} records")
+            return n / elapsed
+    finally:
+        stop.set()
+        if proc is not None:
+            proc.join(60)
+            if proc.is_alive():
+                proc.kill()
+        tower.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cases", default="baseline,store,consumer,read-plain,read-bulk",
+                        help="comma-separated; baseline is always run")
     args = parser.parse_args()
-    rates: dict[str, list[float]] = {"baseline": [], "store": [], "consumer": []}
+    cases = ["baseline"] + [c for c in args.cases.split(",") if c and c != "baseline"]
+    rates: dict[str, list[float]] = {c: [] for c in cases}
     for _ in range(args.repeat):   # interleaved, so machine noise hits all alike
-        rates["baseline"].append(run_baseline(args.records))
-        rates["store"].append(run_dafka(args.records, "store"))
-        rates["consumer"].append(run_dafka(args.records, "consumer"))
+        for case in cases:
+            if case == "baseline":
+                rates[case].append(run_baseline(args.records))
+            elif case in ("store", "consumer"):
+                rates[case].append(run_dafka(args.records, case))
+            else:
+                rates[case].append(run_read(args.records, case))
     best = {k: max(v) for k, v in rates.items()}
     print(f"{args.records} records of {SIZE} bytes, best of {args.repeat}, "
           f"{os.cpu_count()} cores")
     print(f"{'run':<34}{'records/s':>12}{'vs baseline':>13}")
     labels = {"baseline": "raw pyzmq PUB/SUB (baseline)",
               "store": "producer -> store, with ACKs",
-              "consumer": "producer -> consumer, in order"}
+              "consumer": "producer -> consumer, in order",
+              "read-plain": "store -> StoreClient, FETCH",
+              "read-bulk": "store -> StoreClient, bulk (Arrow)"}
     for key, label in labels.items():
+        if key not in best:
+            continue
         print(f"{label:<34}{best[key]:>12,.0f}{best[key] / best['baseline']:>12.2f}x")
     print("all runs:", {k: [round(r) for r in v] for k, v in rates.items()})
     return 0

@@ -7,7 +7,9 @@ The library API the Spark source and sink program against:
 * `Producer(config, topic, address=..., start_sequence=...)` with `publish`,
   `publish_many`, `flush`; `deterministic_address(*parts)` names a partition;
 * `Consumer(config, topics)` with `poll`, iteration or `on_record`;
-* `StoreClient(config)` with `heads(topic)` and `read_range(topic, partition, a, b)`;
+* `StoreClient(config)` with `heads(topic)`, `read_range(topic, partition, a, b)` and
+  `read_range_arrays` (Arrow arrays by garlicfarm's bulk read extension, falling back
+  to plain FETCH: docs/protocol.md);
 * `Store(config, data_dir)` and `Tower(sub_bind, pub_bind)` to run a deployment.
 
 Mixed with the C implementation (zeromq/dafka c2dc88d, built by hand, all on 127.0.0.1)

@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     store.add_argument("--exit-with-parent", type=int, metavar="PID",
                        help="stop (cleanly) once the parent process PID is gone, e.g. "
                             "a program that started this store and died")
+    store.add_argument("--no-bulk", action="store_true",
+                       help="leave out garlicfarm's bulk read extension (answer like the C "
+                            "store: FETCH only), e.g. to test clients' fallback")
 
     produce = commands.add_parser("produce", help="publish one record per stdin line")
     _common(produce)
@@ -164,7 +167,7 @@ def run_tower(args: argparse.Namespace) -> int:
 def run_store(args: argparse.Namespace) -> int:
     config = _config(args)
     stop = _until_signal()
-    store = Store(config).start()
+    store = Store(config, bulk=not args.no_bulk).start()
     _say(f"dafka store: writer {store.writer.address} at {store.writer.endpoint}, reader "
          f"{store.reader.address} at {store.reader.endpoint}, data in {store.data_dir}")
     _wait(stop, args.exit_with_parent)

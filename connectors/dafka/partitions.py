@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import threading
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +135,18 @@ class PartitionStore:
         if start >= stop:
             return []
         return part.log.read(start, stop, max_bytes=max_bytes)
+
+    def read_joined(self, key: Key, start: int, stop: int, max_bytes: int | None = None
+                    ) -> tuple[array, bytes]:
+        """Like `read`, packed for a bulk answer: (lengths as array('I'), the records
+        concatenated); records checked as by `read`, no object per record."""
+        part = self._parts.get(key)
+        if part is None or part.head is None:
+            return array("I"), b""
+        stop = min(stop, part.head + 1)
+        if start >= stop:
+            return array("I"), b""
+        return part.log.read_joined(start, stop, max_bytes=max_bytes)
 
     def heads(self, subject_prefix: str = "") -> list[tuple[str, str, int]]:
         """(subject, address, head) of every non-empty partition whose subject starts

@@ -12,7 +12,10 @@ from RFC 46; this module follows the real code:
 * What the topic in frame 0 holds depends on the command (see each message class);
   subscribers filter by the ZeroMQ prefix ``command id + topic`` (`subscription_prefix`).
 
-Besides the nine protocol commands, `decode` understands the discovery frames (node
+Besides the nine RFC 46 commands, the codec speaks garlicfarm's bulk read extension
+(docs/protocol.md, "Bulk read extension"): BULK-FETCH (``X``) and BULK-RECORDS (``Y``),
+command ids the C code neither sends nor subscribes to, so a C peer never receives them.
+Besides the commands, `decode` understands the discovery frames (node
 `Beacon`, `TowerBeacon`, tower `Welcome`) and the subscription frames a verbose XPUB
 receives (`Subscription`), so one inspector decodes everything seen on a Dafka wire.
 
@@ -29,8 +32,12 @@ from __future__ import annotations
 
 import enum
 import struct
+import sys
+from array import array
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Sequence, Union
+
+import numpy as np
 
 from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
                                    UnknownMessageType)
@@ -62,6 +69,9 @@ class Command(enum.IntEnum):
     GET_HEADS = ord("G")
     CONSUMER_HELLO = ord("W")
     STORE_HELLO = ord("L")
+    # garlicfarm's bulk read extension (not RFC 46, unknown to the C code)
+    BULK_FETCH = ord("X")
+    BULK_RECORDS = ord("Y")
 
     @property
     def wire_name(self) -> str:
@@ -81,6 +91,8 @@ class Limits:
     max_topic_bytes: int = 255
     max_subjects: int = 4096              # CONSUMER-HELLO subjects count
     max_endpoint_bytes: int = 1024        # tower beacon endpoint
+    max_bulk_records: int = 1 << 20       # BULK-RECORDS: records in one message
+    max_bulk_bytes: int = 128 << 20       # BULK-RECORDS: frame 1 (< 2^31: int32 offsets)
     strict_addresses: bool = True         # addresses must be 32 uppercase hex chars
 
 
@@ -176,6 +188,41 @@ class StoreHello(_Addressed):
 
 
 @dataclass(slots=True)
+class BulkFetch:
+    """BULK-FETCH (``X``, garlicfarm extension): requester -> ONE store reader. Asks for
+    offsets [sequence, sequence + count) of (subject, partition), at most `max_bytes`
+    payload bytes (the store sends at least one record). topic = the store reader's
+    address (only that reader subscribes to it), address = the requester."""
+    COMMAND: ClassVar[Command] = Command.BULK_FETCH
+    topic: str
+    address: str
+    partition: str
+    subject: str
+    sequence: int
+    count: int
+    max_bytes: int
+
+
+@dataclass(slots=True)
+class BulkRecords:
+    """BULK-RECORDS (``Y``, garlicfarm extension): a store reader's answer to a
+    BULK-FETCH, one slice of it: records sequence..sequence+count-1, in frame 1 as
+    ``count`` little-endian u32 lengths then the records concatenated (`pack_bulk`,
+    `bulk_offsets`). topic = the requester, address = the store reader. `last`: the
+    answer ends with this slice (count 0 and last: the store does not hold
+    `sequence`)."""
+    COMMAND: ClassVar[Command] = Command.BULK_RECORDS
+    topic: str
+    address: str
+    partition: str
+    subject: str
+    sequence: int
+    count: int
+    last: bool
+    content: bytes = b""
+
+
+@dataclass(slots=True)
 class Beacon:
     """A node's beacon to the tower XSUB: ``B | sender | host | port``. host is empty
     by default (the tower fills in the connection's peer address)."""
@@ -206,16 +253,20 @@ class Subscription:
 
 
 ProtocolMessage = Union[Record, DirectRecord, Fetch, Ack, Head, DirectHead, GetHeads,
-                        ConsumerHello, StoreHello]
+                        ConsumerHello, StoreHello, BulkFetch, BulkRecords]
 Message = Union[ProtocolMessage, Beacon, TowerBeacon, Welcome, Subscription]
 
 MESSAGE_TYPES: dict[Command, type] = {cls.COMMAND: cls for cls in (
     Record, DirectRecord, Fetch, Ack, Head, DirectHead, GetHeads, ConsumerHello,
-    StoreHello)}
+    StoreHello, BulkFetch, BulkRecords)}
 _TOPIC_IS_ADDRESS = frozenset({Command.DIRECT_RECORD, Command.FETCH, Command.ACK,
                                Command.DIRECT_HEAD, Command.CONSUMER_HELLO,
-                               Command.STORE_HELLO})
+                               Command.STORE_HELLO, Command.BULK_FETCH,
+                               Command.BULK_RECORDS})
 _WITH_CONTENT = frozenset({Command.RECORD, Command.DIRECT_RECORD})
+_TWO_FRAMES = _WITH_CONTENT | {Command.BULK_RECORDS}
+_LAST = 1            # BULK-RECORDS flags: the answer ends here; other bits must be 0
+_LE_U32 = np.dtype("<u4")
 _SEQUENCED = frozenset({Record, DirectRecord, Head, DirectHead})
 
 
@@ -249,6 +300,67 @@ def frame0_prefix(command: Command, topic: str, address: str, subject: str) -> b
 def pack_sequence(sequence: int) -> bytes:
     """u64 big-endian, the last field of M/D/H/E frames after `frame0_prefix`."""
     return _U64_PACK(sequence)
+
+
+def pack_bulk(lengths: Sequence[int] | Any, data: bytes | bytearray | memoryview
+              ) -> bytes:
+    """Frame 1 of BULK-RECORDS: the lengths as little-endian u32, then `data` (the
+    records concatenated). `lengths` is an array('I') (as `SegmentedLog.read_joined`
+    gives it), a numpy array or any int sequence; one copy of `data`, no step per
+    record."""
+    if isinstance(lengths, np.ndarray):
+        packed = lengths.astype(_LE_U32, copy=False).tobytes()
+    else:
+        arr = lengths if getattr(lengths, "typecode", None) == "I" else array("I", lengths)
+        if sys.byteorder == "big":
+            arr = array("I", arr)
+            arr.byteswap()
+        packed = arr.tobytes()
+    return b"".join((packed, data))
+
+
+def bulk_records_frame0(topic: str, address: str, partition: str, subject: str,
+                        sequence: int, count: int, last: bool) -> bytes:
+    """Frame 0 of BULK-RECORDS; a store sends it with frame 1 from `pack_bulk` (which
+    it built itself, so nothing needs checking again as `encode` does)."""
+    return b"".join((
+        _header(Command.BULK_RECORDS, topic), _string(address, "address"),
+        _string(partition, "partition"), _string(subject, "subject"),
+        _U64_PACK(_number(sequence, "sequence", MAX_SEQUENCE)),
+        _U32_PACK(_number(count, "count", MAX_COUNT)), bytes((_LAST if last else 0,))))
+
+
+def bulk_lengths(msg: BulkRecords) -> np.ndarray:
+    """The record lengths of a decoded BULK-RECORDS (a read-only uint32 view)."""
+    return np.frombuffer(msg.content, _LE_U32, msg.count)
+
+
+def bulk_offsets(msg: BulkRecords) -> np.ndarray:
+    """The int32 Arrow offsets (count + 1 of them) of the records of a decoded
+    BULK-RECORDS, relative to its data (frame 1 from byte 4 * count on): a numpy
+    cumsum, no step per record. `decode` checked that the lengths add up to the data,
+    and `max_bulk_bytes` < 2^31 keeps them in int32."""
+    offsets = np.zeros(msg.count + 1, np.int32)
+    np.cumsum(bulk_lengths(msg), out=offsets[1:], dtype=np.int32)
+    return offsets
+
+
+def _check_bulk(content: bytes | bytearray | memoryview, count: int, limits: Limits,
+                name: str = "content") -> None:
+    """Frame 1 of BULK-RECORDS holds exactly `count` lengths and their records."""
+    if count > limits.max_bulk_records:
+        raise LimitExceeded("count", f"{count} records, limit {limits.max_bulk_records}",
+                            protocol=PROTOCOL)
+    if len(content) > limits.max_bulk_bytes:
+        raise LimitExceeded(name, f"{len(content)} bytes, limit {limits.max_bulk_bytes}",
+                            protocol=PROTOCOL)
+    if 4 * count > len(content):
+        raise Truncated(name, f"{count} lengths need {4 * count} bytes, "
+                        f"{len(content)} present", protocol=PROTOCOL)
+    total = int(np.frombuffer(content, _LE_U32, count).sum(dtype=np.uint64))
+    if total != len(content) - 4 * count:
+        raise InvalidField(name, f"the lengths add up to {total} bytes, "
+                           f"{len(content) - 4 * count} follow them", protocol=PROTOCOL)
 
 
 # --------------------------------------------------------------------------- encode
@@ -285,6 +397,18 @@ def encode(msg: Message) -> list[bytes]:
         tail = _U64_PACK(_number(msg.sequence, "sequence", MAX_SEQUENCE)) + _U32_PACK(
             _number(msg.count, "count", MAX_COUNT))
         return [frame0_prefix(msg.COMMAND, msg.topic, msg.address, msg.subject) + tail]
+    if isinstance(msg, BulkFetch):
+        return [b"".join((
+            _header(msg.COMMAND, msg.topic), _string(msg.address, "address"),
+            _string(msg.partition, "partition"), _string(msg.subject, "subject"),
+            _U64_PACK(_number(msg.sequence, "sequence", MAX_SEQUENCE)),
+            _U32_PACK(_number(msg.count, "count", MAX_COUNT)),
+            _U32_PACK(_number(msg.max_bytes, "max_bytes", MAX_COUNT))))]
+    if isinstance(msg, BulkRecords):
+        _check_bulk(msg.content, _number(msg.count, "count", MAX_COUNT),
+                    Limits(max_bulk_records=MAX_COUNT, max_bulk_bytes=1 << 62))
+        return [bulk_records_frame0(msg.topic, msg.address, msg.partition, msg.subject,
+                                    msg.sequence, msg.count, msg.last), bytes(msg.content)]
     if isinstance(msg, Ack):
         return [_header(msg.COMMAND, msg.topic) + _string(msg.subject, "subject")
                 + _U64_PACK(_number(msg.sequence, "sequence", MAX_SEQUENCE))]
@@ -403,7 +527,7 @@ def _decode(frames: Sequence[bytes], limits: Limits) -> Message:
     if first not in _DECODERS:
         raise UnknownMessageType("command", f"unknown command id 0x{first:02x}",
                                  protocol=PROTOCOL, offset=0)
-    expected = 2 if first in _WITH_CONTENT else 1
+    expected = 2 if first in _TWO_FRAMES else 1
     if len(frames) != expected:
         raise InvalidField("frames", f"{Command(first).wire_name} has {expected} "
                            f"frame(s), got {len(frames)}", protocol=PROTOCOL)
@@ -528,6 +652,43 @@ def _decode_consumer_hello(frames, frame0, topic, pos, limits):
     return ConsumerHello(topic, address, subjects)
 
 
+def _decode_bulk_fetch(frames, frame0, topic, pos, limits):
+    address, partition, subject, pos = _bulk_names(frame0, pos, limits)
+    sequence = _take_number(frame0, pos, 8, "sequence")
+    count = _take_number(frame0, pos + 8, 4, "count")
+    max_bytes = _take_number(frame0, pos + 12, 4, "max_bytes")
+    _end(frame0, pos + 16)
+    return BulkFetch(topic, address, partition, subject, sequence, count, max_bytes)
+
+
+def _decode_bulk_records(frames, frame0, topic, pos, limits):
+    address, partition, subject, pos = _bulk_names(frame0, pos, limits)
+    sequence = _take_number(frame0, pos, 8, "sequence")
+    count = _take_number(frame0, pos + 8, 4, "count")
+    if pos + 12 >= len(frame0):
+        raise Truncated("flags", "missing", protocol=PROTOCOL, offset=pos + 12)
+    flags = frame0[pos + 12]
+    if flags & ~_LAST:
+        raise InvalidField("flags", f"0x{flags:02x}: only bit 0 (last) is defined",
+                           protocol=PROTOCOL, offset=pos + 12)
+    _end(frame0, pos + 13)
+    content = frames[1]
+    _check_bulk(content, count, limits)
+    return BulkRecords(topic, address, partition, subject, sequence, count,
+                       bool(flags & _LAST),
+                       content if isinstance(content, bytes) else bytes(content))
+
+
+def _bulk_names(frame0: bytes, pos: int, limits: Limits) -> tuple[str, str, str, int]:
+    """address, partition (both node addresses) and subject of X / Y frames."""
+    raw, end = _take_string(frame0, pos, "address")
+    address = _check_address(raw, "address", pos, limits)
+    raw, end2 = _take_string(frame0, end, "partition")
+    partition = _check_address(raw, "partition", end, limits)
+    raw, end3 = _take_string(frame0, end2, "subject")
+    return address, partition, _text(raw, "subject", end2), end3
+
+
 _DECODERS = {
     Command.RECORD: _decode_sequenced(Record, True),
     Command.DIRECT_RECORD: _decode_sequenced(DirectRecord, True),
@@ -538,6 +699,8 @@ _DECODERS = {
     Command.GET_HEADS: _decode_address_only(GetHeads),
     Command.CONSUMER_HELLO: _decode_consumer_hello,
     Command.STORE_HELLO: _decode_address_only(StoreHello),
+    Command.BULK_FETCH: _decode_bulk_fetch,
+    Command.BULK_RECORDS: _decode_bulk_records,
 }
 
 
@@ -635,11 +798,11 @@ def _json_value(cls: type, name: str, value: Any) -> Any:
             return Command[str(value).replace("-", "_")]
         except KeyError:
             raise InvalidField(name, f"unknown command {value!r}", protocol=PROTOCOL) from None
-    if name == "subscribe":
+    if name in ("subscribe", "last"):
         if not isinstance(value, bool):
             raise InvalidField(name, "must be true or false", protocol=PROTOCOL)
         return value
-    if name in ("sequence", "count", "port"):
+    if name in ("sequence", "count", "port", "max_bytes"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidField(name, "must be a non-negative integer", protocol=PROTOCOL)
         return value
@@ -653,10 +816,11 @@ def _json_value(cls: type, name: str, value: Any) -> Any:
 
 
 __all__ = [
-    "ADDRESS_LENGTH", "Ack", "Beacon", "Command", "ConsumerHello", "DEFAULT_LIMITS", "Decoder",
+    "ADDRESS_LENGTH", "Ack", "Beacon", "BulkFetch", "BulkRecords", "Command", "ConsumerHello", "DEFAULT_LIMITS", "Decoder",
     "DirectHead", "DirectRecord", "FETCH_BLOCK", "Fetch", "GetHeads", "Head", "Limits",
     "MAX_SEQUENCE", "MESSAGE_TYPES", "Message", "ProtocolError", "ProtocolMessage",
     "Record", "StoreHello", "Subscription", "TowerBeacon", "VERSION", "Welcome", "decode",
-    "encode", "fetch_count", "frame0_prefix", "from_json", "is_address", "pack_sequence",
+    "bulk_lengths", "bulk_offsets", "bulk_records_frame0", "encode", "fetch_count", "frame0_prefix", "from_json",
+    "is_address", "pack_bulk", "pack_sequence",
     "subscription_prefix", "to_json",
 ]

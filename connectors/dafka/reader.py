@@ -10,6 +10,8 @@ with StoreClient(DafkaConfig().with_towers(["tcp://10.0.0.5:5556"])) as client:
     heads = client.heads("orders")        # {("orders", partition): last stored offset}
     for batch in client.read_range_batches("orders", partition, 0, 1000):
         ...                               # list[ConsumerRecord], offsets in order
+    for first, values in client.read_range_arrays("orders", partition, 0, 1000):
+        ...                               # pyarrow binary arrays, offsets first.. in order
 ```
 
 How: the client beacons like any node; a store reader then subscribes to it (we see
@@ -24,11 +26,21 @@ nothing arrived for `retry` seconds (a store replaces the rest of our previous F
 with the new one, so re-FETCHes do not pile up work in the stores). A store answers
 only if it holds the first requested offset; a range that no store (and no producer)
 holds raises TimeoutError.
+
+`read_range_arrays` is the fast path (garlicfarm's bulk read extension,
+docs/protocol.md): it asks ONE ready store reader (chosen by the partition, so tasks
+spread over the stores) with BULK-FETCH, and turns each BULK-RECORDS slice into a
+pyarrow binary array with a numpy cumsum over its lengths and zero-copy buffers (no
+Python object per record). A store that does not hold the next offset says so (an
+empty last slice) and the next store is asked; a store that never answers within
+`retry` (a C store: it does not subscribe to the extension, so it never even receives
+the request) is remembered as such and the rest of the range is read by plain FETCH.
 """
 from __future__ import annotations
 
 import time
-from typing import Iterator
+import zlib
+from typing import TYPE_CHECKING, Iterator
 
 import zmq
 
@@ -38,8 +50,13 @@ from connectors.dafka.consumer import ConsumerRecord
 from connectors.dafka.node import Node
 from connectors.dafka.sockets import iter_messages
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 MAX_WINDOW = proto.FETCH_BLOCK    # offsets asked per FETCH (and buffered at most)
 DRAIN_LIMIT = 10_000              # DIRECT-RECORDs handled per loop turn
+BULK_WINDOW = 1 << 20             # offsets asked per BULK-FETCH
+BULK_BYTES = 32 << 20             # payload bytes asked per BULK-FETCH (in flight at most)
 
 
 class NoStoreError(TimeoutError):
@@ -59,6 +76,9 @@ class StoreClient(Node):
         self.hello_readers: set[str] = set()        # our SUB reaches their XPUB
         self._records: list[proto.DirectRecord] = []
         self._heads: list[proto.DirectHead] = []
+        self._bulk: list[proto.BulkRecords] = []
+        self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
+        self.plain_readers: set[str] = set()     # never did: C stores (or bulk=False)
 
     @property
     def ready_stores(self) -> set[str]:
@@ -67,7 +87,7 @@ class StoreClient(Node):
     def _setup(self) -> None:
         self.data = self._add_sub([proto.subscription_prefix(c, self.address) for c in (
             proto.Command.DIRECT_RECORD, proto.Command.DIRECT_HEAD,
-            proto.Command.STORE_HELLO)], self._drain_data)
+            proto.Command.STORE_HELLO, proto.Command.BULK_RECORDS)], self._drain_data)
         self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
@@ -90,6 +110,8 @@ class StoreClient(Node):
                 self._records.append(msg)
             elif kind is proto.DirectHead:
                 self._heads.append(msg)
+            elif kind is proto.BulkRecords:
+                self._bulk.append(msg)
             elif kind is proto.StoreHello:
                 self.hello_readers.add(msg.address)
             elif msg is not None:
@@ -177,6 +199,134 @@ class StoreClient(Node):
                 yield batch
                 last_progress = last_arrival = time.monotonic()   # the caller's time
 
+    def read_range_arrays(self, topic: str, partition: str, start: int, end: int, *,
+                          min_stores: int = 1, timeout: float = 30.0, retry: float = 0.5,
+                          window: int = BULK_WINDOW, max_bytes: int = BULK_BYTES
+                          ) -> Iterator[tuple[int, "pa.BinaryArray"]]:
+        """Offsets [start, end) of one partition as (first offset, pyarrow binary array)
+        pieces, contiguous and in order; by the bulk extension where a ready store
+        supports it, else by plain FETCH (see the module docstring). Timeouts and
+        re-requests as `read_range_batches`: TimeoutError after `timeout` s without
+        progress, a re-request from the first missing offset after `retry` s of
+        silence; the caller's time holding a piece counts as neither."""
+        if not proto.is_address(partition):
+            raise ValueError(f"partition {partition!r}: a producer address (32 hex)")
+        if window < 1 or max_bytes < 1:
+            raise ValueError(f"window {window}, max_bytes {max_bytes}: at least 1")
+        if start >= end:
+            return
+        self.wait_for_stores(min_stores, timeout)
+        nxt = start
+        lacking: set[str] = set()        # stores that do not hold `nxt` (nor later)
+        while nxt < end:
+            store = self._bulk_store(partition, lacking)
+            if store is None:
+                break
+            for first, values in self._bulk_from(store, topic, partition, nxt, end,
+                                                 timeout, retry, window, max_bytes):
+                yield first, values
+                nxt = first + len(values)
+            if nxt < end:
+                lacking.add(store)
+        if nxt < end:
+            import pyarrow as pa
+            self.stats["bulk_fallbacks"] += 1
+            for batch in self.read_range_batches(topic, partition, nxt, end,
+                                                 min_stores=min_stores, timeout=timeout,
+                                                 retry=retry):
+                yield batch[0].offset, pa.array([r.value for r in batch], pa.binary())
+
+    def _bulk_store(self, partition: str, exclude: set[str]) -> str | None:
+        """The store reader to ask for `partition` by BULK-FETCH: among the ready ones
+        not known to lack the extension, one picked by the partition's hash, so the
+        tasks of a query spread over the stores (each answers only its requests)."""
+        candidates = sorted(self.ready_stores - self.plain_readers - exclude)
+        if not candidates:
+            return None
+        return candidates[zlib.crc32(partition.encode()) % len(candidates)]
+
+    def _bulk_from(self, store: str, topic: str, partition: str, nxt: int, end: int,
+                   timeout: float, retry: float, window: int, max_bytes: int
+                   ) -> Iterator[tuple[int, "pa.BinaryArray"]]:
+        """Read from `store` by BULK-FETCH from `nxt` until `end`, or until the store
+        shows it cannot serve (an empty answer, silence after a re-request, or silence
+        at all when it never answered a BULK-FETCH: then it joins `plain_readers`)."""
+        import pyarrow as pa
+        self._bulk.clear()
+        ahead: dict[int, proto.BulkRecords] = {}
+        silent_rounds = 0
+        last_progress = time.monotonic()
+        last_arrival = -float("inf")           # forces the first request
+        while nxt < end:
+            now = time.monotonic()
+            if now - last_progress > timeout:
+                raise TimeoutError(
+                    f"read_range {topic}/{partition}: stuck at offset {nxt} of [.., {end})"
+                    f" for {timeout:g} s; store {store} stopped answering")
+            if now - last_arrival > retry:
+                if silent_rounds and store not in self.bulk_readers:
+                    self.plain_readers.add(store)       # a C store: it never will
+                    return
+                if silent_rounds >= 2 or store not in self.ready_stores:
+                    return                              # gone or stuck: another store
+                silent_rounds += 1
+                self._bulk_request(store, topic, partition, nxt, end, window, max_bytes)
+                last_arrival = now
+            self.step(retry / 5)
+            pieces: list[tuple[int, pa.BinaryArray]] = []
+            for msg in self._bulk:
+                if (msg.address != store or msg.partition != partition
+                        or msg.subject != topic):
+                    continue
+                self.bulk_readers.add(store)
+                last_arrival = time.monotonic()
+                silent_rounds = 0
+                if msg.count == 0:
+                    if msg.sequence <= nxt:
+                        self._bulk.clear()
+                        yield from pieces
+                        return                      # the store lacks nxt
+                    continue
+                ahead[msg.sequence] = msg
+            self._bulk.clear()
+            while ahead:
+                msg = ahead.pop(nxt, None) or self._covering(ahead, nxt)
+                if msg is None:
+                    break
+                values = _bulk_array(pa, msg)[nxt - msg.sequence:end - msg.sequence]
+                pieces.append((nxt, values))
+                nxt += len(values)
+                if msg.last and nxt < end:          # the answer ended: ask for more
+                    self._bulk_request(store, topic, partition, nxt, end, window,
+                                       max_bytes)
+                    last_arrival = time.monotonic()
+            for piece in pieces:
+                yield piece
+            if pieces:
+                last_progress = last_arrival = time.monotonic()   # the caller's time
+
+    @staticmethod
+    def _covering(ahead: dict[int, proto.BulkRecords], nxt: int
+                  ) -> proto.BulkRecords | None:
+        """A buffered slice holding `nxt` but starting before it (after a re-request
+        overlapped an earlier answer); stale slices are dropped."""
+        for seq in sorted(ahead):
+            msg = ahead[seq]
+            if seq + msg.count <= nxt:
+                del ahead[seq]
+            elif seq < nxt:
+                return ahead.pop(seq)
+            else:
+                break
+        return None
+
+    def _bulk_request(self, store: str, topic: str, partition: str, nxt: int, end: int,
+                      window: int, max_bytes: int) -> None:
+        self.send(proto.BulkFetch(store, self.address, partition, topic, nxt,
+                                  min(end - nxt, window, proto.MAX_COUNT),
+                                  min(max_bytes, proto.MAX_COUNT)))
+        self.stats["bulk_fetches"] += 1
+
     def read_range(self, topic: str, partition: str, start: int, end: int, **kwargs
                    ) -> Iterator[ConsumerRecord]:
         """Like `read_range_batches`, one record at a time."""
@@ -191,4 +341,12 @@ class StoreClient(Node):
         self.stop()
 
 
-__all__ = ["MAX_WINDOW", "NoStoreError", "StoreClient"]
+def _bulk_array(pa, msg: proto.BulkRecords) -> "pa.BinaryArray":
+    """The records of one BULK-RECORDS as a binary array: offsets from a numpy cumsum
+    of the lengths, the data buffer a zero-copy slice of frame 1."""
+    data = pa.py_buffer(msg.content).slice(4 * msg.count)
+    return pa.Array.from_buffers(pa.binary(), msg.count,
+                                 [None, pa.py_buffer(proto.bulk_offsets(msg)), data])
+
+
+__all__ = ["BULK_BYTES", "BULK_WINDOW", "MAX_WINDOW", "NoStoreError", "StoreClient"]

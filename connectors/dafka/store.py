@@ -26,6 +26,15 @@ As in the C code a store is two nodes with distinct addresses and beacons, shari
   from its first missing offset, so the rest is stale): re-FETCHes of a slow reader
   cannot pile up whole windows of work that outlive the reader.
 
+  Bulk read extension (garlicfarm only, docs/protocol.md): the reader also subscribes
+  ``X``+own address. BULK-FETCH(partition, seq, count, max_bytes) -> BULK-RECORDS
+  slices of up to `bulk_slice_records` records / `bulk_slice_bytes` bytes, one per loop
+  turn like FETCH answers (same queue, same replacement rule: a new FETCH or BULK-FETCH
+  of the requester for the partition replaces the rest of the previous one), the last
+  slice flagged; a store without `seq` answers at once with an empty last slice, so a
+  client moves on without waiting. `bulk=False` leaves the extension out (a reader
+  then behaves like the C one, for tests of the client's fallback).
+
 ```python
 with Store(config, "/var/lib/dafka") as store:   # config.store_db is the default dir
     ...
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from array import array
 from dataclasses import dataclass
 
 import zmq
@@ -45,6 +55,9 @@ from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
 
 READ_CHUNK = 1000          # records read from the log and sent per loop turn (FETCH answers)
+BULK_SLICE_RECORDS = 16384     # records per BULK-RECORDS message (one per loop turn)
+BULK_SLICE_BYTES = 1 << 20     # payload bytes per BULK-RECORDS message (>= 1 record)
+BULK_MAX_BYTES = 64 << 20      # payload bytes one BULK-FETCH may ask for
 
 
 @dataclass
@@ -54,6 +67,19 @@ class FetchAnswer:
     prefix: bytes      # frame 0 of the DIRECT-RECORDs up to the sequence
     next: int
     stop: int
+
+
+@dataclass
+class BulkAnswer:
+    """The unsent rest of one BULK-FETCH answer: records [next, stop) of `key`, at most
+    `budget` more payload bytes."""
+    key: Key
+    requester: str
+    partition: str
+    subject: str
+    next: int
+    stop: int
+    budget: int
 
 
 class StoreWriter(Node):
@@ -132,22 +158,33 @@ class StoreReader(Node):
 
     def __init__(self, config: DafkaConfig, partitions: PartitionStore, writer_address: str,
                  *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS,
-                 read_chunk: int = READ_CHUNK) -> None:
+                 read_chunk: int = READ_CHUNK, bulk: bool = True,
+                 bulk_slice_records: int = BULK_SLICE_RECORDS,
+                 bulk_slice_bytes: int = BULK_SLICE_BYTES) -> None:
         super().__init__(config, address=address, limits=limits)
-        if read_chunk < 1:
-            raise ValueError(f"read_chunk {read_chunk}: at least 1 record per loop turn")
+        if read_chunk < 1 or bulk_slice_records < 1:
+            raise ValueError(f"read_chunk {read_chunk}, bulk_slice_records "
+                             f"{bulk_slice_records}: at least 1 record per loop turn")
+        if not 0 <= bulk_slice_bytes <= limits.max_bulk_bytes // 2:
+            raise ValueError(f"bulk_slice_bytes {bulk_slice_bytes}: 0..half of "
+                             f"max_bulk_bytes ({limits.max_bulk_bytes})")
         self.partitions = partitions
         self.writer_address = writer_address
         self.read_chunk = read_chunk
+        self.bulk = bulk
+        self.bulk_slice_records = bulk_slice_records
+        self.bulk_slice_bytes = bulk_slice_bytes
         # (requester, subject, partition) -> what is left to send, oldest first
-        self.answers: dict[tuple[str, str, str], FetchAnswer] = {}
+        self.answers: dict[tuple[str, str, str], FetchAnswer | BulkAnswer] = {}
 
     def _setup(self) -> None:
-        self.requests = self._add_sub([
-            proto.subscription_prefix(proto.Command.FETCH),
-            proto.subscription_prefix(proto.Command.GET_HEADS),
-            proto.subscription_prefix(proto.Command.CONSUMER_HELLO, self.address)],
-            self._drain_requests)
+        prefixes = [proto.subscription_prefix(proto.Command.FETCH),
+                    proto.subscription_prefix(proto.Command.GET_HEADS),
+                    proto.subscription_prefix(proto.Command.CONSUMER_HELLO, self.address)]
+        if self.bulk:
+            prefixes.append(proto.subscription_prefix(proto.Command.BULK_FETCH,
+                                                      self.address))
+        self.requests = self._add_sub(prefixes, self._drain_requests)
         self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
@@ -165,6 +202,8 @@ class StoreReader(Node):
             kind = type(msg)
             if kind is proto.Fetch:
                 self._answer_fetch(msg)
+            elif kind is proto.BulkFetch and self.bulk and msg.topic == self.address:
+                self._answer_bulk_fetch(msg)
             elif kind is proto.GetHeads:
                 self._send_heads(msg.address, [msg.topic])
             elif kind is proto.ConsumerHello and msg.topic == self.address:
@@ -185,12 +224,56 @@ class StoreReader(Node):
             self.stats["fetches_superseded"] += 1
         self.answers[(fetch.address, *key)] = FetchAnswer(key, prefix, fetch.sequence, stop)
 
+    def _answer_bulk_fetch(self, fetch: proto.BulkFetch) -> None:
+        key = (fetch.subject, fetch.partition)
+        queued = (fetch.address, *key)
+        if self.answers.pop(queued, None) is not None:
+            self.stats["fetches_superseded"] += 1
+        head = self.partitions.head(key)
+        self.stats["bulk_fetches"] += 1
+        if head is None or fetch.sequence > head or fetch.count == 0:
+            # Say so at once: the client tries another store instead of waiting.
+            self._send_bulk(BulkAnswer(key, fetch.address, fetch.partition, fetch.subject,
+                                       fetch.sequence, fetch.sequence, 0), array("I"), b"")
+            return
+        stop = min(fetch.sequence + fetch.count, head + 1)        # exclusive
+        self.answers[queued] = BulkAnswer(key, fetch.address, fetch.partition,
+                                          fetch.subject, fetch.sequence, stop,
+                                          min(fetch.max_bytes, BULK_MAX_BYTES))
+
+    def _work_bulk(self, queued: tuple[str, str, str], answer: BulkAnswer) -> None:
+        """One slice of a bulk answer: read packed (checked, no object per record), one
+        message, the last one flagged."""
+        lengths, data = self.partitions.read_joined(
+            answer.key, answer.next, min(answer.next + self.bulk_slice_records, answer.stop),
+            max_bytes=max(0, min(self.bulk_slice_bytes, answer.budget)))
+        answer.budget -= len(data)
+        self._send_bulk(answer, lengths, data)
+        answer.next += len(lengths)
+        if not lengths or answer.next >= answer.stop or answer.budget <= 0:
+            del self.answers[queued]
+        elif len(self.answers) > 1:
+            self.answers[queued] = self.answers.pop(queued)           # to the back
+
+    def _send_bulk(self, answer: BulkAnswer, lengths: array, data: bytes) -> None:
+        count = len(lengths)
+        last = count == 0 or answer.next + count >= answer.stop or answer.budget <= 0
+        self.pub.send_multipart([
+            proto.bulk_records_frame0(answer.requester, self.address, answer.partition,
+                                      answer.subject, answer.next, count, last),
+            proto.pack_bulk(lengths, data)], copy=False)
+        self.stats["bulk_records"] += count
+        self.stats["bulk_messages"] += 1
+
     def _has_work(self) -> bool:
         return bool(self.answers)
 
     def _work(self, now: float) -> None:
         """Send the next chunk of the oldest queued answer (round robin over answers)."""
         requester, answer = next(iter(self.answers.items()))
+        if type(answer) is BulkAnswer:
+            self._work_bulk(requester, answer)
+            return
         chunk = self.partitions.read(answer.key, answer.next,
                                      min(answer.next + self.read_chunk, answer.stop))
         send = self.pub.send
@@ -220,13 +303,15 @@ class Store:
 
     def __init__(self, config: DafkaConfig, data_dir: str | os.PathLike | None = None, *,
                  writer_address: str | None = None, reader_address: str | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+                 limits: proto.Limits = proto.DEFAULT_LIMITS, bulk: bool = True,
+                 bulk_slice_records: int = BULK_SLICE_RECORDS) -> None:
         self.data_dir = os.fspath(data_dir or config.store_db)
         self.partitions = PartitionStore(self.data_dir, fsync=config.store_fsync)
         self.writer = StoreWriter(config, self.partitions, address=writer_address,
                                   limits=limits)
         self.reader = StoreReader(config, self.partitions, self.writer.address,
-                                  address=reader_address, limits=limits)
+                                  address=reader_address, limits=limits, bulk=bulk,
+                                  bulk_slice_records=bulk_slice_records)
 
     def start(self) -> "Store":
         try:
@@ -257,4 +342,5 @@ class Store:
         return merged
 
 
-__all__ = ["FetchAnswer", "READ_CHUNK", "Store", "StoreReader", "StoreWriter"]
+__all__ = ["BULK_MAX_BYTES", "BULK_SLICE_BYTES", "BULK_SLICE_RECORDS", "BulkAnswer",
+           "FetchAnswer", "READ_CHUNK", "Store", "StoreReader", "StoreWriter"]

@@ -11,6 +11,7 @@ a read of records [a, b) is one pread of offsets[a]..end(b-1) and costs O(b - a)
 """
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import re
@@ -199,34 +200,41 @@ class Segment:
     def read(self, a: int, b: int, max_bytes: int | None, at_least_one: bool) -> list[bytes]:
         """The payloads of records a..b-1, stopping before their sizes would pass
         `max_bytes` (but returning record a when `at_least_one`)."""
-        offsets = self.offsets
-        if max_bytes is not None:
-            total, k = 0, a
-            while k < b:
-                size = self.record_end(k) - offsets[k] - record.HEADER_SIZE
-                if total + size > max_bytes and not (at_least_one and k == a):
-                    break
-                total += size
-                k += 1
-            b = k
+        if max_bytes is not None and b > a:
+            b = self._fitting(a, b, max_bytes, at_least_one)
         if b <= a:
             return []
+        return self._payloads(a, b)
+
+    def _fitting(self, a: int, b: int, max_bytes: int, at_least_one: bool) -> int:
+        """The largest stop in a..b whose records a..stop-1 hold at most `max_bytes`
+        payload bytes (a + 1 at least when `at_least_one`). The payload bytes of a..j-1
+        are the bytes between their offsets less their headers, which grow with j, so
+        this is a binary search: O(log(b - a)), not a step per record."""
+        offsets, first = self.offsets, self.offsets[a]
+
+        def payload_bytes(j: int) -> int:
+            return (offsets[j] if j < len(offsets) else self.size) - first \
+                - record.HEADER_SIZE * (j - a)
+
+        stop = a + bisect.bisect_right(range(a + 1, b + 1), max_bytes, key=payload_bytes)
+        return max(stop, a + 1) if at_least_one else stop
+
+    def _payloads(self, a: int, b: int) -> list[bytes]:
+        """Records a..b-1 (a < b), checked (length and CRC): one pread, then
+        `record.unframe_many` (no Python step per record)."""
+        offsets = self.offsets
         base = offsets[a]
         data = read_exactly(self._fd, self.record_end(b - 1) - base, base)
         if data is None:
             raise CorruptLogError(self.path, base, "the file is shorter than the records "
                                   "indexed when it was opened (truncated by someone else?)")
-        view = memoryview(data)
-        payloads = []
-        for k in range(a, b):
-            pos = offsets[k] - base
-            try:
-                payload = record.unframe(view, pos, self.record_end(k) - offsets[k]
-                                         - record.HEADER_SIZE, base)
-            except ValueError as exc:
-                raise CorruptLogError(self.path, offsets[k], str(exc)) from None
-            payloads.append(bytes(payload))
-        return payloads
+        ends = offsets[a + 1:b]
+        ends.append(self.record_end(b - 1))
+        try:
+            return record.unframe_many(data, base, offsets[a:b], ends)
+        except record.BadRecord as exc:
+            raise CorruptLogError(self.path, exc.offset, exc.reason) from None
 
     def truncate(self, count: int, *, durable: bool) -> None:
         """Keep the first `count` records; the cut is fsynced when `durable`."""

@@ -7,7 +7,9 @@ partitions the garlicfarm sink wrote: such a partition is read only up to its fr
 no index (a plain Dafka producer's) is read as the stores hold it. Each Spark task reads
 offset ranges of one partition from the stores by FETCH (`StoreClient`), so executors
 never depend on the producer still running, and any store holding a range serves it:
-when one dies mid-read, the re-FETCH is answered by another.
+when one dies mid-read, the re-FETCH is answered by another. Tasks read with the bulk
+read extension (`StoreClient.read_range_arrays`: one store per task, the values
+arrive as Arrow binary arrays), falling back to plain FETCH for stores without it.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
@@ -42,6 +45,7 @@ DAFKA_COLUMNS_DDL = ("topic string, partition string, offset long, value binary,
                      "timestamp timestamp")
 OFFSETS_PER_TASK = 1 << 18
 ROWS_PER_BATCH = 1 << 16
+BYTES_PER_BATCH = 64 << 20     # well under binary's 2 GiB of int32 offsets
 
 
 class DafkaReadError(GarlicFarmSparkError):
@@ -73,13 +77,16 @@ class DafkaPartition(InputPartition):
         self.task = task
 
 
-def _batch(settings: DafkaSourceSettings, task: ReadTask, offsets: list[int],
-           values: list[bytes], decode) -> pa.RecordBatch:
-    count = len(values)
-    value = pa.array(values, pa.binary())
+def _batch(settings: DafkaSourceSettings, task: ReadTask, offsets: list[np.ndarray],
+           values: list[pa.BinaryArray], decode) -> pa.RecordBatch:
+    """One Arrow batch of the source's schema from contiguous pieces (first offsets and
+    binary arrays as `StoreClient.read_range_arrays` gives them): one copy of the
+    values (concat), no Python object per row."""
+    value = values[0] if len(values) == 1 else pa.concat_arrays(values)
+    count = len(value)
     columns = [pa.repeat(pa.scalar(task.topic, pa.string()), count),
                pa.repeat(pa.scalar(task.partition, pa.string()), count),
-               pa.array(offsets, pa.int64()), value,
+               pa.array(np.concatenate(offsets), pa.int64()), value,
                pa.nulls(count, pa.timestamp("us", tz="UTC"))]
     if decode is not None:
         columns.extend(decode(value))
@@ -88,27 +95,31 @@ def _batch(settings: DafkaSourceSettings, task: ReadTask, offsets: list[int],
 
 def read_task(settings: DafkaSourceSettings, task: ReadTask | None
               ) -> Iterator[pa.RecordBatch]:
-    """The rows of one task (runs in an executor)."""
+    """The rows of one task (runs in an executor): Arrow all the way (the stores' bulk
+    answers become binary arrays without a Python object per record)."""
     if task is None or not task.ranges:
         return
     decode = (value_decoder(settings.value_format, settings.value_schema)
               if settings.value_schema is not None else None)
-    offsets: list[int] = []
-    values: list[bytes] = []
+    offsets: list[np.ndarray] = []
+    values: list[pa.BinaryArray] = []
+    rows = size = 0
     with StoreClient(settings.config) as stores:
         for start, stop in task.ranges:
+            missing = start
             try:
-                for records in stores.read_range_batches(
+                for first, piece in stores.read_range_arrays(
                         task.topic, task.partition, start, stop,
                         timeout=settings.fetch_timeout):
-                    for record in records:
-                        offsets.append(record.offset)
-                        values.append(record.value)
-                    if len(values) >= ROWS_PER_BATCH:
+                    offsets.append(np.arange(first, first + len(piece), dtype=np.int64))
+                    values.append(piece)
+                    missing = first + len(piece)
+                    rows += len(piece)
+                    size += piece.nbytes
+                    if rows >= ROWS_PER_BATCH or size >= BYTES_PER_BATCH:
                         yield _batch(settings, task, offsets, values, decode)
-                        offsets, values = [], []
+                        offsets, values, rows, size = [], [], 0, 0
             except TimeoutError as exc:
-                missing = offsets[-1] + 1 if offsets and offsets[-1] >= start else start
                 message = (f"Dafka partition {task.topic}/{task.partition}: offsets "
                            f"[{missing}, {stop}) were served by no store within "
                            f"{settings.fetch_timeout:g} s (option fetchTimeout) ({exc})")

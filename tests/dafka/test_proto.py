@@ -86,6 +86,13 @@ MESSAGES = st.one_of(
     st.builds(proto.GetHeads, topics, addresses),
     st.builds(proto.ConsumerHello, addresses, addresses, st.lists(topics, max_size=5)),
     st.builds(proto.StoreHello, addresses, addresses),
+    st.builds(proto.BulkFetch, addresses, addresses, addresses, topics, u64,
+              st.integers(0, proto.MAX_COUNT), st.integers(0, proto.MAX_COUNT)),
+    st.builds(lambda to, by, part, subject, seq, last, records: proto.BulkRecords(
+        to, by, part, subject, seq, len(records), last,
+        proto.pack_bulk([len(r) for r in records], b"".join(records))),
+        addresses, addresses, addresses, topics, u64, st.booleans(),
+        st.lists(content, max_size=8)),
     st.builds(proto.Beacon, addresses, st.sampled_from(["", "127.0.0.1", "node-1"]),
               st.integers(1, 65535)),
     st.builds(proto.TowerBeacon, addresses,
@@ -252,3 +259,100 @@ def test_from_json_names_the_bad_key(obj, field):
     with pytest.raises(ProtocolError) as err:
         proto.from_json(obj)
     assert err.value.field == field
+
+
+# ----------------------------------------------------------------- bulk read extension
+A, B, C = "A" * 32, "B" * 32, "C" * 32
+BULK = proto.encode(proto.BulkRecords(B, A, C, "topic", 5, 3, True,
+                                      proto.pack_bulk([3, 0, 2], b"abcde")))
+
+
+def _bulk(frame1: bytes, count: int, flags: int = 1) -> list[bytes]:
+    """BULK-RECORDS frames with a given count, flags byte and frame 1, valid or not."""
+    frame0 = BULK[0][:-5] + count.to_bytes(4, "big") + bytes((flags,))
+    return [frame0, frame1]
+
+
+def test_bulk_layout_and_arrow_offsets():
+    frame0, frame1 = BULK
+    assert frame0.startswith(b"Y" + B.encode() + b"\x00\x01\x20" + A.encode() + b"\x20"
+                             + C.encode() + b"\x05topic")
+    assert frame0.endswith((5).to_bytes(8, "big") + (3).to_bytes(4, "big") + b"\x01")
+    assert frame1 == bytes([3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0]) + b"abcde"
+    msg = proto.decode(BULK)
+    assert proto.bulk_lengths(msg).tolist() == [3, 0, 2]
+    assert proto.bulk_offsets(msg).tolist() == [0, 3, 3, 5]
+    assert proto.bulk_offsets(msg).dtype == "int32"
+    fetch = proto.BulkFetch(A, B, C, "topic", 7, 100, 1 << 20)
+    assert proto.encode(fetch) == [b"X" + A.encode() + b"\x00\x01\x20" + B.encode()
+                                   + b"\x20" + C.encode() + b"\x05topic"
+                                   + (7).to_bytes(8, "big") + (100).to_bytes(4, "big")
+                                   + (1 << 20).to_bytes(4, "big")]
+    # The command ids are none of the C code's, nor the beacon's / welcome's.
+    assert {proto.Command.BULK_FETCH, proto.Command.BULK_RECORDS}.isdisjoint(
+        {ord(c) for c in "MDFKHEGWLB"})
+
+
+def test_pack_bulk_takes_arrays_lists_and_numpy_alike():
+    import numpy as np
+    from array import array
+    data = b"xyzzy"
+    packed = {proto.pack_bulk(lengths, data) for lengths in
+              ([1, 4], array("I", [1, 4]), np.array([1, 4], np.int64),
+               np.array([1, 4], ">u4"))}
+    assert packed == {b"\x01\x00\x00\x00\x04\x00\x00\x00xyzzy"}
+    assert proto.pack_bulk([], b"") == b""
+
+
+@pytest.mark.parametrize("frames, error, field", [
+    (_bulk(BULK[1], 0xFFFFFFFF), LimitExceeded, "count"),        # before any allocation
+    (_bulk(BULK[1][:10], 3), Truncated, "content"),               # lengths cut short
+    (_bulk(BULK[1] + b"!", 3), InvalidField, "content"),          # data longer than said
+    (_bulk(BULK[1][:-1], 3), InvalidField, "content"),            # data shorter than said
+    (_bulk(b"\xff\xff\xff\xff" + BULK[1][4:], 3), InvalidField, "content"),  # huge length
+    (_bulk(BULK[1], 3, flags=2), InvalidField, "flags"),
+    ([BULK[0]], InvalidField, "frames"),
+    ([BULK[0][:-1], BULK[1]], Truncated, "flags"),
+    ([BULK[0][:-3], BULK[1]], Truncated, "count"),
+    ([BULK[0] + b"\x00", BULK[1]], InvalidField, "frame0"),
+    ([BULK[0].replace(C.encode(), b"c" * 32), BULK[1]], InvalidField, "partition"),
+    ([proto.encode(proto.BulkFetch(A, B, C, "t", 0, 1, 1))[0][:-2]], Truncated, "max_bytes"),
+])
+def test_corrupt_bulk_frames_raise_the_codecs_error(frames, error, field):
+    with pytest.raises(error) as err:
+        proto.decode(frames)
+    assert err.value.field == field
+
+
+def test_bulk_limits_are_checked_before_use():
+    small = proto.Decoder(proto.Limits(max_bulk_records=2, max_bulk_bytes=16))
+    with pytest.raises(LimitExceeded) as err:
+        small.decode(BULK)                                         # 3 records > 2
+    assert err.value.field == "count"
+    one = proto.encode(proto.BulkRecords(B, A, C, "t", 0, 1, False,
+                                         proto.pack_bulk([13], b"x" * 13)))
+    with pytest.raises(LimitExceeded) as err:
+        small.decode(one)                                          # 17 bytes > 16
+    assert err.value.field == "content"
+    with pytest.raises(ProtocolError):                             # encode checks too
+        proto.encode(proto.BulkRecords(B, A, C, "t", 0, 2, False, b"\x01\x00\x00\x00x"))
+
+
+def test_fuzz_bulk_frames_raise_only_protocol_error():
+    rng = random.Random(4646)
+    samples = [BULK, proto.encode(proto.BulkFetch(A, B, C, "topic", 1, 2, 3)),
+               proto.encode(proto.BulkRecords(B, A, C, "", 0, 0, True, b""))]
+    tiny = proto.Decoder(proto.Limits(max_bulk_records=2, max_bulk_bytes=12))
+    outcomes = {"ok": 0, "error": 0}
+    for _ in range(10000):
+        frames = _mutate(rng.choice(samples), rng)
+        for dec in (proto.Decoder(), tiny):
+            try:
+                msg = dec.decode(frames)
+            except ProtocolError as exc:
+                assert exc.field, exc
+                outcomes["error"] += 1
+            else:
+                outcomes["ok"] += 1
+                assert proto.encode(msg) == frames  # accepted means canonical
+    assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes

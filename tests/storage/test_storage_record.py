@@ -166,3 +166,61 @@ def test_random_bytes_are_never_mistaken_for_records():
     kept, damage = scan(buf)
     assert kept == [] and damage.offset == BASE
     assert record.next_valid_record(memoryview(buf), damage) is None
+
+
+# ----------------------------------------------------------------- unframe_many (batch)
+def _ranges(offsets: list[int], buf: bytes) -> tuple[array, array]:
+    ends = offsets[1:] + [len(buf)]
+    return array("Q", offsets), array("Q", ends)
+
+
+@pytest.fixture(params=["numpy", "loop"])
+def batch_check(request, monkeypatch):
+    """unframe_many with its numpy fold (forced on few records too), and the per-record
+    loop it uses for few records or without numpy."""
+    if request.param == "loop":
+        monkeypatch.setattr(record, "_FOLD", None)
+    else:
+        assert record._fold() is not None, "numpy is installed: the fold must be used"
+        monkeypatch.setattr(record, "BATCH_MIN", 0)
+    return record.unframe_many
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=40), st.integers(0, 1 << 40))
+def test_the_trailer_fold_equals_record_crc(payloads, offset):
+    import numpy as np
+    fold = record._fold()
+    partial = np.array([record.payload_crc(p) for p in payloads], np.uint32)
+    lengths = np.array([len(p) for p in payloads], np.uint64)
+    offsets = np.array([offset + 7 * k for k in range(len(payloads))], np.uint64)
+    assert fold.crcs(partial, lengths, offsets).tolist() == [
+        record.record_crc(record.payload_crc(p), len(p), offset + 7 * k)
+        for k, p in enumerate(payloads)]
+
+
+def test_unframe_many_returns_the_payloads_of_valid_records(batch_check):
+    payloads = [os.urandom(n) for n in (0, 1, 100, 3, 4096, 0, 77)]
+    buf, offsets = framed(payloads)
+    data = buf[BASE:]
+    assert batch_check(data, BASE, *_ranges(offsets, buf)) == payloads
+    assert batch_check(data, BASE, array("Q"), array("Q")) == []
+
+
+def test_unframe_many_reports_the_first_damaged_record(batch_check):
+    payloads = [b"x" * 10, b"y" * 20, b"z" * 30, b"w" * 5]
+    buf, offsets = framed(payloads)
+    for damaged, at in ((1, offsets[1] + record.HEADER_SIZE + 3),     # payload byte
+                        (2, offsets[2] + 5),                           # CRC byte
+                        (0, offsets[0] + 1)):                          # length byte
+        bad = bytearray(buf)
+        bad[at] ^= 0x40
+        with pytest.raises(record.BadRecord) as caught:
+            batch_check(bytes(bad[BASE:]), BASE, *_ranges(offsets, buf))
+        assert caught.value.offset == offsets[damaged]
+    # A record moved to another offset does not pass (the offset is in its CRC).
+    with pytest.raises(record.BadRecord):
+        batch_check(buf[BASE:], BASE + 1, *_ranges([o + 1 for o in offsets], buf + b"."))
+    # A buffer shorter than the index says never reads past its end.
+    with pytest.raises(record.BadRecord, match="shorter"):
+        batch_check(buf[BASE:-1], BASE, *_ranges(offsets, buf))
