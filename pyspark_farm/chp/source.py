@@ -113,6 +113,7 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
         self.settings = settings
         self._capture: Capture | None = None
         self._available_now = False
+        self._initial: dict | None = None
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -126,10 +127,15 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
         return self._capture
 
     def initialOffset(self) -> dict:
-        since = log_end(self.client())
-        capture_id = f"chp-capture-{uuid.uuid4()}"
-        self.capture(capture_id, since)
-        return chp_offset(since, capture_id, since)
+        """Where a new query starts: a new capture, begun now. Spark may ask more than
+        once (Trigger.AvailableNow asks again to plan the first batch): the same offset
+        each time, or that batch would name a second, empty capture."""
+        if self._initial is None:
+            since = log_end(self.client())
+            capture_id = f"chp-capture-{uuid.uuid4()}"
+            self.capture(capture_id, since)
+            self._initial = chp_offset(since, capture_id, since)
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.settings.limits.default_read_limit()
