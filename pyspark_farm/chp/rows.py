@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from connectors.chp.kvmap import Entry
-from connectors.chp.proto import parse_properties
+from connectors.chp.proto import KvBulk, parse_properties
 from consensus.wire.errors import ProtocolError
 
 from ..schema import PayloadError, open_ipc
@@ -63,6 +64,68 @@ def entries_batch(entries: Iterable[Entry]) -> pa.RecordBatch:
     """Stored map entries (a batch read of the map) as rows, `deleted` false."""
     return changes_batch([Change(e.key, e.sequence, e.uuid, e.properties, e.body, False)
                           for e in entries])
+
+
+def _from_buffers(kind: pa.DataType, count: int, offsets: np.ndarray, data: bytes) -> pa.Array:
+    """A string/binary array over the KVBULK column as it is (no copy, no loop)."""
+    return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(offsets),
+                                               pa.py_buffer(data)])
+
+
+def _bulk_keys(part: KvBulk) -> pa.Array:
+    """The keys as strings; a part with a key that is not UTF-8 goes the slow way
+    (U+FFFD for the bad bytes, as `changes_batch` does)."""
+    keys = _from_buffers(pa.string(), part.count, part.key_offsets, part.keys)
+    try:
+        keys.validate(full=True)
+        return keys
+    except pa.ArrowInvalid:
+        offsets = part.key_offsets.tolist()
+        return pa.array([_text(part.keys[offsets[i]:offsets[i + 1]])
+                         for i in range(part.count)], pa.string())
+
+
+def _bulk_properties(part: KvBulk, resync: str | None) -> pa.Array:
+    """map<string,string> per entry: built by a loop only over the entries that have
+    properties (or over all of them, to add the resync property)."""
+    count = part.count
+    lengths = np.diff(part.property_offsets)
+    if resync is None and not part.properties:
+        return pa.MapArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)),
+                                       pa.array([], pa.string()), pa.array([], pa.string()))
+    offsets = part.property_offsets.tolist()
+    raw = part.properties
+    names: list[str] = []
+    values: list[str] = []
+    ends = np.zeros(count + 1, np.int32)
+    rows = range(count) if resync is not None else np.flatnonzero(lengths).tolist()
+    counts = np.zeros(count, np.int32)
+    for i in rows:
+        pairs = property_map(raw[offsets[i]:offsets[i + 1]], resync)
+        counts[i] = len(pairs)
+        for name, value in pairs:
+            names.append(name)
+            values.append(value)
+    np.cumsum(counts, out=ends[1:])
+    return pa.MapArray.from_arrays(pa.array(ends), pa.array(names, pa.string()),
+                                   pa.array(values, pa.string()))
+
+
+def bulk_batch(part: KvBulk, *, resync: str | None = None,
+               deleted: bool = False) -> pa.RecordBatch:
+    """A KVBULK as one record batch of `CHP_SCHEMA`: keys, UUIDs and values are the
+    message's own buffers (Arrow offsets + bytes), sequences its numpy column; only
+    properties are parsed per entry, and only where there are some. `resync`: the
+    ``A:S`` property of snapshot changes; `deleted` for every row."""
+    count = part.count
+    return pa.RecordBatch.from_arrays([
+        _bulk_keys(part),
+        pa.array(part.sequences, pa.int64()),
+        _from_buffers(pa.binary(), count, part.uuid_offsets, part.uuids),
+        _bulk_properties(part, resync),
+        _from_buffers(pa.binary(), count, part.value_offsets, part.values),
+        pa.array(np.full(count, deleted, np.bool_)),
+    ], schema=CHP_SCHEMA)
 
 
 def encode_payload(changes: Sequence[Change]) -> bytes:
