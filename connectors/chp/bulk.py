@@ -24,6 +24,7 @@ snapshot stays the map at KTHXBAI's sequence.
 from __future__ import annotations
 
 import os
+from operator import attrgetter
 from typing import Iterator, Sequence
 
 from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, Kthxbai, Limits, _EntryLike,
@@ -43,25 +44,25 @@ def wants_bulk(identity: bytes) -> bool:
     return identity.startswith(BULK_ROUTING_PREFIX)
 
 
+_SIZED = (attrgetter("key"), attrgetter("properties"), attrgetter("body"))
+
+
 def slices(entries: Sequence[_EntryLike], limits: Limits = DEFAULT_LIMITS, *,
            max_entries: int = SLICE_ENTRIES, max_bytes: int = SLICE_BYTES
            ) -> Iterator[Sequence[_EntryLike]]:
     """`entries` cut into runs that each make a KVBULK within `limits`: at most
-    `max_entries` entries and `max_bytes` per column frame (a larger entry alone)."""
-    max_entries = min(max_entries, limits.max_bulk_entries)
+    `max_entries` entries and `max_bytes` per column frame (a larger entry alone). A
+    run too big is halved until it fits (sizes summed by C loops, not per entry)."""
+    max_entries = max(1, min(max_entries, limits.max_bulk_entries))
     max_bytes = min(max_bytes, limits.max_bulk_bytes)
     start, count = 0, len(entries)
     while start < count:
         stop = min(start + max_entries, count)
-        keys = props = bodies = 0
-        for i in range(start, stop):
-            e = entries[i]
-            keys += len(e.key)
-            props += len(e.properties)
-            bodies += len(e.body)
-            if i > start and max(keys, props, bodies) > max_bytes:
-                stop = i
+        while stop - start > 1:
+            part = entries[start:stop]
+            if max(sum(map(len, map(get, part))) for get in _SIZED) <= max_bytes:
                 break
+            stop = start + (stop - start) // 2
         yield entries[start:stop]
         start = stop
 

@@ -48,6 +48,7 @@ import struct
 import sys
 from array import array
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any, ClassVar, Iterator, Protocol, Sequence, Union
 
 import numpy as np
@@ -427,6 +428,8 @@ if array("I").itemsize != 4 or array("q").itemsize != 8:   # pragma: no cover
 _SWAP = sys.byteorder == "little"     # the wire is big-endian, as the kvmsg sequence
 _U32 = np.dtype(">u4")
 _MAX_INT32 = (1 << 31) - 1
+_KEY, _SEQ, _UUID, _PROPERTIES, _BODY = (attrgetter(name) for name in (
+    "key", "sequence", "uuid", "properties", "body"))
 _I64 = np.dtype(">i8")
 
 
@@ -434,12 +437,12 @@ def encode_bulk(entries: Sequence[_EntryLike]) -> list[bytes]:
     """The eight KVBULK frames of `entries` (anything with key, sequence, uuid,
     properties and body: `kvmap.Entry`, `Kvsync`). The caller keeps a KVBULK within
     `Limits` (`bulk.slices`); values no peer could decode raise `InvalidField`."""
-    keys = [e.key for e in entries]
-    uuids = [e.uuid for e in entries]
-    props = [e.properties for e in entries]
-    bodies = [e.body for e in entries]
+    keys = list(map(_KEY, entries))         # attrgetter: the loops run in C
+    uuids = list(map(_UUID, entries))
+    props = list(map(_PROPERTIES, entries))
+    bodies = list(map(_BODY, entries))
     try:
-        sequences = array("q", [e.sequence for e in entries])
+        sequences = array("q", map(_SEQ, entries))
     except OverflowError:
         raise InvalidField("sequence", "does not fit a signed 64-bit integer",
                            protocol=PROTOCOL) from None

@@ -311,12 +311,12 @@ class CloneServer:
             if not self._vote():
                 self.stats.votes_refused += 1
                 continue
-            reply = self.map.snapshot_reply(request.subtree)
-            self._answer(identity, reply[:-1], reply[-1])
+            self._answer(identity, *self.map.snapshot_parts(request.subtree))
 
     def _answer(self, identity: bytes, entries: list, end: Message) -> None:
-        """Send a snapshot answer: KVBULK slices over the next loop turns to a client
-        that asked for them, else at once, a message per entry, then `end`."""
+        """Send a snapshot answer (`entries`: KVSYNCs or stored entries, which encode
+        alike): KVBULK slices over the next loop turns to a client that asked for
+        them, else at once, a message per entry, then `end`."""
         if self.config.bulk and wants_bulk(identity) and isinstance(end, Kthxbai):
             self._bulk.append(BulkReply(identity, entries, end, self.config.limits))
             return

@@ -9,6 +9,7 @@ that set it (relative seconds, as the server published it).
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -47,17 +48,68 @@ def property_map(raw: bytes, resync: str | None = None) -> list[tuple[str, str]]
     return pairs
 
 
+_KEY, _SEQUENCE, _UUID, _PROPERTIES, _VALUE, _DELETED, _RESYNC = (attrgetter(name) for name in (
+    "key", "sequence", "uuid", "properties", "value", "deleted", "resync"))
+
+
 def changes_batch(changes: Sequence[Change]) -> pa.RecordBatch:
-    """Changes as one record batch of `CHP_SCHEMA`."""
+    """Changes as one record batch of `CHP_SCHEMA`. The columns are gathered by C loops
+    (`attrgetter`) into the KVBULK layout and handed to Arrow as buffers; properties are
+    parsed per change only where a change has some."""
+    count = len(changes)
+    if not count:
+        return pa.RecordBatch.from_pylist([], schema=CHP_SCHEMA)
+    keys = list(map(_KEY, changes))
+    uuids = list(map(_UUID, changes))
+    values = list(map(_VALUE, changes))
+    raws = list(map(_PROPERTIES, changes))
+    resyncs = list(map(_RESYNC, changes))
     return pa.RecordBatch.from_arrays([
-        pa.array([_text(c.key) for c in changes], pa.string()),
-        pa.array([c.sequence for c in changes], pa.int64()),
-        pa.array([c.uuid for c in changes], pa.binary()),
-        pa.array([property_map(c.properties, c.resync) for c in changes],
-                 pa.map_(pa.string(), pa.string())),
-        pa.array([c.value for c in changes], pa.binary()),
-        pa.array([c.deleted for c in changes], pa.bool_()),
+        _text_column(keys),
+        pa.array(np.fromiter(map(_SEQUENCE, changes), np.int64, count), pa.int64()),
+        _binary_column(uuids),
+        _properties_column(raws, resyncs),
+        _binary_column(values),
+        pa.array(np.fromiter(map(_DELETED, changes), np.bool_, count)),
     ], schema=CHP_SCHEMA)
+
+
+def _offsets(items: list[bytes]) -> np.ndarray:
+    ends = np.zeros(len(items) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=ends[1:])
+    return ends
+
+
+def _binary_column(items: list[bytes]) -> pa.Array:
+    ends = _offsets(items)
+    if ends[-1] >= 1 << 31:
+        return pa.array(items, pa.binary())   # Arrow chunks it; never in practice
+    return _from_buffers(pa.binary(), len(items), ends.astype(np.int32), b"".join(items))
+
+
+def _text_column(keys: list[bytes]) -> pa.Array:
+    """Keys as strings; U+FFFD for bytes that are not UTF-8."""
+    column = _binary_column(keys)
+    try:
+        return column.cast(pa.string())    # validates UTF-8
+    except pa.ArrowInvalid:
+        return pa.array([_text(k) for k in keys], pa.string())
+
+
+def _properties_column(raws: list[bytes], resyncs: list[str | None]) -> pa.Array:
+    """map<string,string>: the parsed properties, then the resync property if any. Rows
+    without raw properties (the usual case) are assembled without a Python loop."""
+    count = len(raws)
+    if not any(raws):
+        has = np.fromiter((r is not None for r in resyncs), np.int32, count)
+        ends = np.zeros(count + 1, np.int32)
+        np.cumsum(has, out=ends[1:])
+        spans = [r for r in resyncs if r is not None]
+        return pa.MapArray.from_arrays(pa.array(ends), pa.array([RESYNC_PROPERTY] * len(spans),
+                                                                  pa.string()),
+                                       pa.array(spans, pa.string()))
+    return pa.array([property_map(raw, resync) for raw, resync in zip(raws, resyncs)],
+                    pa.map_(pa.string(), pa.string()))
 
 
 def entries_batch(entries: Iterable[Entry]) -> pa.RecordBatch:
