@@ -501,10 +501,11 @@ def decode_bulk(frames: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> KvB
                                 protocol=PROTOCOL)
     lengths = np.frombuffer(lengths_frame, _U32).reshape(4, n)   # a view: no copy
     offsets = []
-    for row, (name, frame, largest) in enumerate((
-            ("key", keys, limits.max_key_bytes), ("uuid", uuids, UUID_LENGTH),
-            ("properties", props, limits.max_properties_bytes),
-            ("body", values, limits.max_body_bytes))):
+    for row, (name, frame_name, frame, largest) in enumerate((
+            ("key", "keys", keys, limits.max_key_bytes),
+            ("uuid", "uuids", uuids, UUID_LENGTH),
+            ("properties", "properties", props, limits.max_properties_bytes),
+            ("body", "bodies", values, limits.max_body_bytes))):
         column = lengths[row]
         if n and int(column.max()) > largest:
             raise LimitExceeded(name, f"an entry of {int(column.max())} bytes > limit "
@@ -512,7 +513,7 @@ def decode_bulk(frames: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> KvB
         total = int(column.sum(dtype=np.int64))
         if total != len(frame):
             error = Truncated if len(frame) < total else InvalidField
-            raise error(f"{name}s", f"the lengths add up to {total} bytes, the frame holds "
+            raise error(frame_name, f"the lengths add up to {total} bytes, the frame holds "
                         f"{len(frame)}", protocol=PROTOCOL)
         ends = np.zeros(n + 1, np.int32)
         np.cumsum(column, out=ends[1:], dtype=np.int32)   # total < 2 GiB: checked above
