@@ -75,7 +75,7 @@ from .kvmap import Entry
 from .proto import (DEFAULT_LIMITS, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz, Icanhaz,
                     Kthxbai, KvBulk, Kvsync, Limits, Message, decode, decode_bulk, encode,
                     encode_bulk, format_properties, pack_sequence)
-from .replica import Replica, Synced
+from .replica import Phase, Replica, Synced
 from .zmqio import drain, drain_decoded, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
@@ -620,13 +620,22 @@ class _Agent:
     def _on_snapshot(self) -> None:
         client = self.client
         replica = client._replica
-        for msg in self._drain(self.dealer, Channel.SNAPSHOT_REPLY):
+        bad: list[ProtocolError] = []
+        for msg in drain_decoded(self.dealer, Channel.SNAPSHOT_REPLY, bad.append,
+                                 limits=client.limits, limit=4096):
+            if bad:
+                break
             with client._lock:
                 synced = replica.on_snapshot(msg, time.time())
                 if synced is not None:
                     client._deliver_synced(synced)
             if synced is not None:
                 self._on_synced(synced)
+        if bad and replica.phase is Phase.SYNCING:
+            # A snapshot with a hole (a whole KVBULK slice, maybe) is no snapshot: ask again.
+            log.warning("chp client: a malformed snapshot message from %s (%s); asking for "
+                        "the snapshot again", client.servers[self.current], bad[0])
+            replica.resync()
         self.expiry = time.monotonic() + client.server_timeout
 
     def _drain(self, sock: zmq.Socket, channel: Channel) -> Iterator[Message]:

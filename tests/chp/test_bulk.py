@@ -294,3 +294,38 @@ def test_a_bulk_sync_under_live_updates_ends_at_the_servers_map(servers):
     finally:
         stop.set()
         thread.join(30)
+
+
+@pytest.mark.timeout(60)
+def test_a_corrupt_bulk_answer_fails_a_one_shot_read():
+    """A scripted peer on a real socket answers with a KVBULK whose keys frame is cut:
+    `read_snapshot` raises rather than return a snapshot with a hole."""
+    from connectors.chp.errors import ChpError
+    from tests.chp.support import free_port_span
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    port = free_port_span(1)
+    router.bind(f"tcp://127.0.0.1:{port}")
+    done = threading.Event()
+
+    def answer() -> None:
+        while not done.is_set():
+            if router.poll(100):
+                identity, *request = router.recv_multipart()
+                assert request[0] == proto.ICANHAZ and bulk.wants_bulk(identity)
+                frames = proto.encode_bulk(entries(5))
+                frames[4] = frames[4][:-2]
+                router.send_multipart([identity, *frames])
+                router.send_multipart([identity, *proto.encode(proto.Kthxbai(5))])
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        with pytest.raises(ChpError, match="malformed"):
+            read_snapshot([f"127.0.0.1:{port}"], server_timeout=5, timeout=10)
+    finally:
+        done.set()
+        thread.join(10)
+        router.close(0)
+        ctx.term()
