@@ -16,6 +16,7 @@ setup(
         # 4.2 brought the admission-control API of the Python data source.
         "pyspark>=4.2,<5",
         "pyarrow>=15",
+        "numpy>=1.24",  # the CHP bulk snapshot codec (connectors/chp/proto.py)
         "pandas>=2.0",  # pyspark's Arrow paths need it on the workers
         "pyzmq>=25",
         "crcmod>=1.7",

@@ -337,6 +337,10 @@ class CloneServer:
                 log.info("chp server: bulk snapshot for a vanished client dropped: %s", exc)
                 self._bulk.remove(reply)
                 continue
+            except ProtocolError as exc:  # an entry no peer could decode: never stored
+                self._reject("bulk snapshot", exc)
+                self._bulk.remove(reply)
+                continue
             if reply.done:
                 self._bulk.remove(reply)
                 self.stats.snapshots += 1
