@@ -329,3 +329,15 @@ def test_a_corrupt_bulk_answer_fails_a_one_shot_read():
         thread.join(10)
         router.close(0)
         ctx.term()
+
+
+@pytest.mark.timeout(90)
+def test_the_active_server_of_a_binary_star_pair_answers_in_bulk(servers):
+    """The passive server answers no snapshot (it is no vote while the active lives): a
+    one-shot read asking it first moves on to the active, which answers in bulk."""
+    from tests.chp.test_pair import start_pair
+    primary, backup = start_pair(servers)
+    expected = fill(primary.address, 2000)
+    found = read_snapshot([backup.address, primary.address], server_timeout=1.0, timeout=20)
+    assert found.bulk and found.server == primary.address and found.sequence == 2000
+    assert {row[0]: row[4] for row in snapshot_rows(found)} == expected
