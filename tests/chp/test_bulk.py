@@ -341,3 +341,54 @@ def test_the_active_server_of_a_binary_star_pair_answers_in_bulk(servers):
     found = read_snapshot([backup.address, primary.address], server_timeout=1.0, timeout=20)
     assert found.bulk and found.server == primary.address and found.sequence == 2000
     assert {row[0]: row[4] for row in snapshot_rows(found)} == expected
+
+
+@pytest.mark.timeout(60)
+def test_a_client_asks_again_after_a_corrupt_bulk_answer():
+    """A scripted server on real sockets (ROUTER on P, XPUB on P+1) answers the first
+    ICANHAZ? with a cut KVBULK, the second with a good one: the client resyncs and ends
+    with exactly the good entries, never a snapshot with a hole."""
+    from tests.chp.support import free_port_span
+    good = entries(5)
+    ctx = zmq.Context()
+    router, publisher = ctx.socket(zmq.ROUTER), ctx.socket(zmq.XPUB)
+    port = free_port_span(3)
+    for sock in (router, publisher):
+        sock.linger = 0
+    router.bind(f"tcp://127.0.0.1:{port}")
+    publisher.bind(f"tcp://127.0.0.1:{port + 1}")
+    done = threading.Event()
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(publisher, zmq.POLLIN)
+        while not done.is_set():
+            ready = dict(poller.poll(100))
+            if publisher in ready:
+                publisher.recv_multipart()       # a subscription: greet it
+                publisher.send_multipart(proto.encode(proto.Hugz(5)))
+            if router in ready:
+                identity, *_ = router.recv_multipart()
+                requests.append(identity)
+                frames = proto.encode_bulk(good)
+                if len(requests) == 1:
+                    frames[7] = frames[7][:-1]   # the bodies frame cut short
+                router.send_multipart([identity, *frames])
+                router.send_multipart([identity, *proto.encode(proto.Kthxbai(5))])
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with CloneClient([f"127.0.0.1:{port}"], server_timeout=5) as chp:
+            assert chp.wait_synced(20) == 5
+            assert sorted(rows(chp.snapshot().entries.values())) == sorted(rows(good))
+        assert len(requests) == 2 and all(bulk.wants_bulk(i) for i in requests)
+        assert requests[0] != requests[1]           # a fresh DEALER for the new request
+    finally:
+        done.set()
+        thread.join(10)
+        router.close(0)
+        publisher.close(0)
+        ctx.term()
