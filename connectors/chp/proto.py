@@ -234,7 +234,7 @@ class KvBulk:
     sent to or by zguide peers). Each entry is what a KVSYNC would carry. Variable
     columns are Arrow-style: ``keys[key_offsets[i]:key_offsets[i + 1]]`` is key i
     (offsets int32, count + 1 of them, starting at 0); `sequences` is int64. Compare
-    with `same` (numpy fields). Not JSON-mapped: `entries()` gives KVSYNCs for that."""
+    with `same` (numpy fields). In JSON (`to_json`) it is the list of its KVSYNCs."""
     NAME: ClassVar[str] = "KVBULK"
     sequences: np.ndarray
     key_offsets: np.ndarray
@@ -609,6 +609,8 @@ _NAMES: dict[str, type] = {cls.NAME: cls for cls in MESSAGE_TYPES}
 def to_json(msg: Message) -> dict[str, Any]:
     """``{"message": NAME, field: value...}``: bytes as lowercase hex, the Binary Star
     state by name."""
+    if isinstance(msg, KvBulk):   # numpy columns: as the KVSYNCs it holds
+        return {"message": msg.NAME, "entries": [to_json(e) for e in msg.entries()]}
     out: dict[str, Any] = {"message": msg.NAME}
     for f in fields(msg):
         value = getattr(msg, f.name)
@@ -624,6 +626,8 @@ def from_json(obj: dict[str, Any]) -> Message:
     """Inverse of `to_json`; raises `ProtocolError` naming the bad key."""
     if not isinstance(obj, dict):
         raise InvalidField("message", "a JSON object is expected", protocol=PROTOCOL)
+    if obj.get("message") == KvBulk.NAME:
+        return _bulk_from_json(obj)
     cls = _NAMES.get(obj.get("message"))  # type: ignore[arg-type]
     if cls is None:
         raise UnknownMessageType("message", f"unknown message {obj.get('message')!r}; "
@@ -640,6 +644,16 @@ def from_json(obj: dict[str, Any]) -> Message:
     msg = cls(**kwargs)
     encode(msg)  # the same checks as on the wire
     return msg
+
+
+def _bulk_from_json(obj: dict[str, Any]) -> KvBulk:
+    if set(obj) != {"message", "entries"} or not isinstance(obj["entries"], list):
+        raise InvalidField("entries", "a KVBULK is {\"message\": \"KVBULK\", "
+                           "\"entries\": [KVSYNC...]}", protocol=PROTOCOL)
+    entries = [from_json(e) for e in obj["entries"]]
+    if not all(type(e) is Kvsync for e in entries):
+        raise InvalidField("entries", "every entry must be a KVSYNC", protocol=PROTOCOL)
+    return decode_bulk(encode_bulk(entries))
 
 
 def _json_value(name: str, value: Any) -> Any:

@@ -47,6 +47,17 @@ def test_round_trip_through_decode_and_encode():
     assert empty.count == 0 and list(empty.key_offsets) == [0]
 
 
+def test_json_shows_a_kvbulk_as_its_kvsyncs():
+    import json
+    msg = proto.decode_bulk(proto.encode_bulk(entries(4)))
+    obj = json.loads(json.dumps(proto.to_json(msg)))
+    assert obj["message"] == "KVBULK" and [e["message"] for e in obj["entries"]] == \
+        ["KVSYNC"] * 4
+    assert proto.from_json(obj).same(msg)
+    with pytest.raises(InvalidField):
+        proto.from_json({"message": "KVBULK", "entries": [{"message": "HUGZ"}]})
+
+
 def test_a_kvmsg_keyed_kvbulk_is_still_a_kvsync():
     """Five frames are a kvmsg whatever the key: KVBULK is told apart by its 8 frames."""
     msg = proto.decode([proto.KVBULK, proto.pack_sequence(3), b"", b"", b"v"],
