@@ -72,8 +72,8 @@ from . import bulk as bulk_module
 from .address import ServerAddress, parse_address
 from .errors import ChpError, ChpTimeout, ConfigError
 from .kvmap import Entry
-from .proto import (DEFAULT_LIMITS, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz, Icanhaz,
-                    Kthxbai, KvBulk, Kvsync, Limits, Message, decode, decode_bulk, encode,
+from .proto import (DEFAULT_LIMITS, KVBULK, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz,
+                    Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, Message, decode, decode_bulk, encode,
                     encode_bulk, format_properties, pack_sequence)
 from .replica import Phase, Replica, Synced
 from .zmqio import drain, drain_decoded, send_frames
@@ -502,6 +502,7 @@ class _Agent:
             sock.connect(server.collector)
             self.outlets.append(_Outlet(sock, client.server_timeout))
         self.current = 0
+        self.bulk_ok = True   # False once a KVBULK could not be read: KVSYNCs from then on
         self.sub: zmq.Socket | None = None
         self.dealer: zmq.Socket | None = None
         self.expiry = 0.0
@@ -556,7 +557,7 @@ class _Agent:
     def _request_snapshot(self) -> None:
         """A fresh DEALER per request, so no late reply to an older one mixes in."""
         dealer = self._socket(zmq.DEALER)
-        if self.client.bulk:
+        if self.client.bulk and self.bulk_ok:
             dealer.setsockopt(zmq.ROUTING_ID, bulk_module.routing_id())
             dealer.setsockopt(zmq.MAXMSGSIZE, self.client.limits.max_snapshot_frame_bytes)
         dealer.connect(self.client.servers[self.current].snapshot)
@@ -620,10 +621,21 @@ class _Agent:
     def _on_snapshot(self) -> None:
         client = self.client
         replica = client._replica
-        bad: list[ProtocolError] = []
-        for msg in drain_decoded(self.dealer, Channel.SNAPSHOT_REPLY, bad.append,
-                                 limits=client.limits, limit=4096):
-            if bad:
+        for frames in drain(self.dealer, 4096):
+            try:
+                msg = decode(frames, Channel.SNAPSHOT_REPLY, client.limits)
+            except ProtocolError as exc:
+                if frames[0] != KVBULK or len(frames) == 5:
+                    self._malformed(exc)   # one KVSYNC: dropped, as ever
+                    continue
+                # A whole slice lost is no snapshot: ask again, with KVSYNCs this time
+                # (a server whose KVBULKs we cannot read would make us ask forever).
+                log.warning("chp client: a malformed KVBULK from %s (%s); asking for the "
+                            "snapshot again, without bulk", client.servers[self.current],
+                            exc)
+                self.bulk_ok = False
+                if replica.phase is Phase.SYNCING:
+                    replica.resync()
                 break
             with client._lock:
                 synced = replica.on_snapshot(msg, time.time())
@@ -631,11 +643,6 @@ class _Agent:
                     client._deliver_synced(synced)
             if synced is not None:
                 self._on_synced(synced)
-        if bad and replica.phase is Phase.SYNCING:
-            # A snapshot with a hole (a whole KVBULK slice, maybe) is no snapshot: ask again.
-            log.warning("chp client: a malformed snapshot message from %s (%s); asking for "
-                        "the snapshot again", client.servers[self.current], bad[0])
-            replica.resync()
         self.expiry = time.monotonic() + client.server_timeout
 
     def _drain(self, sock: zmq.Socket, channel: Channel) -> Iterator[Message]:
