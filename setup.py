@@ -16,7 +16,7 @@ setup(
         # 4.2 brought the admission-control API of the Python data source.
         "pyspark>=4.2,<5",
         "pyarrow>=15",
-        "numpy>=1.24",  # bulk reads: the storage engine's CRC fold, Dafka bulk answers
+        "numpy>=1.24",  # bulk reads: Dafka and CHP bulk codecs, the storage CRC fold
         "pandas>=2.0",  # pyspark's Arrow paths need it on the workers
         "pyzmq>=25",
         "crcmod>=1.7",

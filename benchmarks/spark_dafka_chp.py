@@ -10,7 +10,11 @@ and, per kind, its own nodes on 127.0.0.1:
          dafka sink (`df.write`, topic `bench`), then read back with `spark.read`
          (startingOffsets earliest, endingOffsets latest) into Spark's `noop` sink;
   chp    a `garlicfarm chp server` process; the rows (distinct keys) are set once by the
-         chp sink, then the map is read back with `spark.read` (a snapshot) into `noop`.
+         chp sink, then (1) the map is read back with `spark.read` (a snapshot) into
+         `noop`, and (2) the changelog stream is read with `spark.readStream`
+         (`startingOffsets` snapshot, `trigger(availableNow=True)`, a fresh checkpoint
+         each round) into `noop`: rows/s from the query's start to its end, the
+         driver-side capture's snapshot into the farm journal included.
 Each kind's baseline is the ceiling source of `benchmarks/spark_raft.py` (a Python source
 yielding Arrow batches built once per task, no I/O) with the kind's schema, value size
 and task count, measured in the same run, alternating with it (`Comparison`: best of
@@ -135,6 +139,44 @@ def measure(spark, name: str, options: dict[str, str], rows: int, ddl: str,
             f"{counted / seconds:,.0f} |")
 
 
+def measure_stream(spark, options: dict[str, str], rows: int, ddl: str,
+                   args: argparse.Namespace, checkpoints: Path) -> tuple[str, str]:
+    """(table row, rounds line) of the chp changelog stream (startingOffsets snapshot,
+    Trigger.AvailableNow, into noop) against the same ceiling as the map read."""
+    rounds = iter(range(1 << 30))
+
+    def start(frame, sink):
+        return (sink(frame.writeStream).trigger(availableNow=True)
+                .option("checkpointLocation", str(checkpoints / f"stream-{next(rounds)}"))
+                .start())
+
+    def stream() -> None:
+        frame = (spark.readStream.format("garlicfarm").options(**options)
+                 .option("startingOffsets", "snapshot").load())
+        query = start(frame, lambda w: w.format("noop"))
+        query.awaitTermination()
+        assert query.exception() is None, query.exception()
+
+    # Warm (the source's process, imports, the farm) and check: one run counting rows
+    # (a Python stream source reports no numInputRows to the noop sink's progress).
+    counts: list[int] = []
+    frame = (spark.readStream.format("garlicfarm").options(**options)
+             .option("startingOffsets", "snapshot").load())
+    query = start(frame, lambda w: w.foreachBatch(lambda df, _: counts.append(df.count())))
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    assert sum(counts) == rows, f"chp stream: read {sum(counts)} rows of {rows}"
+
+    ceiling = ceiling_reader(spark, rows, 1, args.value_bytes, ddl)
+    base = ceiling.write.format("noop").mode("overwrite").save
+    base()
+    comparison = Comparison(rows)
+    comparison.run(args.rounds, stream, base)
+    return (comparison.row("chp changelog stream (snapshot, availableNow) -> noop",
+                           "in-memory Arrow source", 0.50),
+            comparison.rounds_line("chp stream"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dafka-rows", type=int, default=1_000_000)
@@ -149,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BenchSource)
     results: list[tuple[str, str, str]] = []
+    streams: list[tuple[str, str]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="garlicfarm-bench-") as tmp, \
                 LocalFarm(nodes=3) as farm:
@@ -175,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(measure(
                         spark, "chp", {"kind": "chp", "endpoint": server.address},
                         args.chp_rows, CHP_COLUMNS_DDL, args))
+                    print(*results[-1], sep="\n", flush=True)
+                    row, rounds = measure_stream(
+                        spark, {"kind": "chp", "endpoint": server.address, **farm.options},
+                        args.chp_rows, CHP_COLUMNS_DDL, args, Path(tmp))
+                    streams.append((row, rounds))
+                    print(row, rounds, sep="\n", flush=True)
     finally:
         spark.stop()
 
@@ -183,9 +232,11 @@ def main(argv: list[str] | None = None) -> int:
           f"load average={os.getloadavg()[0]:.1f}")
     print(TABLE_HEAD)
     print("\n".join(row for row, _, _ in results))
+    print("\n".join(row for row, _ in streams))
     print("\n| without Spark | rows/s (best) |\n|---|---:|")
     print("\n".join(alone for _, _, alone in results))
     print("\n".join(rounds for _, rounds, _ in results))
+    print("\n".join(rounds for _, rounds in streams))
     return 0
 
 

@@ -96,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--peer-bstar-port", type=int,
                         help="the peer's Binary Star state port (the other of 5003/5004)")
     server.add_argument("--hugz-interval", type=_positive, default=1.0, metavar="S")
+    server.add_argument("--no-bulk", dest="bulk", action="store_false",
+                        help="answer every snapshot with KVSYNCs only, as a zguide server "
+                             "does (default: KVBULK to garlicfarm clients that ask)")
     server.add_argument("--bstar-heartbeat", type=_positive, default=1.0, metavar="S")
     server.add_argument("--peer-timeout", type=_positive, default=2.0, metavar="S",
                         help="the peer is dead after this much silence (2)")
@@ -174,7 +177,7 @@ def _server(args: argparse.Namespace) -> int:
                           peer_bstar_port=args.peer_bstar_port,
                           hugz_interval=args.hugz_interval,
                           bstar_heartbeat=args.bstar_heartbeat,
-                          peer_timeout=args.peer_timeout)
+                          peer_timeout=args.peer_timeout, bulk=args.bulk)
     if args.replicated is not None:
         from .replicated import run_replicated
         server = run_replicated(config, _farm_options(args))

@@ -47,6 +47,11 @@ XPUB, so that a KVSET is held until that server's collector has subscribed rathe
 dropped by ZeroMQ as a PUB would (a short-lived `garlicfarm chp set` then loses nothing).
 With ``confirm=True`` `set` returns once the server's KVPUB of that UUID came back, with
 its sequence; the key must then be inside the client's subtree.
+
+Snapshots come in bulk from our own servers (`bulk`: the snapshot DEALER's routing id
+asks for KVBULK column messages; any other server answers with KVSYNCs, taken as well).
+`read_snapshot` takes one snapshot and nothing else (no subscription, no replica): the
+entries as KVBULK columns, for readers that turn them into Arrow arrays.
 """
 from __future__ import annotations
 
@@ -63,12 +68,14 @@ import zmq
 
 from consensus.wire.errors import ProtocolError
 
+from . import bulk as bulk_module
 from .address import ServerAddress, parse_address
-from .errors import ChpTimeout, ConfigError
+from .errors import ChpError, ChpTimeout, ConfigError
 from .kvmap import Entry
-from .proto import (DEFAULT_LIMITS, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz, Limits,
-                    Message, encode, format_properties, pack_sequence)
-from .replica import Replica, Synced
+from .proto import (DEFAULT_LIMITS, KVBULK, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz,
+                    Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, Message, decode, decode_bulk, encode,
+                    encode_bulk, format_properties, pack_sequence)
+from .replica import Phase, Replica, Synced
 from .zmqio import drain, drain_decoded, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
@@ -246,7 +253,7 @@ class CloneClient:
 
     def __init__(self, servers: Sequence[str] | str = "127.0.0.1:5556",
                  subtree: Bytesish = b"", *, server_timeout: float = SERVER_TTL,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: Limits = DEFAULT_LIMITS, bulk: bool = True) -> None:
         if isinstance(servers, str):
             servers = [servers]
         if not servers:
@@ -257,6 +264,7 @@ class CloneClient:
             raise ConfigError(f"server_timeout must be positive, got {server_timeout!r}")
         self.server_timeout = server_timeout
         self.limits = limits
+        self.bulk = bulk          # ask for KVBULK snapshots (our servers honour it)
         self.failovers = 0
         self._replica = Replica(self.subtree)
         self._lock = threading.Lock()
@@ -494,6 +502,7 @@ class _Agent:
             sock.connect(server.collector)
             self.outlets.append(_Outlet(sock, client.server_timeout))
         self.current = 0
+        self.bulk_ok = True   # False once a KVBULK could not be read: KVSYNCs from then on
         self.sub: zmq.Socket | None = None
         self.dealer: zmq.Socket | None = None
         self.expiry = 0.0
@@ -548,6 +557,9 @@ class _Agent:
     def _request_snapshot(self) -> None:
         """A fresh DEALER per request, so no late reply to an older one mixes in."""
         dealer = self._socket(zmq.DEALER)
+        if self.client.bulk and self.bulk_ok:
+            dealer.setsockopt(zmq.ROUTING_ID, bulk_module.routing_id())
+            dealer.setsockopt(zmq.MAXMSGSIZE, self.client.limits.max_snapshot_frame_bytes)
         dealer.connect(self.client.servers[self.current].snapshot)
         self.dealer = self._replace(self.dealer, dealer)
         send_frames(self.dealer, encode(self.client._replica.snapshot_request()))
@@ -609,7 +621,22 @@ class _Agent:
     def _on_snapshot(self) -> None:
         client = self.client
         replica = client._replica
-        for msg in self._drain(self.dealer, Channel.SNAPSHOT_REPLY):
+        for frames in drain(self.dealer, 4096):
+            try:
+                msg = decode(frames, Channel.SNAPSHOT_REPLY, client.limits)
+            except ProtocolError as exc:
+                if frames[0] != KVBULK or len(frames) == 5:
+                    self._malformed(exc)   # one KVSYNC: dropped, as ever
+                    continue
+                # A whole slice lost is no snapshot: ask again, with KVSYNCs this time
+                # (a server whose KVBULKs we cannot read would make us ask forever).
+                log.warning("chp client: a malformed KVBULK from %s (%s); asking for the "
+                            "snapshot again, without bulk", client.servers[self.current],
+                            exc)
+                self.bulk_ok = False
+                if replica.phase is Phase.SYNCING:
+                    replica.resync()
+                break
             with client._lock:
                 synced = replica.on_snapshot(msg, time.time())
                 if synced is not None:
@@ -636,5 +663,113 @@ class _Agent:
             client._ever_synced.set()
 
 
-__all__ = ["CloneClient", "MapSnapshot", "Resync", "SERVER_TTL", "SetReceipt", "Update",
-           "Watch"]
+@dataclass(frozen=True, slots=True)
+class BulkSnapshot:
+    """One snapshot of a subtree as `server` sent it: the entries as KVBULK columns
+    (`parts`, in the server's order; a classic answer is packed the same way) and the
+    sequence the map was at (KTHXBAI's). `bulk` says whether the server sent KVBULK."""
+    sequence: int
+    parts: list[KvBulk]
+    server: str
+    bulk: bool
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+class _Packer:
+    """KVSYNCs of a classic answer, packed into KVBULK columns as they arrive."""
+
+    def __init__(self, subtree: bytes, limits: Limits) -> None:
+        self.subtree = subtree
+        self.limits = limits
+        self.pending: list[Kvsync] = []
+        self.parts: list[KvBulk] = []
+
+    def add(self, msg: Kvsync) -> None:
+        if msg.key.startswith(self.subtree) and msg.body:
+            self.pending.append(msg)
+            if len(self.pending) >= bulk_module.SLICE_ENTRIES:
+                self.flush()
+
+    def flush(self) -> None:
+        for part in bulk_module.slices(self.pending, self.limits):
+            self.parts.append(decode_bulk(encode_bulk(part), self.limits))
+        self.pending = []
+
+
+def read_snapshot(servers: Sequence[str] | str, subtree: Bytesish = b"", *,
+                  server_timeout: float = SERVER_TTL, timeout: float | None = None,
+                  limits: Limits = DEFAULT_LIMITS, bulk: bool = True) -> BulkSnapshot:
+    """One snapshot of `subtree` from the first of `servers` that answers: ICANHAZ?
+    from a DEALER that asks for KVBULK (unless `bulk` is False); a server that answers
+    with KVSYNCs (a zguide one, ours with ``--no-bulk``) is read as well. A server
+    silent for `server_timeout` (down, a passive Binary Star server) is left for the
+    next; `ChpTimeout` after `timeout` (default twice the server timeout, at least 10
+    s). A malformed message raises `ChpError`: a snapshot with a hole is no snapshot.
+
+    No subscription is needed: the entries are the map at the returned sequence."""
+    if isinstance(servers, str):
+        servers = [servers]
+    if not servers:
+        raise ConfigError("--server: name at least one server as HOST:PORT")
+    addresses = [parse_address(s) for s in servers]
+    prefix = _bytes(subtree, "subtree")
+    wait = max(10.0, 2 * server_timeout) if timeout is None else timeout
+    deadline = time.monotonic() + wait
+    ctx = zmq.Context()
+    try:
+        for attempt in range(1 << 30):
+            server = addresses[attempt % len(addresses)]
+            found = _snapshot_from(ctx, server, prefix, server_timeout, deadline, limits, bulk)
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                break
+            log.warning("chp client: no snapshot from %s within %.1fs; trying %s", server,
+                        server_timeout, addresses[(attempt + 1) % len(addresses)])
+    finally:
+        ctx.destroy(linger=0)
+    raise ChpTimeout(f"no snapshot from {', '.join(map(str, addresses))} within {wait}s: "
+                     "are the servers up, and is --server their snapshot port?")
+
+
+def _snapshot_from(ctx: zmq.Context, server: ServerAddress, subtree: bytes,
+                   server_timeout: float, deadline: float, limits: Limits,
+                   bulk: bool) -> BulkSnapshot | None:
+    """The snapshot `server` sends, or None when it falls silent first."""
+    dealer = ctx.socket(zmq.DEALER)
+    try:
+        dealer.linger = 0
+        dealer.setsockopt(zmq.MAXMSGSIZE, limits.max_snapshot_frame_bytes)
+        if bulk:
+            dealer.setsockopt(zmq.ROUTING_ID, bulk_module.routing_id())
+        dealer.connect(server.snapshot)
+        send_frames(dealer, encode(Icanhaz(subtree)))
+        packer = _Packer(subtree, limits)
+        bulk_parts: list[KvBulk] = []
+        while True:
+            now = time.monotonic()
+            silence = min(now + server_timeout, deadline)
+            if not dealer.poll(max(0.0, silence - now) * 1000):
+                return None
+            for frames in drain(dealer):
+                try:
+                    msg = decode(frames, Channel.SNAPSHOT_REPLY, limits)
+                except ProtocolError as exc:
+                    raise ChpError(f"a malformed snapshot message from {server}: {exc}"
+                                   ) from exc
+                if type(msg) is KvBulk:
+                    bulk_parts.append(msg)
+                elif type(msg) is Kvsync:
+                    packer.add(msg)
+                elif type(msg) is Kthxbai:
+                    packer.flush()
+                    return BulkSnapshot(msg.sequence, bulk_parts + packer.parts, str(server),
+                                        bool(bulk_parts))
+    finally:
+        dealer.close(0)
+
+
+__all__ = ["BulkSnapshot", "CloneClient", "MapSnapshot", "Resync", "SERVER_TTL", "SetReceipt",
+           "Update", "Watch", "read_snapshot"]

@@ -133,9 +133,16 @@ class CloneMap:
                        ) -> list[Kvsync | Kthxbai]:
         """The answer to ICANHAZ? `subtree`: a KVSYNC per matching entry, then KTHXBAI
         with the current sequence and the subtree as body (RFC 12, Python peer)."""
-        reply: list[Kvsync | Kthxbai] = [e.to_kvsync() for e in self.entries(subtree)]
-        reply.append(Kthxbai(self.sequence, uuid, b"", subtree))
+        entries, end = self.snapshot_parts(subtree, uuid)
+        reply: list[Kvsync | Kthxbai] = [e.to_kvsync() for e in entries]
+        reply.append(end)
         return reply
+
+    def snapshot_parts(self, subtree: bytes = b"", uuid: bytes = b""
+                       ) -> tuple[list[Entry], Kthxbai]:
+        """`snapshot_reply` as the stored entries themselves (each encodes as its
+        KVSYNC) and the KTHXBAI: no message object per entry for a bulk answer."""
+        return list(self.entries(subtree)), Kthxbai(self.sequence, uuid, b"", subtree)
 
     def next_expiry(self) -> float | None:
         """When the earliest ttl runs out (epoch seconds), or None."""

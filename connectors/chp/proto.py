@@ -12,6 +12,12 @@ both accept (SPECS §3, tests/vectors/chp/LAYOUT.md):
   means an empty subtree (the Python peer exits on it, the C peer stalls: we do neither).
   A third frame of properties is garlicfarm's resume request (`resume`).
 * A Binary Star state message is one frame: the state as one ASCII digit.
+* KVBULK (garlicfarm's bulk snapshot, docs/protocol.md "CHP bulk snapshot") is eight
+  frames holding many snapshot entries as columns: ``KVBULK``, a header (version,
+  count), the sequences, the lengths, then the keys, UUIDs, properties and bodies each
+  concatenated. Only our servers send it, and only to a DEALER whose routing id says it
+  understands it (`BULK_ROUTING_PREFIX`); `decode_bulk` checks every declared count and
+  length against `Limits` and the frames before building anything.
 
 The same five frames are a KVSET on the collector, a KVPUB on the publisher and a
 KVSYNC on the snapshot socket: pass `channel` to `decode` to say where they came from.
@@ -39,8 +45,13 @@ import enum
 import math
 import re
 import struct
+import sys
+from array import array
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Sequence, Union
+from operator import attrgetter
+from typing import Any, ClassVar, Iterator, Protocol, Sequence, Union
+
+import numpy as np
 
 from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
                                    UnknownMessageType)
@@ -53,7 +64,13 @@ ICANHAZ = b"ICANHAZ?"
 TTL = b"ttl"
 UUID_LENGTH = 16
 KVMSG_FRAMES = 5
+KVBULK = b"KVBULK"
 RESERVED_KEYS = frozenset({HUGZ, KTHXBAI, ICANHAZ})
+#: A snapshot DEALER whose ZeroMQ routing id starts with this asks for KVBULK answers.
+BULK_ROUTING_PREFIX = b"gf-kvbulk/1:"
+BULK_VERSION = 1
+BULK_FRAMES = 8
+_BULK_HEADER = struct.Struct(">BxxxI")     # version, 3 reserved zero bytes, entry count
 
 _SEQUENCE = struct.Struct(">q")
 pack_sequence = _SEQUENCE.pack
@@ -91,11 +108,19 @@ class Limits:
     max_properties_bytes: int = 64 << 10
     max_properties: int = 1024        # property lines
     max_body_bytes: int = 16 << 20
+    max_bulk_entries: int = 65536     # entries in one KVBULK
+    max_bulk_bytes: int = 16 << 20    # one KVBULK column frame (keys, values...); < 2 GiB
 
     @property
     def max_frame_bytes(self) -> int:
         """The largest frame any message may hold (for ZMQ_MAXMSGSIZE on sockets)."""
         return max(self.max_key_bytes, self.max_properties_bytes, self.max_body_bytes)
+
+    @property
+    def max_snapshot_frame_bytes(self) -> int:
+        """The largest frame of a snapshot answer, KVBULK included (a client DEALER's
+        ZMQ_MAXMSGSIZE)."""
+        return max(self.max_frame_bytes, self.max_bulk_bytes)
 
 
 DEFAULT_LIMITS = Limits()
@@ -195,8 +220,60 @@ class BstarStatus:
     state: BstarState
 
 
+class _EntryLike(Protocol):
+    key: bytes
+    sequence: int
+    uuid: bytes
+    properties: bytes
+    body: bytes
+
+
+@dataclass(slots=True, eq=False)
+class KvBulk:
+    """KVBULK: `count` snapshot entries as columns (garlicfarm's bulk snapshot; never
+    sent to or by zguide peers). Each entry is what a KVSYNC would carry. Variable
+    columns are Arrow-style: ``keys[key_offsets[i]:key_offsets[i + 1]]`` is key i
+    (offsets int32, count + 1 of them, starting at 0); `sequences` is int64. Compare
+    with `same` (numpy fields). In JSON (`to_json`) it is the list of its KVSYNCs."""
+    NAME: ClassVar[str] = "KVBULK"
+    sequences: np.ndarray
+    key_offsets: np.ndarray
+    keys: bytes
+    uuid_offsets: np.ndarray
+    uuids: bytes
+    property_offsets: np.ndarray
+    properties: bytes
+    value_offsets: np.ndarray
+    values: bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.sequences)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def rows(self) -> Iterator[tuple[bytes, int, bytes, bytes, bytes]]:
+        """(key, sequence, uuid, properties, body) per entry, in order."""
+        ko, uo = self.key_offsets.tolist(), self.uuid_offsets.tolist()
+        po, vo = self.property_offsets.tolist(), self.value_offsets.tolist()
+        keys, uuids, props, values = self.keys, self.uuids, self.properties, self.values
+        for i, sequence in enumerate(self.sequences.tolist()):
+            j = i + 1
+            yield (keys[ko[i]:ko[j]], sequence, uuids[uo[i]:uo[j]], props[po[i]:po[j]],
+                   values[vo[i]:vo[j]])
+
+    def entries(self) -> list["Kvsync"]:
+        """The entries as the KVSYNCs a classic snapshot would have sent."""
+        return [Kvsync(*row) for row in self.rows()]
+
+    def same(self, other: "KvBulk") -> bool:
+        """Whether both hold the same entries (the numpy fields defeat ``==``)."""
+        return encode_bulk(self.entries()) == encode_bulk(other.entries())
+
+
 KvMsg = Union[Kvset, Kvpub, Kvsync]
-Message = Union[Kvset, Kvpub, Kvsync, Hugz, Kthxbai, Icanhaz, BstarStatus]
+Message = Union[Kvset, Kvpub, Kvsync, Hugz, Kthxbai, Icanhaz, BstarStatus, KvBulk]
 MESSAGE_TYPES: tuple[type, ...] = (Kvset, Kvpub, Kvsync, Hugz, Kthxbai, Icanhaz, BstarStatus)
 
 
@@ -296,6 +373,8 @@ def encode(msg: Message) -> list[bytes]:
         return [ICANHAZ, msg.subtree]
     if isinstance(msg, BstarStatus):
         return [b"%d" % BstarState(msg.state)]
+    if isinstance(msg, KvBulk):
+        return encode_bulk(msg.entries())
     key = msg.KEY if isinstance(msg, _Command) else msg.key
     if not MIN_SEQUENCE <= msg.sequence <= MAX_SEQUENCE:
         raise InvalidField("sequence", f"{msg.sequence} does not fit a signed 64-bit "
@@ -327,6 +406,8 @@ def decode(frames: Sequence[bytes], channel: Channel | None = None,
         return _decode_icanhaz(frames, limits)
     if channel in (None, Channel.BSTAR) and count == 1:
         return _decode_bstar(frames[0])
+    if channel in (None, Channel.SNAPSHOT_REPLY) and frames[0] == KVBULK:
+        return decode_bulk(frames, limits)
     if channel is Channel.SNAPSHOT_REQUEST:
         raise UnknownMessageType("command", f"{bytes(frames[0][:16])!r} is not ICANHAZ?",
                                  protocol=PROTOCOL)
@@ -339,6 +420,115 @@ def decode(frames: Sequence[bytes], channel: Channel | None = None,
 
 
 _NOT_KVMSG = (Channel.SNAPSHOT_REQUEST, Channel.BSTAR)
+
+
+# --------------------------------------------------------------------------- KVBULK
+if array("I").itemsize != 4 or array("q").itemsize != 8:   # pragma: no cover
+    raise ImportError("connectors.chp.proto needs 4-byte array('I') and 8-byte array('q')")
+_SWAP = sys.byteorder == "little"     # the wire is big-endian, as the kvmsg sequence
+_U32 = np.dtype(">u4")
+_MAX_INT32 = (1 << 31) - 1
+_KEY, _SEQ, _UUID, _PROPERTIES, _BODY = (attrgetter(name) for name in (
+    "key", "sequence", "uuid", "properties", "body"))
+_I64 = np.dtype(">i8")
+
+
+def encode_bulk(entries: Sequence[_EntryLike]) -> list[bytes]:
+    """The eight KVBULK frames of `entries` (anything with key, sequence, uuid,
+    properties and body: `kvmap.Entry`, `Kvsync`). The caller keeps a KVBULK within
+    `Limits` (`bulk.slices`); values no peer could decode raise `InvalidField`."""
+    keys = list(map(_KEY, entries))         # attrgetter: the loops run in C
+    uuids = list(map(_UUID, entries))
+    props = list(map(_PROPERTIES, entries))
+    bodies = list(map(_BODY, entries))
+    try:
+        sequences = array("q", map(_SEQ, entries))
+    except OverflowError:
+        raise InvalidField("sequence", "does not fit a signed 64-bit integer",
+                           protocol=PROTOCOL) from None
+    lengths = array("I", map(len, keys))
+    uuid_lengths = array("I", map(len, uuids))
+    if uuid_lengths.count(0) + uuid_lengths.count(UUID_LENGTH) != len(uuid_lengths):
+        raise InvalidField("uuid", "must be 16 bytes or empty", protocol=PROTOCOL)
+    lengths += uuid_lengths
+    lengths.extend(map(len, props))
+    lengths.extend(map(len, bodies))
+    if _SWAP:
+        sequences.byteswap()
+        lengths.byteswap()
+    return [KVBULK, _BULK_HEADER.pack(BULK_VERSION, len(keys)), sequences.tobytes(),
+            lengths.tobytes(), b"".join(keys), b"".join(uuids), b"".join(props),
+            b"".join(bodies)]
+
+
+def _sized(frame: Any, expected: int, field: str) -> None:
+    if len(frame) != expected:
+        error = Truncated if len(frame) < expected else InvalidField
+        raise error(field, f"{len(frame)} bytes, expected {expected}", protocol=PROTOCOL)
+
+
+def decode_bulk(frames: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> KvBulk:
+    """A KVBULK, checked: the count against `limits` and the fixed-size frames, every
+    length against its limit, the sums against the column frames, each UUID 16 bytes
+    or empty, each non-empty properties value as in a KVSYNC. Nothing is allocated
+    before the count and frame sizes are known to fit."""
+    count = len(frames)
+    if count != BULK_FRAMES:
+        error = Truncated if count < BULK_FRAMES else InvalidField
+        raise error("frames", f"got {count} frames, expected {BULK_FRAMES}: KVBULK, "
+                    "header, sequences, lengths, keys, uuids, properties, bodies",
+                    protocol=PROTOCOL)
+    marker, header, seqs, lengths_frame, keys, uuids, props, values = frames
+    if marker != KVBULK:
+        raise UnknownMessageType("command", f"{bytes(marker[:16])!r} is not KVBULK",
+                                 protocol=PROTOCOL)
+    _sized(header, _BULK_HEADER.size, "header")
+    version, n = _BULK_HEADER.unpack(header)
+    if version != BULK_VERSION or header[1:4] != b"\0\0\0":
+        raise InvalidField("header", f"version {version} (reserved bytes "
+                           f"{bytes(header[1:4]).hex()}); we speak version {BULK_VERSION}",
+                           protocol=PROTOCOL)
+    if n > limits.max_bulk_entries:
+        raise LimitExceeded("count", f"{n} entries > limit {limits.max_bulk_entries}",
+                            protocol=PROTOCOL)
+    _sized(seqs, 8 * n, "sequences")
+    _sized(lengths_frame, 16 * n, "lengths")
+    largest_frame = min(limits.max_bulk_bytes, _MAX_INT32)   # Arrow's int32 offsets
+    for name, frame in (("keys", keys), ("uuids", uuids), ("properties", props),
+                        ("bodies", values)):
+        if len(frame) > largest_frame:
+            raise LimitExceeded(name, f"{len(frame)} bytes > limit {largest_frame}",
+                                protocol=PROTOCOL)
+    lengths = np.frombuffer(lengths_frame, _U32).reshape(4, n)   # a view: no copy
+    offsets = []
+    for row, (name, frame_name, frame, largest) in enumerate((
+            ("key", "keys", keys, limits.max_key_bytes),
+            ("uuid", "uuids", uuids, UUID_LENGTH),
+            ("properties", "properties", props, limits.max_properties_bytes),
+            ("body", "bodies", values, limits.max_body_bytes))):
+        column = lengths[row]
+        if n and int(column.max()) > largest:
+            raise LimitExceeded(name, f"an entry of {int(column.max())} bytes > limit "
+                                f"{largest}", protocol=PROTOCOL)
+        total = int(column.sum(dtype=np.int64))
+        if total != len(frame):
+            error = Truncated if len(frame) < total else InvalidField
+            raise error(frame_name, f"the lengths add up to {total} bytes, the frame holds "
+                        f"{len(frame)}", protocol=PROTOCOL)
+        ends = np.zeros(n + 1, np.int32)
+        np.cumsum(column, out=ends[1:], dtype=np.int32)   # total < 2 GiB: checked above
+        offsets.append(ends)
+    key_offsets, uuid_offsets, property_offsets, value_offsets = offsets
+    if n and not np.all((lengths[1] == 0) | (lengths[1] == UUID_LENGTH)):
+        raise InvalidField("uuid", "must be 16 bytes or empty", protocol=PROTOCOL)
+    props = bytes(props)
+    if props:
+        po = property_offsets.tolist()
+        for i in np.flatnonzero(lengths[2]).tolist():
+            parse_properties(props[po[i]:po[i + 1]], limits)
+    return KvBulk(np.frombuffer(seqs, _I64).astype(np.int64), key_offsets, bytes(keys),
+                  uuid_offsets, bytes(uuids), property_offsets, props, value_offsets,
+                  bytes(values))
 
 
 def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
@@ -419,6 +609,8 @@ _NAMES: dict[str, type] = {cls.NAME: cls for cls in MESSAGE_TYPES}
 def to_json(msg: Message) -> dict[str, Any]:
     """``{"message": NAME, field: value...}``: bytes as lowercase hex, the Binary Star
     state by name."""
+    if isinstance(msg, KvBulk):   # numpy columns: as the KVSYNCs it holds
+        return {"message": msg.NAME, "entries": [to_json(e) for e in msg.entries()]}
     out: dict[str, Any] = {"message": msg.NAME}
     for f in fields(msg):
         value = getattr(msg, f.name)
@@ -434,6 +626,8 @@ def from_json(obj: dict[str, Any]) -> Message:
     """Inverse of `to_json`; raises `ProtocolError` naming the bad key."""
     if not isinstance(obj, dict):
         raise InvalidField("message", "a JSON object is expected", protocol=PROTOCOL)
+    if obj.get("message") == KvBulk.NAME:
+        return _bulk_from_json(obj)
     cls = _NAMES.get(obj.get("message"))  # type: ignore[arg-type]
     if cls is None:
         raise UnknownMessageType("message", f"unknown message {obj.get('message')!r}; "
@@ -450,6 +644,16 @@ def from_json(obj: dict[str, Any]) -> Message:
     msg = cls(**kwargs)
     encode(msg)  # the same checks as on the wire
     return msg
+
+
+def _bulk_from_json(obj: dict[str, Any]) -> KvBulk:
+    if set(obj) != {"message", "entries"} or not isinstance(obj["entries"], list):
+        raise InvalidField("entries", "a KVBULK is {\"message\": \"KVBULK\", "
+                           "\"entries\": [KVSYNC...]}", protocol=PROTOCOL)
+    entries = [from_json(e) for e in obj["entries"]]
+    if not all(type(e) is Kvsync for e in entries):
+        raise InvalidField("entries", "every entry must be a KVSYNC", protocol=PROTOCOL)
+    return decode_bulk(encode_bulk(entries))
 
 
 def _json_value(name: str, value: Any) -> Any:
@@ -474,10 +678,12 @@ def _json_value(name: str, value: Any) -> Any:
 
 
 __all__ = [
-    "BstarState", "BstarStatus", "Channel", "DEFAULT_LIMITS", "HUGZ", "ICANHAZ", "Icanhaz",
-    "KTHXBAI", "KVMSG_FRAMES", "KvMsg", "Kthxbai", "Kvpub", "Kvset", "Kvsync", "Hugz",
+    "BULK_FRAMES", "BULK_ROUTING_PREFIX", "BULK_VERSION", "BstarState", "BstarStatus",
+    "Channel", "DEFAULT_LIMITS", "HUGZ", "ICANHAZ", "Icanhaz", "KTHXBAI", "KVBULK",
+    "KVMSG_FRAMES", "KvBulk", "KvMsg", "Kthxbai", "Kvpub", "Kvset", "Kvsync", "Hugz",
     "Limits", "MAX_SEQUENCE", "MESSAGE_TYPES", "Message", "PROTOCOL", "ProtocolError",
-    "RESERVED_KEYS", "TTL", "UUID_LENGTH", "decode", "encode", "format_absolute_ttl",
+    "RESERVED_KEYS", "TTL", "UUID_LENGTH", "decode", "decode_bulk", "encode", "encode_bulk",
+    "format_absolute_ttl",
     "format_properties", "from_json", "pack_sequence", "parse_absolute_ttl",
     "parse_properties", "parse_relative_ttl", "replace_property", "to_json",
 ]

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from . import resume
 from .kvmap import CloneMap, Entry
-from .proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvsync
+from .proto import Hugz, Icanhaz, Kthxbai, KvBulk, Kvpub, Kvsync
 
 MAX_BUFFERED = 1_000_000   # updates buffered while syncing before starting over
 
@@ -152,14 +152,19 @@ class Replica:
         return None
 
     # ----------------------------------------------------------------- snapshot
-    def on_snapshot(self, msg: Kvsync | Kthxbai, now: float) -> Synced | None:
-        """A message on the snapshot socket; returns `Synced` on KTHXBAI."""
+    def on_snapshot(self, msg: Kvsync | KvBulk | Kthxbai, now: float) -> Synced | None:
+        """A message on the snapshot socket; returns `Synced` on KTHXBAI. A KVBULK
+        (our servers' bulk answer) counts as the KVSYNCs it holds."""
         if self.phase is not Phase.SYNCING:
             return None   # a late reply to an abandoned request
         if isinstance(msg, Kvsync):
             if msg.key.startswith(self.subtree):   # deletes count when resuming
                 self._snapshot.append(Entry.stored(msg.key, msg.sequence, msg.uuid,
                                                    msg.properties, msg.body))
+            return None
+        if isinstance(msg, KvBulk):
+            subtree, stored = self.subtree, Entry.stored
+            self._snapshot += [stored(*row) for row in msg.rows() if row[0].startswith(subtree)]
             return None
         resumed = resume.resumed_from(msg.properties) if msg.properties else None
         identity = resume.identity_of(msg.properties) if msg.properties else None

@@ -359,12 +359,7 @@ class ReplicatedServer(CloneServer):
             if since is not None:
                 log.info("chp server: resumed a client from sequence %d with %d updates",
                          since, len(reply) - 1)
-            try:
-                for msg in reply:
-                    send_frames(self.router, [identity, *encode(msg)])
-                self.stats.snapshots += 1
-            except zmq.ZMQError as exc:   # the client went away (ROUTER_MANDATORY)
-                log.info("chp server: snapshot for a vanished client dropped: %s", exc)
+            self._answer(identity, reply[:-1], reply[-1])
 
     def _reply_to(self, request: Icanhaz) -> list:
         """A snapshot, a resume, or (to a server bootstrapping) our whole state."""

@@ -2,7 +2,10 @@
 
 A server named by port P binds (RFC 12, zguide clonesrv6):
 
-* SNAPSHOT, a ROUTER on P: ICANHAZ? subtree -> a KVSYNC per matching key, KTHXBAI.
+* SNAPSHOT, a ROUTER on P: ICANHAZ? subtree -> a KVSYNC per matching key, KTHXBAI;
+  to our own clients (their DEALER's routing id asks for it, `bulk`) the same entries
+  as a few KVBULK column messages, one per loop turn, then KTHXBAI (off: `bulk=False`,
+  ``--no-bulk``).
 * PUBLISHER, an XPUB on P+1: every KVPUB, and a HUGZ with the current sequence every
   `hugz_interval`. Being an XPUB (a PUB to every SUB peer) it also sees subscriptions
   arrive and greets each with an immediate HUGZ, which lets a new subscriber know its
@@ -41,13 +44,14 @@ from consensus.wire.errors import ProtocolError
 
 from .address import ServerAddress, check_port, endpoint
 from .bstar import HEARTBEAT, PEER_TIMEOUT, BinaryStar, SplitBrain
+from .bulk import BulkReply, wants_bulk
 from .errors import ConfigError, DataDirError
 from .kvmap import CloneMap
 from .pending import HORIZON, PendingUpdates
 from .periodic import Periodic
 from .persist import MapStore
-from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kvpub, Kvset, Limits,
-                    Message, decode, encode, pack_sequence)
+from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kthxbai, Kvpub, Kvset,
+                    Limits, Message, decode, encode, pack_sequence)
 from .replica import Replica
 from .zmqio import drain, drain_decoded, send_frames, send_kvmsg
 
@@ -84,6 +88,7 @@ class ServerConfig:
     snapshot_every: int = 100_000        # log records between two map snapshots
     max_batch: int = 4096                # KVSETs handled per loop turn
     publisher_hwm: int = PUBLISHER_HWM
+    bulk: bool = True                    # KVBULK answers to clients that ask (bulk.py)
     limits: Limits = DEFAULT_LIMITS
 
     def validate(self) -> "ServerConfig":
@@ -120,6 +125,7 @@ class ServerStats:
     published: int = 0          # KVPUBs sent (updates, deletes, expiries)
     rejected: int = 0           # malformed or refused messages dropped
     snapshots: int = 0          # ICANHAZ answered
+    bulk_snapshots: int = 0     # of which with KVBULK messages
     votes_refused: int = 0      # ICANHAZ dropped because the FSM did not accept them
     resyncs: int = 0            # snapshots taken from the active while passive
     last_reject: str = ""
@@ -153,6 +159,7 @@ class CloneServer:
         self._handlers: dict[zmq.Socket, Callable[[], None]] = {}
         self._peer_sub: zmq.Socket | None = None
         self._peer_snapshot: zmq.Socket | None = None
+        self._bulk: list[BulkReply] = []    # bulk answers being sent, a slice per turn
         self._sync_started = 0.0
         self._hugz = Periodic(config.hugz_interval, 0.0)
         self._prune = Periodic(1.0, 0.0)
@@ -225,11 +232,15 @@ class CloneServer:
             while not self._stop.is_set():
                 now = time.monotonic()
                 wait = min(self._next_deadline(now) - now, MAX_LOOP_WAIT)
+                if self._bulk:
+                    wait = 0.0   # serve what is waiting, then the next slices
                 for sock, _ in self._poller.poll(max(wait, 0.0) * 1000):
                     handler = self._handlers.get(sock)
                     if handler is not None:   # may be gone after a state change
                         handler()
                 self._on_timers()
+                if self._bulk:
+                    self._send_bulk()
         except SplitBrain as exc:
             self.exit_reason = str(exc)
             log.error("chp server: %s", exc)
@@ -300,12 +311,40 @@ class CloneServer:
             if not self._vote():
                 self.stats.votes_refused += 1
                 continue
+            self._answer(identity, *self.map.snapshot_parts(request.subtree))
+
+    def _answer(self, identity: bytes, entries: list, end: Message) -> None:
+        """Send a snapshot answer (`entries`: KVSYNCs or stored entries, which encode
+        alike): KVBULK slices over the next loop turns to a client that asked for
+        them, else at once, a message per entry, then `end`."""
+        if self.config.bulk and wants_bulk(identity) and isinstance(end, Kthxbai):
+            self._bulk.append(BulkReply(identity, entries, end, self.config.limits))
+            return
+        try:
+            for msg in entries:
+                send_frames(self.router, [identity, *encode(msg)])
+            send_frames(self.router, [identity, *encode(end)])
+            self.stats.snapshots += 1
+        except zmq.ZMQError as exc:   # the client went away (ROUTER_MANDATORY)
+            log.info("chp server: snapshot for a vanished client dropped: %s", exc)
+
+    def _send_bulk(self) -> None:
+        """The next message of every bulk answer in progress."""
+        for reply in list(self._bulk):
             try:
-                for msg in self.map.snapshot_reply(request.subtree):
-                    send_frames(self.router, [identity, *encode(msg)])
-                self.stats.snapshots += 1
+                send_frames(self.router, reply.next_message())
             except zmq.ZMQError as exc:   # the client went away (ROUTER_MANDATORY)
-                log.info("chp server: snapshot for a vanished client dropped: %s", exc)
+                log.info("chp server: bulk snapshot for a vanished client dropped: %s", exc)
+                self._bulk.remove(reply)
+                continue
+            except ProtocolError as exc:  # an entry no peer could decode: never stored
+                self._reject("bulk snapshot", exc)
+                self._bulk.remove(reply)
+                continue
+            if reply.done:
+                self._bulk.remove(reply)
+                self.stats.snapshots += 1
+                self.stats.bulk_snapshots += 1
 
     def _vote(self) -> bool:
         """A client request is a Binary Star vote; it may make us active."""

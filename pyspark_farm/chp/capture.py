@@ -123,8 +123,10 @@ class Capture:
             farm = self.settings.connection.client()
             changelog, chunk = self._rebuild(farm)
             settings = self.settings
+            # bulk: the first snapshot (and any resync) comes as KVBULK columns from our
+            # servers, KVSYNCs from others (docs/protocol.md, "Bulk snapshot").
             with CloneClient(list(settings.servers), settings.subtree,
-                             server_timeout=settings.server_timeout) as chp:
+                             server_timeout=settings.server_timeout, bulk=True) as chp:
                 watch = chp.watch(include_snapshot=True, resyncs=True)
                 self._follow(farm, watch, changelog, chunk)
         except BaseException as exc:   # handed to the query through check()

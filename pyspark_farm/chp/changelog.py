@@ -23,18 +23,24 @@ farm (`replay`), so the next snapshot yields only what changed while it was away
 from __future__ import annotations
 
 import hashlib
+from operator import attrgetter
 from dataclasses import dataclass
 from typing import Iterable
 
 from connectors.chp.kvmap import Entry
 
 RESYNC_PROPERTY = "garlicfarm.resync"
+_BY_SEQUENCE = attrgetter("sequence")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Change:
     """One row of the changelog (`deleted`: the key was removed; `value` is then empty).
-    `resync` is the ``A:S`` range a snapshot difference stands for (None: live)."""
+    `resync` is the ``A:S`` range a snapshot difference stands for (None: live).
+
+    Never modified once made: treat it as immutable. Not a frozen dataclass for the
+    reason `kvmap.Entry` is not one: a snapshot makes one per key, and a frozen one
+    costs several times more to construct."""
     key: bytes
     sequence: int
     uuid: bytes
@@ -86,9 +92,16 @@ class Changelog:
             for change in self.baseline:
                 self._remember(change)
             return []
+        ordered = sorted(entries, key=_BY_SEQUENCE)
+        known = self.known
+        if not known:   # nothing emitted yet (a new capture's first snapshot): all of it
+            for entry in ordered:
+                known[entry.key] = (entry.sequence, entry.uuid, digest(entry.body))
+            return [Change(e.key, e.sequence, e.uuid, e.properties, e.body, False, span)
+                    for e in ordered]
         changes: list[Change] = []
         present = set()
-        for entry in sorted(entries, key=lambda e: e.sequence):
+        for entry in ordered:
             present.add(entry.key)
             signature = (entry.sequence, entry.uuid, digest(entry.body))
             if self.known.get(entry.key) != signature:

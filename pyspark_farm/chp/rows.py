@@ -9,12 +9,14 @@ that set it (relative seconds, as the server published it).
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from connectors.chp.kvmap import Entry
-from connectors.chp.proto import parse_properties
+from connectors.chp.proto import KvBulk, parse_properties
 from consensus.wire.errors import ProtocolError
 
 from ..schema import PayloadError, open_ipc
@@ -46,23 +48,136 @@ def property_map(raw: bytes, resync: str | None = None) -> list[tuple[str, str]]
     return pairs
 
 
+_KEY, _SEQUENCE, _UUID, _PROPERTIES, _VALUE, _DELETED, _RESYNC = (attrgetter(name) for name in (
+    "key", "sequence", "uuid", "properties", "value", "deleted", "resync"))
+
+
 def changes_batch(changes: Sequence[Change]) -> pa.RecordBatch:
-    """Changes as one record batch of `CHP_SCHEMA`."""
+    """Changes as one record batch of `CHP_SCHEMA`. The columns are gathered by C loops
+    (`attrgetter`) into the KVBULK layout and handed to Arrow as buffers; properties are
+    parsed per change only where a change has some."""
+    count = len(changes)
+    if not count:
+        return pa.RecordBatch.from_pylist([], schema=CHP_SCHEMA)
+    keys = list(map(_KEY, changes))
+    uuids = list(map(_UUID, changes))
+    values = list(map(_VALUE, changes))
+    raws = list(map(_PROPERTIES, changes))
+    resyncs = list(map(_RESYNC, changes))
     return pa.RecordBatch.from_arrays([
-        pa.array([_text(c.key) for c in changes], pa.string()),
-        pa.array([c.sequence for c in changes], pa.int64()),
-        pa.array([c.uuid for c in changes], pa.binary()),
-        pa.array([property_map(c.properties, c.resync) for c in changes],
-                 pa.map_(pa.string(), pa.string())),
-        pa.array([c.value for c in changes], pa.binary()),
-        pa.array([c.deleted for c in changes], pa.bool_()),
+        _text_column(keys),
+        pa.array(np.fromiter(map(_SEQUENCE, changes), np.int64, count), pa.int64()),
+        _binary_column(uuids),
+        _properties_column(raws, resyncs),
+        _binary_column(values),
+        pa.array(np.fromiter(map(_DELETED, changes), np.bool_, count)),
     ], schema=CHP_SCHEMA)
+
+
+def _offsets(items: list[bytes]) -> np.ndarray:
+    ends = np.zeros(len(items) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=ends[1:])
+    return ends
+
+
+def _binary_column(items: list[bytes]) -> pa.Array:
+    ends = _offsets(items)
+    if ends[-1] >= 1 << 31:
+        return pa.array(items, pa.binary())   # Arrow chunks it; never in practice
+    return _from_buffers(pa.binary(), len(items), ends.astype(np.int32), b"".join(items))
+
+
+def _text_column(keys: list[bytes]) -> pa.Array:
+    """Keys as strings; U+FFFD for bytes that are not UTF-8."""
+    column = _binary_column(keys)
+    try:
+        return column.cast(pa.string())    # validates UTF-8
+    except pa.ArrowInvalid:
+        return pa.array([_text(k) for k in keys], pa.string())
+
+
+def _properties_column(raws: list[bytes], resyncs: list[str | None]) -> pa.Array:
+    """map<string,string>: the parsed properties, then the resync property if any. Rows
+    without raw properties (the usual case) are assembled without a Python loop."""
+    count = len(raws)
+    if not any(raws):
+        has = np.fromiter((r is not None for r in resyncs), np.int32, count)
+        ends = np.zeros(count + 1, np.int32)
+        np.cumsum(has, out=ends[1:])
+        spans = [r for r in resyncs if r is not None]
+        return pa.MapArray.from_arrays(pa.array(ends), pa.array([RESYNC_PROPERTY] * len(spans),
+                                                                  pa.string()),
+                                       pa.array(spans, pa.string()))
+    return pa.array([property_map(raw, resync) for raw, resync in zip(raws, resyncs)],
+                    pa.map_(pa.string(), pa.string()))
 
 
 def entries_batch(entries: Iterable[Entry]) -> pa.RecordBatch:
     """Stored map entries (a batch read of the map) as rows, `deleted` false."""
     return changes_batch([Change(e.key, e.sequence, e.uuid, e.properties, e.body, False)
                           for e in entries])
+
+
+def _from_buffers(kind: pa.DataType, count: int, offsets: np.ndarray, data: bytes) -> pa.Array:
+    """A string/binary array over the KVBULK column as it is (no copy, no loop)."""
+    return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(offsets),
+                                               pa.py_buffer(data)])
+
+
+def _bulk_keys(part: KvBulk) -> pa.Array:
+    """The keys as strings; a part with a key that is not UTF-8 goes the slow way
+    (U+FFFD for the bad bytes, as `changes_batch` does)."""
+    keys = _from_buffers(pa.string(), part.count, part.key_offsets, part.keys)
+    try:
+        keys.validate(full=True)
+        return keys
+    except pa.ArrowInvalid:
+        offsets = part.key_offsets.tolist()
+        return pa.array([_text(part.keys[offsets[i]:offsets[i + 1]])
+                         for i in range(part.count)], pa.string())
+
+
+def _bulk_properties(part: KvBulk, resync: str | None) -> pa.Array:
+    """map<string,string> per entry: built by a loop only over the entries that have
+    properties (or over all of them, to add the resync property)."""
+    count = part.count
+    lengths = np.diff(part.property_offsets)
+    if resync is None and not part.properties:
+        return pa.MapArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)),
+                                       pa.array([], pa.string()), pa.array([], pa.string()))
+    offsets = part.property_offsets.tolist()
+    raw = part.properties
+    names: list[str] = []
+    values: list[str] = []
+    ends = np.zeros(count + 1, np.int32)
+    rows = range(count) if resync is not None else np.flatnonzero(lengths).tolist()
+    counts = np.zeros(count, np.int32)
+    for i in rows:
+        pairs = property_map(raw[offsets[i]:offsets[i + 1]], resync)
+        counts[i] = len(pairs)
+        for name, value in pairs:
+            names.append(name)
+            values.append(value)
+    np.cumsum(counts, out=ends[1:])
+    return pa.MapArray.from_arrays(pa.array(ends), pa.array(names, pa.string()),
+                                   pa.array(values, pa.string()))
+
+
+def bulk_batch(part: KvBulk, *, resync: str | None = None,
+               deleted: bool = False) -> pa.RecordBatch:
+    """A KVBULK as one record batch of `CHP_SCHEMA`: keys, UUIDs and values are the
+    message's own buffers (Arrow offsets + bytes), sequences its numpy column; only
+    properties are parsed per entry, and only where there are some. `resync`: the
+    ``A:S`` property of snapshot changes; `deleted` for every row."""
+    count = part.count
+    return pa.RecordBatch.from_arrays([
+        _bulk_keys(part),
+        pa.array(part.sequences, pa.int64()),
+        _from_buffers(pa.binary(), count, part.uuid_offsets, part.uuids),
+        _bulk_properties(part, resync),
+        _from_buffers(pa.binary(), count, part.value_offsets, part.values),
+        pa.array(np.full(count, deleted, np.bool_)),
+    ], schema=CHP_SCHEMA)
 
 
 def encode_payload(changes: Sequence[Change]) -> bytes:

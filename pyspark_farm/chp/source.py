@@ -9,7 +9,8 @@ is replayable, and the CHP server is never asked for history it does not have.
 
 Batch reads (`spark.read`) return the current map straight from a server: one task
 takes a snapshot of the subtree, narrowed by pushed filters on `key` (=, IN, LIKE
-'prefix%').
+'prefix%'); from our servers it comes as KVBULK columns, turned into Arrow batches
+without a loop per key (`client.read_snapshot`, `rows.bulk_batch`).
 """
 from __future__ import annotations
 
@@ -19,17 +20,18 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualNullSafe,
                                     EqualTo, Filter, In, InputPartition, StringStartsWith)
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from connectors.chp.client import CloneClient
+from connectors.chp.client import read_snapshot
 
 from ..admission import Limits
 from ..log_access import LogPartition, LogPlanner, PieceReader, log_end
 from ..value_formats import value_decoder
 from .capture import Capture, CaptureSettings, obtain, release
-from .rows import decode_payload, entries_batch
+from .rows import CHP_SCHEMA, bulk_batch, decode_payload
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
         self.settings = settings
         self._capture: Capture | None = None
         self._available_now = False
+        self._initial: dict | None = None
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -126,10 +129,15 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
         return self._capture
 
     def initialOffset(self) -> dict:
-        since = log_end(self.client())
-        capture_id = f"chp-capture-{uuid.uuid4()}"
-        self.capture(capture_id, since)
-        return chp_offset(since, capture_id, since)
+        """Where a new query starts: a new capture, begun now. Spark may ask more than
+        once (Trigger.AvailableNow asks again to plan the first batch): the same offset
+        each time, or that batch would name a second, empty capture."""
+        if self._initial is None:
+            since = log_end(self.client())
+            capture_id = f"chp-capture-{uuid.uuid4()}"
+            self.capture(capture_id, since)
+            self._initial = chp_offset(since, capture_id, since)
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.settings.limits.default_read_limit()
@@ -248,12 +256,12 @@ class ChpMapReader(DataSourceReader):
         if partition.keys is not None and not partition.keys:
             return
         settings = self.settings
-        with CloneClient(list(settings.servers), partition.subtree,
-                         server_timeout=settings.server_timeout) as chp:
-            chp.wait_synced(max(10.0, 2 * settings.server_timeout))
-            entries = chp.snapshot(partition.subtree).entries
-        chosen = sorted((e for k, e in entries.items()
-                         if partition.keys is None or k in partition.keys),
-                        key=lambda e: e.key)
-        if chosen:
-            yield settings.columns.batch(entries_batch(chosen))
+        snapshot = read_snapshot(list(settings.servers), partition.subtree,
+                                 server_timeout=settings.server_timeout)
+        table = pa.Table.from_batches([bulk_batch(p) for p in snapshot.parts], CHP_SCHEMA)
+        if partition.keys is not None:
+            wanted = pa.array(sorted(partition.keys), pa.binary())
+            table = table.filter(pc.is_in(table.column("key").cast(pa.binary()), wanted))
+        if table.num_rows:
+            for batch in table.sort_by("key").to_batches():
+                yield settings.columns.batch(batch)
