@@ -46,7 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,  # noqa: E402
-                                    InputPartition, WriterCommitMessage)
+                                    DataSourceStreamReader, InputPartition,
+                                    WriterCommitMessage)
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 from pyspark_farm import LocalFarm, spark_session  # noqa: E402
@@ -121,6 +122,34 @@ class CeilingReader(DataSourceReader):
             done += take
 
 
+class CeilingStreamReader(DataSourceStreamReader):
+    """The ceiling as a stream source: all `rows` are available at once and the first
+    micro-batch reads them in the same tasks and batches as `CeilingReader`, so a stream
+    of a kind is compared with a stream that pays the same fixed costs (Spark's Python
+    stream-source process, offsets and commit logs), not with a batch job."""
+
+    def __init__(self, schema, options) -> None:
+        self.ceiling = CeilingReader(schema, options)
+
+    def initialOffset(self):
+        return {"row": 0}
+
+    def latestOffset(self):
+        return {"row": self.ceiling.rows}
+
+    def partitions(self, start, end):
+        low, high = start["row"], end["row"]
+        share = -(-(high - low) // self.ceiling.parts) if high > low else 0
+        return [InputPartition((first, min(high, first + share)))
+                for first in range(low, high, share or 1)]
+
+    def read(self, partition):
+        return self.ceiling.read(partition)
+
+    def commit(self, end) -> None:
+        pass
+
+
 class BenchSource(DataSource):
     """`bench_ceiling`: the ceiling source (option `schema`: its DDL, raft's by default)
     and the no-op Arrow sink."""
@@ -134,6 +163,9 @@ class BenchSource(DataSource):
 
     def reader(self, schema):
         return CeilingReader(schema, self.options)
+
+    def streamReader(self, schema):
+        return CeilingStreamReader(schema, self.options)
 
     def writer(self, schema, overwrite):
         return NoopArrowWriter()
