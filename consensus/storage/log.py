@@ -330,29 +330,8 @@ class SegmentedLog:
         concatenated). For readers that ship many records as one buffer (the Dafka
         store's bulk answers): every record is checked as by `read`, and the payloads
         are joined once, with no Python step per record."""
-        if max_bytes is not None:
-            _check_int("max_bytes", max_bytes, 0)
-        if start > stop:
-            raise ValueError(f"read_joined(start={start}, stop={stop}): start is after stop")
-        views: list[bytes] = []
-        with self._lock:
-            self._check_usable()
-            self._check_range(start, stop)
-            position = bisect.bisect_right(self._firsts, start) - 1
-            index, budget = start, max_bytes
-            while index < stop:
-                segment = self._segments[position]
-                a = index - segment.first_index
-                b = min(stop, segment.next_index) - segment.first_index
-                got = segment.read(a, b, budget, not views)
-                views += got
-                index += len(got)
-                if len(got) < b - a:
-                    break
-                if budget is not None:
-                    budget -= sum(map(len, got))
-                position += 1
-        return array("I", map(len, views)), b"".join(views)
+        payloads = self.read(start, stop, max_bytes=max_bytes)
+        return array("I", map(len, payloads)), b"".join(payloads)
 
     def _check_range(self, start: int, stop: int) -> None:
         first, last = self._segments[0].first_index, self._last()
