@@ -774,14 +774,14 @@ def _decode_bulk_heads(frames, frame0, topic, pos, limits):
     count = _take_number(frame0, pos2 + 8, 4, "count")
     total = _take_number(frame0, pos2 + 12, 4, "total")
     _end(frame0, pos2 + 16)
-    if first + count > total:
-        raise InvalidField("total", f"{total} < first {first} + count {count}",
-                           protocol=PROTOCOL, offset=pos2 + 12)
     # Sizes before anything is sliced: the count, then frame 1 against what `count`
     # entries can occupy at least and at most.
     if count > limits.max_bulk_heads:
         raise LimitExceeded("count", f"{count} heads, limit {limits.max_bulk_heads}",
                             protocol=PROTOCOL, offset=pos2 + 8)
+    if first + count > total:
+        raise InvalidField("total", f"{total} < first {first} + count {count}",
+                           protocol=PROTOCOL, offset=pos2 + 12)
     data = frames[1]
     if not isinstance(data, bytes):
         data = bytes(data)
