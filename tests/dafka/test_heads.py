@@ -138,3 +138,40 @@ def test_discovery_waits_for_every_store_and_leaves_a_silent_peer_out(config, no
             assert client.wait_for_stores(1, 20, every=True) == readers
             assert mute.address not in client.peer_subscriptions
             assert mute.address in client.beacon.table.senders.values()
+
+
+def test_the_source_plans_min_partitions_tasks_that_read_the_whole_range(tmp_path):
+    """The dafka source's planning (heads through the extension, then `minPartitions`)
+    and its tasks' reads, against a real store, no Spark session: 5 tasks of about the
+    same size, together every offset once, in order."""
+    import pyarrow as pa
+    from connectors.dafka import DafkaConfig
+    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+    from pyspark_farm.dafka import kind
+    from pyspark_farm.dafka.local import _tower_on_free_ports
+
+    count, address = 1003, new_address()
+    stored(tmp_path / "db", {(TOPIC, address): count - 1})
+    schema = StructType([StructField("topic", StringType()),
+                         StructField("partition", StringType()),
+                         StructField("offset", LongType()),
+                         StructField("value", BinaryType()),
+                         StructField("timestamp", TimestampType())])
+    tower = _tower_on_free_ports()
+    try:
+        config = DafkaConfig(beacon_interval=0.05, beacon_timeout=0.6,
+                             bind="tcp://127.0.0.1:*").with_towers([tower.sub_endpoint])
+        with Store(config, tmp_path / "db"):
+            reader = kind.batch_reader({
+                "kind": "dafka", "tower": tower.sub_endpoint, "subscribe": TOPIC,
+                "dafka.beacon/interval": "50", "dafka.beacon/timeout": "600",
+                "fetchTimeout": "20", "readCommitted": "false", "minPartitions": "5"},
+                schema)
+            tasks = reader.partitions()
+            batches = [b for task in tasks for b in reader.read(task)]
+    finally:
+        tower.stop()
+    assert [t.task.offsets for t in tasks] == [201, 201, 201, 200, 200]
+    offsets = pa.Table.from_batches(batches).column("offset").to_pylist()
+    assert offsets == list(range(count))
