@@ -17,9 +17,12 @@ with StoreClient(DafkaConfig().with_towers(["tcp://10.0.0.5:5556"])) as client:
 How: the client beacons like any node; a store reader then subscribes to it (we see
 ``W``+reader address on our XPUB) and answers our ``L`` subscription with STORE-HELLO,
 which proves our SUB reaches it too: only then is the store *ready* and requests are
-sent. `heads` sends GET-HEADS (stores answer one DIRECT-HEAD per partition whose
-subject starts with the topic) and collects answers until none arrived for `settle`
-seconds (the protocol has no end-of-answer marker). `read_range` sends FETCH to the
+sent. `heads` first waits until every live store is ready (`discovered`: a partial
+answer would understate), then asks each store reader that subscribed to the heads
+extension with BULK-GET-HEADS (its answer says its size: done as soon as it is
+complete) and the others (C stores) with GET-HEADS (one DIRECT-HEAD per partition
+whose subject starts with the topic), collecting those until none arrived for
+`settle` seconds (GET-HEADS has no end-of-answer marker). `read_range` sends FETCH to the
 partition address (the producer, if alive, and every store get it), buffers
 DIRECT-RECORDs, yields them in order and re-FETCHes from the first missing offset when
 nothing arrived for `retry` seconds (a store replaces the rest of our previous FETCH
