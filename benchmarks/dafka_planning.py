@@ -10,6 +10,9 @@ store directories hold `partitions` partitions of `records` records each, then:
   warm    `heads` on a client that is already open (a stream's `latestOffset`);
   plan    `DafkaBatchReader.partitions()` (startingOffsets earliest, endingOffsets
           latest, readCommitted false): the whole planning of a batch read.
+  stream  (with `--stream-batches N`) a Spark stream over the stored records, N
+          micro-batches (maxOffsetsPerTrigger, Trigger.AvailableNow) into `noop`,
+          wall time per micro-batch: each plans with `latestOffset` (heads).
 Each is timed `repeat` times; the table gives the median and the best. `--plain`
 starts the stores with `--no-bulk` (C-store behaviour: no extension). Runs the same
 against older trees (same API), for before/after comparisons.
@@ -53,6 +56,31 @@ def timed(fn, repeat: int) -> list[float]:
     return times
 
 
+def stream(options: dict[str, str], args: argparse.Namespace, timed) -> list[float]:
+    """Seconds per micro-batch of an AvailableNow stream read into `noop`."""
+    from pyspark_farm import spark_session
+    spark = spark_session("dafka-planning", "local[2]", conf={"spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    total = args.records * args.partitions
+    per_batch = -(-total // args.stream_batches)
+    times = []
+    for number in range(args.repeat):
+        with tempfile.TemporaryDirectory() as checkpoint:
+            stream_options = {k: v for k, v in options.items() if k != "endingOffsets"}
+            query = (spark.readStream.format("garlicfarm").options(**stream_options)
+                     .option("maxOffsetsPerTrigger", str(per_batch)).load()
+                     .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                     .trigger(availableNow=True))
+            start = time.perf_counter()
+            running = query.start()
+            running.awaitTermination(600)
+            seconds = time.perf_counter() - start
+            batches = sum(1 for p in running.recentProgress if p["numInputRows"])
+            assert sum(p["numInputRows"] for p in running.recentProgress) == total
+            times.append(seconds / batches)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:  # noqa: C901 - a script
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", type=int, default=2)
@@ -60,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - a script
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--plain", action="store_true")
+    parser.add_argument("--stream-batches", type=int, default=0)
     args = parser.parse_args(argv)
 
     data = Path(tempfile.mkdtemp(prefix="dafka-plan-"))
@@ -113,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - a script
             rows = [("fresh", timed(fresh, args.repeat))]
             warm()                     # open it, untimed
             rows += [("warm", timed(warm, args.repeat)), ("plan", timed(plan, args.repeat))]
+            if args.stream_batches:
+                rows.append((f"stream, per micro-batch ({args.stream_batches} batches)",
+                             stream(options, args, timed)))
         finally:
             if warm_client is not None:
                 warm_client.stop()
