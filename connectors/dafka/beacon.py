@@ -58,6 +58,7 @@ class BeaconChannel:
         self.decoder = decoder
         self.table = PeerTable(address, config.beacon_timeout)
         self.welcomed = False
+        self.echoed_at: float | None = None   # our own beacon came back from a tower
         self.stats = stats
         self.pub = ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -81,6 +82,10 @@ class BeaconChannel:
             if isinstance(msg, proto.Welcome):
                 self.welcomed = True
             elif isinstance(msg, proto.TowerBeacon):
+                if msg.sender == self.address and self.echoed_at is None:
+                    # The tower relayed our beacon to every peer listening: each
+                    # beacons back at once (a new peer), which discovery waits for.
+                    self.echoed_at = now
                 if self.table.seen(msg.sender, msg.endpoint, now):
                     connect.append(msg.endpoint)
             else:

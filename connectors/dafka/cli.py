@@ -72,8 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="stop (cleanly) once the parent process PID is gone, e.g. "
                             "a program that started this store and died")
     store.add_argument("--no-bulk", action="store_true",
-                       help="leave out garlicfarm's bulk read extension (answer like the C "
-                            "store: FETCH only), e.g. to test clients' fallback")
+                       help="leave out garlicfarm's bulk read and heads extensions (answer "
+                            "like the C store: FETCH and GET-HEADS only), e.g. to test "
+                            "clients' fallback")
 
     produce = commands.add_parser("produce", help="publish one record per stdin line")
     _common(produce)

@@ -15,6 +15,10 @@ from RFC 46; this module follows the real code:
 Besides the nine RFC 46 commands, the codec speaks garlicfarm's bulk read extension
 (docs/protocol.md, "Bulk read extension"): BULK-FETCH (``X``) and BULK-RECORDS (``Y``),
 command ids the C code neither sends nor subscribes to, so a C peer never receives them.
+It also speaks the heads extension (docs/protocol.md, "Heads extension"): BULK-GET-HEADS
+(``Q``) to one store reader, answered by BULK-HEADS (``R``) messages that list every
+matching (subject, partition, head) and say how many there are in all, so the asker
+knows when the answer is complete (GET-HEADS has no end-of-answer marker).
 Besides the commands, `decode` understands the discovery frames (node
 `Beacon`, `TowerBeacon`, tower `Welcome`) and the subscription frames a verbose XPUB
 receives (`Subscription`), so one inspector decodes everything seen on a Dafka wire.
@@ -72,6 +76,9 @@ class Command(enum.IntEnum):
     # garlicfarm's bulk read extension (not RFC 46, unknown to the C code)
     BULK_FETCH = ord("X")
     BULK_RECORDS = ord("Y")
+    # garlicfarm's heads extension (not RFC 46 either)
+    BULK_GET_HEADS = ord("Q")
+    BULK_HEADS = ord("R")
 
     @property
     def wire_name(self) -> str:
@@ -93,6 +100,7 @@ class Limits:
     max_endpoint_bytes: int = 1024        # tower beacon endpoint
     max_bulk_records: int = 1 << 20       # BULK-RECORDS: records in one message
     max_bulk_bytes: int = 128 << 20       # BULK-RECORDS: frame 1 (< 2^31: int32 offsets)
+    max_bulk_heads: int = 1 << 16         # BULK-HEADS: (subject, partition, head) entries
     strict_addresses: bool = True         # addresses must be 32 uppercase hex chars
 
 
@@ -223,6 +231,37 @@ class BulkRecords:
 
 
 @dataclass(slots=True)
+class BulkGetHeads:
+    """BULK-GET-HEADS (``Q``, garlicfarm heads extension): requester -> ONE store
+    reader. Asks for the head of every stored partition whose subject starts with
+    `prefix` ("" = all). topic = the store reader's address (only that reader
+    subscribes to it), address = the requester; `request` is echoed in the answer so
+    answers to an earlier request are told apart."""
+    COMMAND: ClassVar[Command] = Command.BULK_GET_HEADS
+    topic: str
+    address: str
+    request: int
+    prefix: str
+
+
+@dataclass(slots=True)
+class BulkHeads:
+    """BULK-HEADS (``R``, garlicfarm heads extension): one slice of a store reader's
+    answer to a BULK-GET-HEADS: entries `first` .. `first + len(heads) - 1` of an answer
+    of `total` entries, each (subject, partition address, last stored sequence); frame
+    1 holds them (`pack_heads`). The answer is complete when `total` entries arrived:
+    that explicit end is what GET-HEADS lacks. topic = the requester, address = the
+    store reader."""
+    COMMAND: ClassVar[Command] = Command.BULK_HEADS
+    topic: str
+    address: str
+    request: int
+    first: int
+    total: int
+    heads: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Beacon:
     """A node's beacon to the tower XSUB: ``B | sender | host | port``. host is empty
     by default (the tower fills in the connection's peer address)."""
@@ -253,18 +292,23 @@ class Subscription:
 
 
 ProtocolMessage = Union[Record, DirectRecord, Fetch, Ack, Head, DirectHead, GetHeads,
-                        ConsumerHello, StoreHello, BulkFetch, BulkRecords]
+                        ConsumerHello, StoreHello, BulkFetch, BulkRecords, BulkGetHeads,
+                        BulkHeads]
 Message = Union[ProtocolMessage, Beacon, TowerBeacon, Welcome, Subscription]
 
 MESSAGE_TYPES: dict[Command, type] = {cls.COMMAND: cls for cls in (
     Record, DirectRecord, Fetch, Ack, Head, DirectHead, GetHeads, ConsumerHello,
-    StoreHello, BulkFetch, BulkRecords)}
+    StoreHello, BulkFetch, BulkRecords, BulkGetHeads, BulkHeads)}
 _TOPIC_IS_ADDRESS = frozenset({Command.DIRECT_RECORD, Command.FETCH, Command.ACK,
                                Command.DIRECT_HEAD, Command.CONSUMER_HELLO,
                                Command.STORE_HELLO, Command.BULK_FETCH,
-                               Command.BULK_RECORDS})
+                               Command.BULK_RECORDS, Command.BULK_GET_HEADS,
+                               Command.BULK_HEADS})
 _WITH_CONTENT = frozenset({Command.RECORD, Command.DIRECT_RECORD})
-_TWO_FRAMES = _WITH_CONTENT | {Command.BULK_RECORDS}
+_TWO_FRAMES = _WITH_CONTENT | {Command.BULK_RECORDS, Command.BULK_HEADS}
+# A BULK-HEADS entry: subject string (1 + 0..255 bytes), partition string (1 + 32), u64.
+HEAD_ENTRY_MIN = 1 + 1 + ADDRESS_LENGTH + 8
+HEAD_ENTRY_MAX = 1 + 255 + 1 + ADDRESS_LENGTH + 8
 _LAST = 1            # BULK-RECORDS flags: the answer ends here; other bits must be 0
 _LE_U32 = np.dtype("<u4")
 _SEQUENCED = frozenset({Record, DirectRecord, Head, DirectHead})
@@ -328,6 +372,30 @@ def bulk_records_frame0(topic: str, address: str, partition: str, subject: str,
         _string(partition, "partition"), _string(subject, "subject"),
         _U64_PACK(_number(sequence, "sequence", MAX_SEQUENCE)),
         _U32_PACK(_number(count, "count", MAX_COUNT)), bytes((_LAST if last else 0,))))
+
+
+def pack_heads(heads: Sequence[tuple[str, str, int]]) -> bytes:
+    """Frame 1 of BULK-HEADS: per entry the subject and the partition as strings (1-byte
+    length + bytes) and the head as u64, big-endian like the rest of Dafka."""
+    parts: list[bytes] = []
+    for subject, partition, head in heads:
+        parts += (_string(subject, "subject"), _string(partition, "partition"),
+                  _U64_PACK(_number(head, "head", MAX_SEQUENCE)))
+    return b"".join(parts)
+
+
+def bulk_heads_frame0(topic: str, address: str, request: int, first: int, count: int,
+                      total: int) -> bytes:
+    """Frame 0 of BULK-HEADS: requester, store reader, request, first, count, total."""
+    if first + count > total:
+        raise InvalidField("total", f"{total} < first {first} + count {count}",
+                           protocol=PROTOCOL)
+    return b"".join((
+        _header(Command.BULK_HEADS, topic), _string(address, "address"),
+        _U32_PACK(_number(request, "request", MAX_COUNT)),
+        _U32_PACK(_number(first, "first", MAX_COUNT)),
+        _U32_PACK(_number(count, "count", MAX_COUNT)),
+        _U32_PACK(_number(total, "total", MAX_COUNT))))
 
 
 def bulk_lengths(msg: BulkRecords) -> np.ndarray:
@@ -409,6 +477,13 @@ def encode(msg: Message) -> list[bytes]:
                     Limits(max_bulk_records=MAX_COUNT, max_bulk_bytes=1 << 62))
         return [bulk_records_frame0(msg.topic, msg.address, msg.partition, msg.subject,
                                     msg.sequence, msg.count, msg.last), bytes(msg.content)]
+    if isinstance(msg, BulkGetHeads):
+        return [b"".join((_header(msg.COMMAND, msg.topic), _string(msg.address, "address"),
+                          _U32_PACK(_number(msg.request, "request", MAX_COUNT)),
+                          _string(msg.prefix, "prefix")))]
+    if isinstance(msg, BulkHeads):
+        return [bulk_heads_frame0(msg.topic, msg.address, msg.request, msg.first,
+                                  len(msg.heads), msg.total), pack_heads(msg.heads)]
     if isinstance(msg, Ack):
         return [_header(msg.COMMAND, msg.topic) + _string(msg.subject, "subject")
                 + _U64_PACK(_number(msg.sequence, "sequence", MAX_SEQUENCE))]
@@ -679,6 +754,61 @@ def _decode_bulk_records(frames, frame0, topic, pos, limits):
                        content if isinstance(content, bytes) else bytes(content))
 
 
+def _decode_bulk_get_heads(frames, frame0, topic, pos, limits):
+    raw, pos2 = _take_string(frame0, pos, "address")
+    address = _check_address(raw, "address", pos, limits)
+    request = _take_number(frame0, pos2, 4, "request")
+    raw, end = _take_string(frame0, pos2 + 4, "prefix")
+    if len(raw) > limits.max_topic_bytes:
+        raise LimitExceeded("prefix", f"{len(raw)} bytes, limit {limits.max_topic_bytes}",
+                            protocol=PROTOCOL, offset=pos2 + 4)
+    _end(frame0, end)
+    return BulkGetHeads(topic, address, request, _text(raw, "prefix", pos2 + 5))
+
+
+def _decode_bulk_heads(frames, frame0, topic, pos, limits):
+    raw, pos2 = _take_string(frame0, pos, "address")
+    address = _check_address(raw, "address", pos, limits)
+    request = _take_number(frame0, pos2, 4, "request")
+    first = _take_number(frame0, pos2 + 4, 4, "first")
+    count = _take_number(frame0, pos2 + 8, 4, "count")
+    total = _take_number(frame0, pos2 + 12, 4, "total")
+    _end(frame0, pos2 + 16)
+    # Sizes before anything is sliced: the count, then frame 1 against what `count`
+    # entries can occupy at least and at most.
+    if count > limits.max_bulk_heads:
+        raise LimitExceeded("count", f"{count} heads, limit {limits.max_bulk_heads}",
+                            protocol=PROTOCOL, offset=pos2 + 8)
+    if first + count > total:
+        raise InvalidField("total", f"{total} < first {first} + count {count}",
+                           protocol=PROTOCOL, offset=pos2 + 12)
+    data = frames[1]
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    if len(data) > count * HEAD_ENTRY_MAX:
+        raise LimitExceeded("heads", f"{len(data)} bytes for {count} heads, at most "
+                            f"{count * HEAD_ENTRY_MAX}", protocol=PROTOCOL)
+    if len(data) < count * HEAD_ENTRY_MIN:
+        raise Truncated("heads", f"{len(data)} bytes for {count} heads, at least "
+                        f"{count * HEAD_ENTRY_MIN}", protocol=PROTOCOL)
+    heads: list[tuple[str, str, int]] = []
+    at = 0
+    for _ in range(count):
+        raw, at2 = _take_string(data, at, "heads")
+        if len(raw) > limits.max_topic_bytes:
+            raise LimitExceeded("heads", f"subject of {len(raw)} bytes, limit "
+                                f"{limits.max_topic_bytes}", protocol=PROTOCOL, offset=at)
+        subject = _text(raw, "heads", at)
+        raw, at3 = _take_string(data, at2, "heads")
+        partition = _check_address(raw, "heads", at2, limits)
+        heads.append((subject, partition, _take_number(data, at3, 8, "heads")))
+        at = at3 + 8
+    if at != len(data):
+        raise InvalidField("heads", f"{len(data) - at} trailing bytes", protocol=PROTOCOL,
+                           offset=at)
+    return BulkHeads(topic, address, request, first, total, heads)
+
+
 def _bulk_names(frame0: bytes, pos: int, limits: Limits) -> tuple[str, str, str, int]:
     """address, partition (both node addresses) and subject of X / Y frames."""
     raw, end = _take_string(frame0, pos, "address")
@@ -701,6 +831,8 @@ _DECODERS = {
     Command.STORE_HELLO: _decode_address_only(StoreHello),
     Command.BULK_FETCH: _decode_bulk_fetch,
     Command.BULK_RECORDS: _decode_bulk_records,
+    Command.BULK_GET_HEADS: _decode_bulk_get_heads,
+    Command.BULK_HEADS: _decode_bulk_heads,
 }
 
 
@@ -802,7 +934,15 @@ def _json_value(cls: type, name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise InvalidField(name, "must be true or false", protocol=PROTOCOL)
         return value
-    if name in ("sequence", "count", "port", "max_bytes"):
+    if name == "heads":
+        if not isinstance(value, list) or not all(
+                isinstance(h, (list, tuple)) and len(h) == 3 and isinstance(h[0], str)
+                and isinstance(h[1], str) and isinstance(h[2], int)
+                and not isinstance(h[2], bool) and h[2] >= 0 for h in value):
+            raise InvalidField(name, "must be a list of [subject, partition, head]",
+                               protocol=PROTOCOL)
+        return [tuple(h) for h in value]
+    if name in ("sequence", "count", "port", "max_bytes", "request", "first", "total"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidField(name, "must be a non-negative integer", protocol=PROTOCOL)
         return value
@@ -816,11 +956,13 @@ def _json_value(cls: type, name: str, value: Any) -> Any:
 
 
 __all__ = [
-    "ADDRESS_LENGTH", "Ack", "Beacon", "BulkFetch", "BulkRecords", "Command", "ConsumerHello", "DEFAULT_LIMITS", "Decoder",
+    "ADDRESS_LENGTH", "Ack", "Beacon", "BulkFetch", "BulkGetHeads", "BulkHeads",
+    "BulkRecords", "Command", "ConsumerHello", "DEFAULT_LIMITS", "Decoder",
     "DirectHead", "DirectRecord", "FETCH_BLOCK", "Fetch", "GetHeads", "Head", "Limits",
     "MAX_SEQUENCE", "MESSAGE_TYPES", "Message", "ProtocolError", "ProtocolMessage",
     "Record", "StoreHello", "Subscription", "TowerBeacon", "VERSION", "Welcome", "decode",
-    "bulk_lengths", "bulk_offsets", "bulk_records_frame0", "encode", "fetch_count", "frame0_prefix", "from_json",
+    "bulk_heads_frame0", "bulk_lengths", "bulk_offsets", "bulk_records_frame0",
+    "pack_heads", "encode", "fetch_count", "frame0_prefix", "from_json",
     "is_address", "pack_bulk", "pack_sequence",
     "subscription_prefix", "to_json",
 ]

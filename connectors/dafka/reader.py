@@ -17,9 +17,12 @@ with StoreClient(DafkaConfig().with_towers(["tcp://10.0.0.5:5556"])) as client:
 How: the client beacons like any node; a store reader then subscribes to it (we see
 ``W``+reader address on our XPUB) and answers our ``L`` subscription with STORE-HELLO,
 which proves our SUB reaches it too: only then is the store *ready* and requests are
-sent. `heads` sends GET-HEADS (stores answer one DIRECT-HEAD per partition whose
-subject starts with the topic) and collects answers until none arrived for `settle`
-seconds (the protocol has no end-of-answer marker). `read_range` sends FETCH to the
+sent. `heads` first waits until every live store is ready (`discovered`: a partial
+answer would understate), then asks each store reader that subscribed to the heads
+extension with BULK-GET-HEADS (its answer says its size: done as soon as it is
+complete) and the others (C stores) with GET-HEADS (one DIRECT-HEAD per partition
+whose subject starts with the topic), collecting those until none arrived for
+`settle` seconds (GET-HEADS has no end-of-answer marker). `read_range` sends FETCH to the
 partition address (the producer, if alive, and every store get it), buffers
 DIRECT-RECORDs, yields them in order and re-FETCHes from the first missing offset when
 nothing arrived for `retry` seconds (a store replaces the rest of our previous FETCH
@@ -79,6 +82,17 @@ class StoreClient(Node):
         self._bulk: list[proto.BulkRecords] = []
         self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
         self.plain_readers: set[str] = set()     # never did: C stores (or bulk=False)
+        # peer address -> command ids it subscribed to with its own address as topic
+        # (on our XPUB): who a peer is, and which extensions a store reader speaks.
+        self.peer_subscriptions: dict[str, set[int]] = {}
+        self._bulk_heads: list[proto.BulkHeads] = []
+        self._heads_request = 0
+        self.bulk_heads_readers: set[str] = set()   # answered a BULK-GET-HEADS
+        self.plain_heads_readers: set[str] = set()  # asked it and stayed silent
+        self._discovered = False        # the first complete discovery happened
+        self._store_seen_at: dict[str, float] = {}  # store reader -> first sign of it
+        self._heard_at: dict[str, float] = {}       # peer endpoint -> first beacon
+        self._last_news = 0.0    # a new peer beaconed, identified itself or is a store
 
     @property
     def ready_stores(self) -> set[str]:
@@ -87,19 +101,32 @@ class StoreClient(Node):
     def _setup(self) -> None:
         self.data = self._add_sub([proto.subscription_prefix(c, self.address) for c in (
             proto.Command.DIRECT_RECORD, proto.Command.DIRECT_HEAD,
-            proto.Command.STORE_HELLO, proto.Command.BULK_RECORDS)], self._drain_data)
+            proto.Command.STORE_HELLO, proto.Command.BULK_RECORDS,
+            proto.Command.BULK_HEADS)], self._drain_data)
         self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
         for msg in self.messages(self.pub):
-            if (type(msg) is proto.Subscription
-                    and msg.command == proto.Command.CONSUMER_HELLO
-                    and proto.is_address(msg.topic)):
+            if (type(msg) is not proto.Subscription or msg.command is None
+                    or not proto.is_address(msg.topic)):
+                continue
+            if msg.subscribe:
+                if msg.topic not in self.peer_subscriptions:
+                    self._last_news = now
+                self.peer_subscriptions.setdefault(msg.topic, set()).add(msg.command)
+            else:
+                commands = self.peer_subscriptions.get(msg.topic, set())
+                commands.discard(msg.command)
+                if not commands:
+                    self.peer_subscriptions.pop(msg.topic, None)
+            if msg.command == proto.Command.CONSUMER_HELLO:
                 if msg.subscribe:
                     self.subscribed_readers.add(msg.topic)
+                    self._store_sign(msg.topic, now)
                 else:
                     self.subscribed_readers.discard(msg.topic)
                     self.hello_readers.discard(msg.topic)
+                    self._store_seen_at.pop(msg.topic, None)
 
     def _drain_data(self, now: float) -> None:
         # A bounded drain per loop turn: draining 100000 records at once takes seconds,
@@ -112,30 +139,158 @@ class StoreClient(Node):
                 self._heads.append(msg)
             elif kind is proto.BulkRecords:
                 self._bulk.append(msg)
+            elif kind is proto.BulkHeads:
+                self._bulk_heads.append(msg)
             elif kind is proto.StoreHello:
                 self.hello_readers.add(msg.address)
+                self._store_sign(msg.address, now)
             elif msg is not None:
                 self.drop_unexpected()
 
+    def _peer_connected(self, endpoint: str) -> None:
+        now = time.monotonic()
+        self._heard_at[endpoint] = self._last_news = now
+        for gone in set(self._heard_at) - set(self.beacon.table.peers):
+            del self._heard_at[gone]
+
+    def _store_sign(self, reader: str, now: float) -> None:
+        if reader not in self._store_seen_at:
+            self._store_seen_at[reader] = self._last_news = now
+
+    # ----------------------------------------------------------------- discovery
+    #: Seconds without news (a peer heard, identified, or known as a store reader)
+    #: after the towers echoed our beacon before the first discovery counts as
+    #: complete (at most one beacon interval). The peers answer our beacon at once:
+    #: measured on 127.0.0.1, the last answer comes <= 30 ms after the echo with both
+    #: cores busy (a few ms otherwise).
+    discovery_quiet = 0.1
+
+    @property
+    def identify_wait(self) -> float:
+        """How long a peer that beaconed but did not identify itself (no subscription
+        naming its address on our XPUB), or a store reader known by one half only (its
+        STORE-HELLO, or its subscription to CONSUMER-HELLO), is waited for before it
+        is left out (a node that died just after beaconing)."""
+        return max(2 * self.config.beacon_interval, 0.5)
+
+    def discovered(self) -> bool:
+        """Whether every live store reader is ready, as far as the towers can tell.
+
+        The first time: the towers echoed our beacon (so they relayed it to every live
+        peer, and each of them beacons back at once, as a C node does for a new peer);
+        every peer heard of identified itself (its SUB subscribed on our XPUB with its
+        own address: ``W`` for a store reader, ``D``/``F``/... for other roles); and
+        `discovery_quiet` s passed without news. Then, every time: each store reader
+        with a sign of life (its STORE-HELLO or its ``W`` subscription) is ready, both
+        halves. Anything stuck for `identify_wait` s is left out. The fixed wait this
+        replaces (two beacon intervals: 0.2 s with LocalDafka, 2 s with 1 s beacons)
+        relied on periodic beacons; this takes a few round trips and the quiet."""
+        now = time.monotonic()
+        if not self._discovered:
+            if self.beacon is None or self.beacon.echoed_at is None:
+                return False
+            if now - max(self.beacon.echoed_at, self._last_news) < min(
+                    self.discovery_quiet, self.config.beacon_interval):
+                return False
+            for endpoint, sender in list(self.beacon.table.senders.items()):
+                if (sender not in self.peer_subscriptions and sender not in
+                        self.hello_readers
+                        and now - self._heard_at.get(endpoint, 0.0) < self.identify_wait):
+                    return False
+            self._discovered = True
+        ready = self.ready_stores
+        return all(reader in ready or now - since >= self.identify_wait
+                   for reader, since in self._store_seen_at.items())
+
     # ----------------------------------------------------------------- public API
-    def wait_for_stores(self, count: int = 1, timeout: float = 10.0) -> set[str]:
-        """Run until `count` store readers are ready; their addresses."""
-        if not self.run_until(lambda: len(self.ready_stores) >= count, timeout):
-            raise NoStoreError(
-                f"{len(self.ready_stores)} of {count} Dafka store(s) reachable via the "
-                f"towers {', '.join(self.config.tower_sub)} after {timeout:g} s; is "
-                f"`garlicfarm dafka store` running there?")
+    def wait_for_stores(self, count: int = 1, timeout: float = 10.0, *,
+                        every: bool = False) -> set[str]:
+        """Run until `count` store readers are ready; their addresses. `every`: and
+        until `discovered()`, i.e. every live store is ready, not just the first
+        `count` (what `heads` needs: a store left out could hold more)."""
+        def done() -> bool:
+            return len(self.ready_stores) >= count and (not every or self.discovered())
+        self.open()
+        deadline = time.monotonic() + timeout
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NoStoreError(
+                    f"{len(self.ready_stores)} of {count} Dafka store(s) reachable via "
+                    f"the towers {', '.join(self.config.tower_sub)} after {timeout:g} s;"
+                    f" is `garlicfarm dafka store` running there?")
+            # `discovered` also turns true with time alone: short steps.
+            self.step(min(left, 0.01) if every else left)
         return set(self.ready_stores)
 
     def heads(self, topic: str = "", *, exact: bool = True, min_stores: int = 1,
-              timeout: float = 10.0, settle: float = 0.25) -> dict[tuple[str, str], int]:
-        """{(topic, partition): last stored offset} over every ready store (the highest
+              timeout: float = 10.0, settle: float = 0.25, fallback: float = 0.5
+              ) -> dict[tuple[str, str], int]:
+        """{(topic, partition): last stored offset} over every live store (the highest
         when stores differ). `exact=False` keeps every topic that starts with `topic`;
-        "" lists every topic."""
-        self.wait_for_stores(min_stores, timeout)
+        "" lists every topic.
+
+        First waits for every live store (`wait_for_stores(every=True)`). Store readers
+        that subscribed to the heads extension get a BULK-GET-HEADS each and are done
+        when their whole answer arrived (it says its size); the others (C stores), and
+        any that did not finish within `fallback` s, are asked by GET-HEADS, whose
+        DIRECT-HEADs are collected until none arrived for `settle` s (GET-HEADS has no
+        end). A store silent to its first BULK-GET-HEADS is remembered as plain."""
+        stores = self.wait_for_stores(min_stores, timeout, every=True)
+        found: dict[tuple[str, str], int] = {}
+        ask = {s for s in stores - self.plain_heads_readers
+               if proto.Command.BULK_GET_HEADS in self.peer_subscriptions.get(s, ())}
+        plain = stores - ask
+        if ask:
+            missing = self._bulk_heads_from(ask, topic, fallback, found)
+            self.plain_heads_readers |= missing - self.bulk_heads_readers
+            plain |= missing
+        if plain:
+            self.stats["heads_fallbacks"] += 1
+            self._plain_heads(topic, settle, found)
+        if exact and topic:
+            found = {k: v for k, v in found.items() if k[0] == topic}
+        return found
+
+    def _bulk_heads_from(self, stores: set[str], prefix: str, fallback: float,
+                         found: dict[tuple[str, str], int]) -> set[str]:
+        """Ask each of `stores` by BULK-GET-HEADS and merge the answers into `found`;
+        the stores whose answer was not complete within `fallback` s."""
+        self._heads_request = request = (self._heads_request + 1) % (proto.MAX_COUNT + 1)
+        self._bulk_heads.clear()
+        for store in stores:
+            self.send(proto.BulkGetHeads(store, self.address, request, prefix))
+        self.stats["bulk_get_heads"] += len(stores)
+        pending = set(stores)
+        slices: dict[str, dict[int, int]] = {}     # store -> first entry -> entries
+        deadline = time.monotonic() + fallback
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.step(left)
+            for msg in self._bulk_heads:
+                if msg.request != request or msg.address not in pending:
+                    continue                    # an answer to an earlier request
+                self.bulk_heads_readers.add(msg.address)
+                got = slices.setdefault(msg.address, {})
+                if msg.first in got:
+                    continue
+                got[msg.first] = len(msg.heads)
+                for subject, partition, head in msg.heads:
+                    key = (subject, partition)
+                    found[key] = max(found.get(key, -1), head)
+                if sum(got.values()) >= msg.total:
+                    pending.discard(msg.address)
+            self._bulk_heads.clear()
+        return pending
+
+    def _plain_heads(self, topic: str, settle: float,
+                     found: dict[tuple[str, str], int]) -> None:
+        """GET-HEADS to every store, DIRECT-HEADs merged into `found` until none came
+        for `settle` s (the protocol has no end-of-answer marker)."""
         self._heads.clear()
         self.send(proto.GetHeads(topic, self.address))
-        heads: dict[tuple[str, str], int] = {}
         quiet_since = time.monotonic()
         seen = 0
         while time.monotonic() - quiet_since < settle:
@@ -144,12 +299,9 @@ class StoreClient(Node):
                 seen = len(self._heads)
                 quiet_since = time.monotonic()
         for head in self._heads:
-            if exact and topic and head.subject != topic:
-                continue
             key = (head.subject, head.address)
-            heads[key] = max(heads.get(key, -1), head.sequence)
+            found[key] = max(found.get(key, -1), head.sequence)
         self._heads.clear()
-        return heads
 
     def read_range_batches(self, topic: str, partition: str, start: int, end: int, *,
                            min_stores: int = 1, timeout: float = 30.0, retry: float = 0.5,

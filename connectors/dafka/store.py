@@ -32,8 +32,14 @@ As in the C code a store is two nodes with distinct addresses and beacons, shari
   turn like FETCH answers (same queue, same replacement rule: a new FETCH or BULK-FETCH
   of the requester for the partition replaces the rest of the previous one), the last
   slice flagged; a store without `seq` answers at once with an empty last slice, so a
-  client moves on without waiting. `bulk=False` leaves the extension out (a reader
+  client moves on without waiting. `bulk=False` leaves the extensions out (a reader
   then behaves like the C one, for tests of the client's fallback).
+
+  Heads extension (garlicfarm only, docs/protocol.md): the reader also subscribes
+  ``Q``+own address. BULK-GET-HEADS(request, prefix) -> the heads of every stored
+  partition whose subject starts with the prefix, in BULK-HEADS messages of at most
+  `heads_slice` entries, each saying how many entries the whole answer has, so the
+  client knows when it has them all (no settle wait as after GET-HEADS).
 
 ```python
 with Store(config, "/var/lib/dafka") as store:   # config.store_db is the default dir
@@ -58,6 +64,7 @@ READ_CHUNK = 1000          # records read from the log and sent per loop turn (F
 BULK_SLICE_RECORDS = 16384     # records per BULK-RECORDS message (one per loop turn)
 BULK_SLICE_BYTES = 1 << 20     # payload bytes per BULK-RECORDS message (>= 1 record)
 BULK_MAX_BYTES = 64 << 20      # payload bytes one BULK-FETCH may ask for
+HEADS_SLICE = 4096             # entries per BULK-HEADS message
 
 
 @dataclass
@@ -160,8 +167,13 @@ class StoreReader(Node):
                  *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS,
                  read_chunk: int = READ_CHUNK, bulk: bool = True,
                  bulk_slice_records: int = BULK_SLICE_RECORDS,
-                 bulk_slice_bytes: int = BULK_SLICE_BYTES) -> None:
+                 bulk_slice_bytes: int = BULK_SLICE_BYTES,
+                 heads_slice: int = HEADS_SLICE) -> None:
         super().__init__(config, address=address, limits=limits)
+        if not 1 <= heads_slice <= limits.max_bulk_heads:
+            raise ValueError(f"heads_slice {heads_slice}: 1..max_bulk_heads "
+                             f"({limits.max_bulk_heads})")
+        self.heads_slice = heads_slice
         if read_chunk < 1 or bulk_slice_records < 1:
             raise ValueError(f"read_chunk {read_chunk}, bulk_slice_records "
                              f"{bulk_slice_records}: at least 1 record per loop turn")
@@ -182,8 +194,8 @@ class StoreReader(Node):
                     proto.subscription_prefix(proto.Command.GET_HEADS),
                     proto.subscription_prefix(proto.Command.CONSUMER_HELLO, self.address)]
         if self.bulk:
-            prefixes.append(proto.subscription_prefix(proto.Command.BULK_FETCH,
-                                                      self.address))
+            prefixes += [proto.subscription_prefix(command, self.address) for command in
+                         (proto.Command.BULK_FETCH, proto.Command.BULK_GET_HEADS)]
         self.requests = self._add_sub(prefixes, self._drain_requests)
         self._watch(self.pub, self._drain_subscriptions)
 
@@ -206,6 +218,8 @@ class StoreReader(Node):
                 self._answer_bulk_fetch(msg)
             elif kind is proto.GetHeads:
                 self._send_heads(msg.address, [msg.topic])
+            elif kind is proto.BulkGetHeads and self.bulk and msg.topic == self.address:
+                self._send_bulk_heads(msg)
             elif kind is proto.ConsumerHello and msg.topic == self.address:
                 self._send_heads(msg.address, msg.subjects)
             else:
@@ -298,20 +312,42 @@ class StoreReader(Node):
         self.stats["direct_heads"] += len(sent)
 
 
+    def _send_bulk_heads(self, request: proto.BulkGetHeads) -> None:
+        """Every matching head, in slices that each state the whole answer's size (an
+        empty answer is one message of total 0): the requester knows when it is done.
+        Heads are in memory, so the slices all go now."""
+        heads = self.partitions.heads(request.prefix)
+        total = len(heads)
+        first = 0
+        while True:
+            part = heads[first:first + self.heads_slice]
+            self.pub.send_multipart([
+                proto.bulk_heads_frame0(request.address, self.address, request.request,
+                                        first, len(part), total),
+                proto.pack_heads(part)])
+            self.stats["bulk_heads_messages"] += 1
+            first += len(part)
+            if first >= total:
+                break
+        self.stats["bulk_heads"] += total
+
+
 class Store:
     """A writer and a reader node over one data directory."""
 
     def __init__(self, config: DafkaConfig, data_dir: str | os.PathLike | None = None, *,
                  writer_address: str | None = None, reader_address: str | None = None,
                  limits: proto.Limits = proto.DEFAULT_LIMITS, bulk: bool = True,
-                 bulk_slice_records: int = BULK_SLICE_RECORDS) -> None:
+                 bulk_slice_records: int = BULK_SLICE_RECORDS,
+                 heads_slice: int = HEADS_SLICE) -> None:
         self.data_dir = os.fspath(data_dir or config.store_db)
         self.partitions = PartitionStore(self.data_dir, fsync=config.store_fsync)
         self.writer = StoreWriter(config, self.partitions, address=writer_address,
                                   limits=limits)
         self.reader = StoreReader(config, self.partitions, self.writer.address,
                                   address=reader_address, limits=limits, bulk=bulk,
-                                  bulk_slice_records=bulk_slice_records)
+                                  bulk_slice_records=bulk_slice_records,
+                                  heads_slice=heads_slice)
 
     def start(self) -> "Store":
         try:
@@ -343,4 +379,4 @@ class Store:
 
 
 __all__ = ["BULK_MAX_BYTES", "BULK_SLICE_BYTES", "BULK_SLICE_RECORDS", "BulkAnswer",
-           "FetchAnswer", "READ_CHUNK", "Store", "StoreReader", "StoreWriter"]
+           "FetchAnswer", "HEADS_SLICE", "READ_CHUNK", "Store", "StoreReader", "StoreWriter"]

@@ -49,13 +49,13 @@ def dafka_config(tower: tuple[str, ...], raw: Mapping[str, str]) -> DafkaConfig:
 
 
 def open_store_client(config: DafkaConfig, timeout: float) -> StoreClient:
-    """A store client that has found every live store, not just the first one: stores are
-    discovered by their beacons, one per beacon interval each, and heads asked of some of
-    the stores only would understate what the deployment holds."""
+    """A store client that has found every live store, not just the first one: heads
+    asked of some of the stores only would understate what the deployment holds. Stores
+    are found by their beacons (`StoreClient.discovered`: the towers echoed ours, every
+    peer answered it, every store reader heard of is ready), a few round trips."""
     client = StoreClient(config)
     try:
-        client.wait_for_stores(1, timeout)
-        client.run_until(lambda: False, 2 * config.beacon_interval)
+        client.wait_for_stores(1, timeout, every=True)
     except BaseException:
         client.stop()
         raise

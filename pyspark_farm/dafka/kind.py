@@ -11,7 +11,7 @@ from ..connection import CONNECTION_OPTIONS, FarmConnection
 from ..errors import OptionError
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
                             sink_writers)
-from ..options import Option, OptionSet, boolean, non_empty, positive_float
+from ..options import Option, OptionSet, boolean, integer, non_empty, positive_float
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
 from .deployment import dafka_config, passthrough_keys, towers
 from .offsets import OffsetsSpec, Subscription, offsets_spec_parser
@@ -38,6 +38,8 @@ SOURCE_OPTIONS = OptionSet("the dafka source", (
            doc="sink-written partitions: committed batches only (needs endpoints)"),
     Option("fetchTimeout", positive_float, 30.0,
            doc="seconds a range may go unserved by every store before the read fails"),
+    Option("minPartitions", integer(1), 1,
+           doc="Spark tasks per batch, at least (offset ranges split evenly)"),
 ) + READ_OPTIONS.options + _FARM)
 
 SINK_OPTIONS = OptionSet("the dafka sink", (
@@ -80,6 +82,7 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
         fail_on_data_loss=values["failOnDataLoss"], read_committed=values["readCommitted"],
         connection=FarmConnection.from_options(values) if values["readCommitted"] else None,
         fetch_timeout=values["fetchTimeout"], value_format=values["valueFormat"],
+        min_partitions=values["minPartitions"],
         schema=arrow_schema(schema_),
         value_schema=arrow_schema(value_columns) if len(value_columns) else None)
 

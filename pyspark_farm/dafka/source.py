@@ -34,7 +34,7 @@ from .index import PartitionIndex, Range
 from .ledger import decided, load_index
 from .offsets import (Offsets, OffsetsSpec, PartitionKey, Subscription, offsets_json,
                       parse_offsets)
-from .planning import ReadTask, batch_ends, plan_tasks
+from .planning import ReadTask, batch_ends, plan_tasks, task_counts
 
 if TYPE_CHECKING:
     from consensus.runtime import FarmClient
@@ -67,6 +67,7 @@ class DafkaSourceSettings:
     value_format: str
     schema: pa.Schema
     value_schema: pa.Schema | None
+    min_partitions: int = 1               # Spark tasks per batch, at least
 
 
 class DafkaPartition(InputPartition):
@@ -206,7 +207,9 @@ class _Planner:
         return latest
 
     def tasks(self, starts: Offsets, ends: Offsets) -> list[DafkaPartition]:
-        found: list[DafkaPartition] = []
+        """Spark tasks over [start, end) of each partition: of at most OFFSETS_PER_TASK
+        offsets each, and at least `minPartitions` of them (`task_counts`)."""
+        planned: dict[PartitionKey, Sequence[Range]] = {}
         for key, end in sorted(ends.items()):
             start = starts.get(key, 0)
             if end <= start:
@@ -216,8 +219,11 @@ class _Planner:
                 index = self.index(key, end)
                 if index is not None:
                     ranges = index.visible(start, end)
-            found += [DafkaPartition(t) for t in plan_tasks(key, ranges, OFFSETS_PER_TASK)]
-        return found
+            planned[key] = ranges
+        counts = task_counts({k: sum(b - a for a, b in r) for k, r in planned.items()},
+                             self.settings.min_partitions, OFFSETS_PER_TASK)
+        return [DafkaPartition(t) for key, ranges in planned.items()
+                for t in plan_tasks(key, ranges, OFFSETS_PER_TASK, counts.get(key))]
 
 
 class DafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):

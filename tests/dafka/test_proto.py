@@ -356,3 +356,126 @@ def test_fuzz_bulk_frames_raise_only_protocol_error():
                 outcomes["ok"] += 1
                 assert proto.encode(msg) == frames  # accepted means canonical
     assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes
+
+
+# ----------------------------------------------------------------- heads extension
+HEADS = proto.encode(proto.BulkHeads(B, A, 9, 2, 5, [("orders", C, 41), ("o", A, 0)]))
+
+
+def _heads(first: int, count: int, total: int, frame1: bytes = HEADS[1]) -> list[bytes]:
+    """BULK-HEADS frames with given first / count / total and frame 1, valid or not."""
+    return [HEADS[0][:-12] + b"".join(n.to_bytes(4, "big") for n in (first, count, total)),
+            frame1]
+
+
+def test_heads_layout():
+    frame0, frame1 = HEADS
+    assert frame0 == (b"R" + B.encode() + b"\x00\x01\x20" + A.encode()
+                      + (9).to_bytes(4, "big") + (2).to_bytes(4, "big")
+                      + (2).to_bytes(4, "big") + (5).to_bytes(4, "big"))
+    assert frame1 == (b"\x06orders\x20" + C.encode() + (41).to_bytes(8, "big")
+                      + b"\x01o\x20" + A.encode() + (0).to_bytes(8, "big"))
+    msg = proto.decode(HEADS)
+    assert (msg.request, msg.first, msg.total, msg.heads) == \
+        (9, 2, 5, [("orders", C, 41), ("o", A, 0)])
+    request = proto.BulkGetHeads(A, B, 7, "ord")
+    assert proto.encode(request) == [b"Q" + A.encode() + b"\x00\x01\x20" + B.encode()
+                                     + (7).to_bytes(4, "big") + b"\x03ord"]
+    empty = proto.BulkHeads(B, A, 1, 0, 0)
+    assert proto.encode(empty)[1] == b"" and proto.decode(proto.encode(empty)) == empty
+    # None of the C code's command ids, the beacon's, or the bulk read extension's.
+    assert {proto.Command.BULK_GET_HEADS, proto.Command.BULK_HEADS}.isdisjoint(
+        {ord(c) for c in "MDFKHEGWLBXY"})
+
+
+@pytest.mark.parametrize("frames, error, field", [
+    (_heads(0, 0xFFFFFFFF, 0xFFFFFFFF), LimitExceeded, "count"),     # before any slicing
+    (_heads(4, 2, 5), InvalidField, "total"),                        # 4 + 2 > 5
+    (_heads(0, 3, 5), Truncated, "heads"),                           # 3 entries can't fit
+    (_heads(0, 1, 5), InvalidField, "heads"),                        # 2 entries' bytes for 1
+    (_heads(0, 2, 5, HEADS[1] + b"\x00" * 600), LimitExceeded, "heads"),  # > 2 * 297
+    (_heads(0, 2, 5, HEADS[1] + b"\x00"), InvalidField, "heads"),    # a trailing byte
+    (_heads(0, 2, 5, HEADS[1][:-1]), Truncated, "heads"),            # the last u64 cut
+    (_heads(0, 2, 5, HEADS[1].replace(C.encode(), b"c" * 32)), InvalidField, "heads"),
+    (_heads(0, 2, 5, b"\x06ord\xffrs" + HEADS[1][7:]), InvalidField, "heads"),  # UTF-8
+    (_heads(0, 2, 5, b"\xff" + HEADS[1][1:]), Truncated, "heads"),   # subject too long
+    ([HEADS[0]], InvalidField, "frames"),
+    ([HEADS[0][:-2], HEADS[1]], Truncated, "total"),
+    ([HEADS[0] + b"\x00", HEADS[1]], InvalidField, "frame0"),
+    ([proto.encode(proto.BulkGetHeads(A, B, 1, "pre"))[0][:-1]], Truncated, "prefix"),
+    ([proto.encode(proto.BulkGetHeads(A, B, 1, "pre"))[0][:-5]], Truncated, "request"),
+    ([proto.encode(proto.BulkGetHeads(A, B, 1, "pre"))[0] + b"!"], InvalidField, "frame0"),
+    ([b"Q" + b"a" * 32 + proto.encode(proto.BulkGetHeads(A, B, 1, ""))[0][33:]],
+     InvalidField, "topic"),                                         # not an address
+])
+def test_corrupt_heads_frames_raise_the_codecs_error(frames, error, field):
+    with pytest.raises(error) as err:
+        proto.decode(frames)
+    assert err.value.field == field
+
+
+def test_heads_limits_are_checked_before_use():
+    small = proto.Decoder(proto.Limits(max_bulk_heads=1, max_topic_bytes=32))
+    with pytest.raises(LimitExceeded) as err:
+        small.decode(HEADS)                                       # 2 entries > 1
+    assert err.value.field == "count"
+    one = proto.encode(proto.BulkHeads(B, A, 1, 0, 1, [("s" * 33, C, 1)]))
+    with pytest.raises(LimitExceeded) as err:
+        small.decode(one)                                         # subject 33 > 32 bytes
+    assert err.value.field == "heads"
+    with pytest.raises(LimitExceeded) as err:
+        small.decode(proto.encode(proto.BulkGetHeads(A, B, 1, "p" * 33)))
+    assert err.value.field == "prefix"
+    for msg, field in ((proto.BulkHeads(B, A, 1, 3, 2, [("t", C, 1)]), "total"),
+                       (proto.BulkHeads(B, A, 1 << 32, 0, 0), "request"),
+                       (proto.BulkHeads(B, A, 1, 0, 1, [("t", C, -1)]), "head"),
+                       (proto.BulkGetHeads(A, B, 1, "p" * 256), "prefix")):
+        with pytest.raises(InvalidField) as err:                  # encode checks too
+            proto.encode(msg)
+        assert err.value.field == field
+
+
+HEADS_MESSAGES = st.one_of(
+    st.builds(proto.BulkGetHeads, addresses, addresses, st.integers(0, proto.MAX_COUNT),
+              topics),
+    st.builds(lambda to, by, request, first, extra, heads: proto.BulkHeads(
+        to, by, request, first, first + len(heads) + extra, heads),
+        addresses, addresses, st.integers(0, proto.MAX_COUNT), st.integers(0, 1000),
+        st.integers(0, 1000), st.lists(st.tuples(topics, addresses, u64), max_size=6)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(HEADS_MESSAGES)
+def test_heads_messages_round_trip(msg):
+    frames = proto.encode(msg)
+    assert proto.decode(frames) == msg
+    assert proto.from_json(json.loads(json.dumps(proto.to_json(msg)))) == msg
+
+
+def test_heads_from_json_names_the_bad_key():
+    base = proto.to_json(proto.decode(HEADS))
+    for heads in ([["t", C]], [["t", C, -1]], [["t", C, True]], "no", [[1, C, 1]]):
+        with pytest.raises(ProtocolError) as err:
+            proto.from_json({**base, "heads": heads})
+        assert err.value.field == "heads"
+
+
+def test_fuzz_heads_frames_raise_only_protocol_error():
+    rng = random.Random(4747)
+    samples = [HEADS, proto.encode(proto.BulkGetHeads(A, B, 3, "topic")),
+               proto.encode(proto.BulkHeads(B, A, 0, 0, 0))]
+    tiny = proto.Decoder(proto.Limits(max_bulk_heads=1, max_topic_bytes=32))
+    outcomes = {"ok": 0, "error": 0}
+    for _ in range(10000):
+        frames = _mutate(rng.choice(samples), rng)
+        for dec in (proto.Decoder(), tiny):
+            try:
+                msg = dec.decode(frames)
+            except ProtocolError as exc:
+                assert exc.field, exc
+                outcomes["error"] += 1
+            else:
+                outcomes["ok"] += 1
+                assert proto.encode(msg) == frames  # accepted means canonical
+    assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes

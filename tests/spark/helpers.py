@@ -14,11 +14,19 @@ DRIVER_SCRIPT = Path(__file__).with_name("driver_script.py")
 
 def write_files(folder: Path, chunks: Sequence[Sequence[str]], first: int = 0) -> None:
     """One JSON-lines file per chunk, written aside and renamed in (a file source with
-    maxFilesPerTrigger=1 then makes one micro-batch per file, in name order)."""
+    maxFilesPerTrigger=1 then makes one micro-batch per file, in name order). Spark's
+    file source takes files oldest first, and files written within one clock tick tie
+    (then any order: a flake of the driver-killed tests), so each file gets its own
+    modification time, 10 ms apart (Spark sees milliseconds), in name order, the last
+    one now."""
+    import time
     folder.mkdir(parents=True, exist_ok=True)
+    now = time.time_ns()
     for number, chunk in enumerate(chunks, start=first):
         staging = folder.parent / f".{folder.name}-{number:04d}.json"
         staging.write_text("".join(json.dumps({"value": v}) + "\n" for v in chunk))
+        stamp = now - (len(chunks) - 1 - (number - first)) * 10_000_000
+        os.utime(staging, ns=(stamp, stamp))
         staging.rename(folder / f"{number:04d}.json")
 
 

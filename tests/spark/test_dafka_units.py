@@ -15,7 +15,7 @@ from pyspark_farm.dafka.index import (GapNotFillable, PartitionIndex, PartitionI
                                       Pending, commit_ranges, merge)
 from pyspark_farm.dafka.offsets import OffsetsSpec, Subscription, offsets_json, \
     offsets_spec_parser, parse_offsets
-from pyspark_farm.dafka.planning import batch_ends, plan_tasks
+from pyspark_farm.dafka.planning import batch_ends, plan_tasks, task_counts
 from pyspark_farm.dafka.sink import Spool, sink_partition
 from pyspark_farm.errors import OptionError
 from pyspark_farm.options import UnknownOptionWarning
@@ -245,3 +245,42 @@ def test_options_name_what_is_wrong():
     assert config.beacon_interval == 0.25 and config.tower_pub == ("tcp://127.0.0.1:7100",)
     with pytest.raises(OptionError, match="dafka"):
         kind.dafka_config(("tcp://127.0.0.1:7000",), {"dafka.beacon/interval": "soon"})
+
+
+def test_min_partitions_splits_ranges_evenly_in_proportion_to_size():
+    big, small = ("t", P1), ("t", P2)
+    # Enough tasks already (one per 100 offsets): minPartitions changes nothing.
+    assert task_counts({big: 1000, small: 50}, 3, per_task=100) == {}
+    # 2 tasks by size, 10 asked: shared 1000:200 -> 8.33:1.67 -> 8 and 2.
+    assert task_counts({big: 1000, small: 200}, 10, per_task=1000) == {big: 8, small: 2}
+    # Each partition keeps one task (here on top of the 4 shared out: at least 4);
+    # none gets more tasks than offsets.
+    assert task_counts({big: 1000, small: 1}, 4, per_task=1000) == {big: 4}
+    assert task_counts({big: 3, small: 0}, 10, per_task=1000) == {big: 3}
+    assert task_counts({}, 10, per_task=100) == {}
+    # Even sizes (differ by one at most), across the visible ranges, in order.
+    tasks = plan_tasks(big, [(0, 5), (8, 20), (30, 31)], per_task=1000, parts=4)
+    assert [t.ranges for t in tasks] == [((0, 5),), ((8, 13),), ((13, 17),),
+                                         ((17, 20), (30, 31))]
+    assert [t.offsets for t in tasks] == [5, 5, 4, 4]
+    tasks = plan_tasks(big, [(10, 17)], per_task=1000, parts=3)
+    assert [t.ranges for t in tasks] == [((10, 13),), ((13, 15),), ((15, 17),)]
+    assert len(plan_tasks(big, [(0, 2)], per_task=1000, parts=5)) == 2
+
+
+def test_min_partitions_option():
+    base = {"kind": "dafka", "tower": "tcp://127.0.0.1:5556", "subscribe": "t",
+            "readCommitted": "false"}
+    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+    schema_ = StructType([StructField("topic", StringType()),
+                          StructField("partition", StringType()),
+                          StructField("offset", LongType()),
+                          StructField("value", BinaryType()),
+                          StructField("timestamp", TimestampType())])
+    assert kind.batch_reader(base, schema_).settings.min_partitions == 1
+    assert kind.batch_reader({**base, "minPartitions": "8"}, schema_
+                             ).settings.min_partitions == 8
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(OptionError, match="minPartitions"):
+            kind.batch_reader({**base, "minPartitions": bad}, schema_)
