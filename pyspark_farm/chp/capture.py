@@ -21,6 +21,7 @@ number is a duplicate without our token, and the later capture stops with
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyspark_farm.chp.capture")
 RETRY_FOR = 60.0      # seconds a chunk is retried against an unavailable farm
+IDLE = 1.0            # longest sleep of an idle capture (flush and stop wake it sooner)
+_WAKE = object()      # put in the inbox by flush() and stop(): look at the state now
 
 
 class CaptureConflict(GarlicFarmSparkError):
@@ -78,6 +81,9 @@ class Capture:
         self._error: BaseException | None = None
         self._asked = 0          # flush requests made
         self._done = 0           # flush requests served (everything received is written)
+        # What the client saw (fed by its watch callback), and _WAKE tokens: a flush or a
+        # stop wakes the thread at once instead of at its next poll.
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"chp-capture-{capture_id[:8]}")
 
@@ -88,6 +94,7 @@ class Capture:
 
     def stop(self) -> None:
         self._stop.set()
+        self._inbox.put(_WAKE)
         self._thread.join(timeout=self.settings.connection.timeout + 5)
 
     @property
@@ -107,6 +114,7 @@ class Capture:
         with self._state:
             self._asked += 1
             ticket = self._asked
+            self._inbox.put(_WAKE)
             served = self._state.wait_for(
                 lambda: self._done >= ticket or self._error is not None or not self.alive,
                 timeout)
@@ -127,8 +135,8 @@ class Capture:
             # servers, KVSYNCs from others (docs/protocol.md, "Bulk snapshot").
             with CloneClient(list(settings.servers), settings.subtree,
                              server_timeout=settings.server_timeout, bulk=True) as chp:
-                watch = chp.watch(include_snapshot=True, resyncs=True)
-                self._follow(farm, watch, changelog, chunk)
+                chp.watch(self._inbox.put, include_snapshot=True, resyncs=True)
+                self._follow(farm, changelog, chunk)
         except BaseException as exc:   # handed to the query through check()
             if not self._stop.is_set():
                 log.error("chp capture %s failed: %s", self.capture_id, exc)
@@ -139,14 +147,20 @@ class Capture:
             with self._state:
                 self._state.notify_all()
 
-    def _follow(self, farm: "FarmClient", watch, changelog: Changelog, chunk: int) -> None:
+    def _follow(self, farm: "FarmClient", changelog: Changelog, chunk: int) -> None:
         settings = self.settings
+        inbox = self._inbox
         pending: list[Change] = []
         oldest = 0.0
         server = ""
         synced = False
+        more = False    # the last turn stopped at chunk_rows with items still queued
         while not self._stop.is_set():
-            item = watch.get(timeout=settings.linger if pending else 0.1)
+            try:
+                item = inbox.get(timeout=0 if more else settings.linger if pending else IDLE)
+            except queue.Empty:
+                item = None
+            more = False
             while item is not None:
                 if isinstance(item, Resync):
                     server, synced = item.server, True
@@ -155,25 +169,28 @@ class Capture:
                         self._write(farm, baseline_id(self.capture_id), 0, changelog.baseline,
                                     item.sequence, server)
                         changelog.baseline = []
-                else:
+                elif item is not _WAKE:
                     change = changelog.update(item)
                     if change is not None:
                         pending.append(change)
                 if len(pending) >= settings.chunk_rows:
+                    more = True
                     break
-                item = watch.get(timeout=0)
+                try:
+                    item = inbox.get_nowait()
+                except queue.Empty:
+                    item = None
             now = time.monotonic()
             if pending and not oldest:
                 oldest = now
             with self._state:
                 asked = self._asked
-            drained = item is None
             if pending and (len(pending) >= settings.chunk_rows or asked > self._done
                             or now - oldest >= settings.linger):
                 self._write(farm, self.capture_id, chunk, pending, changelog.last, server)
                 chunk += 1
                 pending, oldest = [], 0.0
-            if synced and drained and not pending and asked > self._done:
+            if synced and not more and not pending and asked > self._done:
                 with self._state:
                     self._done = asked
                     self._state.notify_all()
