@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import msgpack
 
@@ -112,6 +112,32 @@ class CloneMap:
         for entry in entries:
             self._store(entry)
         self.track_changes = track_changes
+
+    @classmethod
+    def deferred(cls, sequence: int, load: Callable[[], Iterable[Entry]], *,
+                 track_changes: bool = False) -> "CloneMap":
+        """A map at `sequence` whose entries are `load()`ed the first time they are
+        needed: a client that took a snapshot in bulk for a consumer of its columns
+        (and is only asked for its sequence) never builds them."""
+        clone = cls.__new__(cls)
+        clone.sequence = sequence
+        clone.track_changes = track_changes
+        clone._changes = []
+        clone._load = load
+        return clone
+
+    def __getattr__(self, name: str):
+        # Reached only for a missing attribute: the entries of a `deferred` map, loaded
+        # now (once; every other map has them from __init__).
+        if name not in ("_entries", "_expiries") or "_load" not in self.__dict__:
+            raise AttributeError(name)
+        load = self.__dict__.pop("_load")
+        self._entries, self._expiries = {}, []
+        tracking, self.track_changes = self.track_changes, False
+        for entry in load():
+            self._store(entry)
+        self.track_changes = tracking
+        return getattr(self, name)
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:

@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import pyarrow as pa
+
 from connectors.chp.client import CloneClient, Resync
 
 from ..connection import FarmConnection
@@ -35,7 +37,8 @@ from ..errors import DataLossError, GarlicFarmSparkError
 from ..log_access import PieceReader, entry_sizes, log_end
 from ..planning import Piece
 from .changelog import Change, Changelog
-from .rows import CHANGELOG_CONTENT, decode_payload, encode_payload, table_changes
+from .rows import (CHANGELOG_CONTENT, decode_payload, encode_payload, snapshot_table,
+                   table_changes)
 
 if TYPE_CHECKING:
     from consensus.runtime import FarmClient
@@ -151,20 +154,29 @@ class Capture:
         settings = self.settings
         inbox = self._inbox
         pending: list[Change] = []
+        head: pa.Table | None = None   # a first snapshot's rows, in columns: before `pending`
         oldest = 0.0
         server = ""
         synced = False
         more = False    # the last turn stopped at chunk_rows with items still queued
         while not self._stop.is_set():
             try:
-                item = inbox.get(timeout=0 if more else settings.linger if pending else IDLE)
+                wait = 0 if more else settings.linger if pending or head is not None else IDLE
+                item = inbox.get(timeout=wait)
             except queue.Empty:
                 item = None
             more = False
             while item is not None:
                 if isinstance(item, Resync):
                     server, synced = item.server, True
-                    pending += changelog.resync(item.sequence, item.entries)
+                    span = None
+                    if item.bulk is not None and head is None and not pending:
+                        span = changelog.take_whole(item.sequence, item.bulk.entries)
+                    if span is not None:   # the whole map, straight from the KVBULK columns
+                        head = snapshot_table(item.bulk.parts, item.bulk.subtree, span)
+                        head = head if head.num_rows else None
+                    else:
+                        pending += changelog.resync(item.sequence, item.entries)
                     if changelog.baseline:
                         self._write(farm, baseline_id(self.capture_id), 0, changelog.baseline,
                                     item.sequence, server)
@@ -173,7 +185,8 @@ class Capture:
                     change = changelog.update(item)
                     if change is not None:
                         pending.append(change)
-                if len(pending) >= settings.chunk_rows:
+                if len(pending) + (head.num_rows if head is not None else 0) \
+                        >= settings.chunk_rows:
                     more = True
                     break
                 try:
@@ -181,28 +194,33 @@ class Capture:
                 except queue.Empty:
                     item = None
             now = time.monotonic()
-            if pending and not oldest:
+            rows = len(pending) + (head.num_rows if head is not None else 0)
+            if rows and not oldest:
                 oldest = now
             with self._state:
                 asked = self._asked
-            if pending and (len(pending) >= settings.chunk_rows or asked > self._done
-                            or now - oldest >= settings.linger):
-                self._write(farm, self.capture_id, chunk, pending, changelog.last, server)
+            if rows and (rows >= settings.chunk_rows or asked > self._done
+                         or now - oldest >= settings.linger):
+                self._write(farm, self.capture_id, chunk, pending, changelog.last, server,
+                            head=head)
                 chunk += 1
-                pending, oldest = [], 0.0
-            if synced and not more and not pending and asked > self._done:
+                pending, head, oldest = [], None, 0.0
+                rows = 0
+            if synced and not more and not rows and asked > self._done:
                 with self._state:
                     self._done = asked
                     self._state.notify_all()
 
     def _write(self, farm: "FarmClient", query_id: str, batch: int, changes: Sequence[Change],
-               last: int | None, server: str) -> None:
-        """One chunk: stage its payload, commit it as `batch` of `query_id`; retried
-        while the farm is unavailable, at most RETRY_FOR seconds."""
+               last: int | None, server: str, *, head: pa.Table | None = None) -> None:
+        """One chunk (the rows of `head`, then `changes`): stage its payload, commit it
+        as `batch` of `query_id`; retried while the farm is unavailable, at most
+        RETRY_FOR seconds."""
         from consensus.runtime import FarmError
-        payload = encode_payload(changes)
+        payload = encode_payload(changes, head)
         token = uuid.uuid4().hex
-        metadata = {"rows": [len(changes)], "writer": "pyspark_farm.chp",
+        rows = len(changes) + (head.num_rows if head is not None else 0)
+        metadata = {"rows": [rows], "writer": "pyspark_farm.chp",
                     "chp": {"last": last, "server": server, "token": token}}
         deadline = time.monotonic() + RETRY_FOR
         delay = 0.1
