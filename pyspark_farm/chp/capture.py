@@ -37,7 +37,7 @@ from ..errors import DataLossError, GarlicFarmSparkError
 from ..log_access import PieceReader, entry_sizes, log_end
 from ..planning import Piece
 from .changelog import Change, Changelog
-from .rows import (CHANGELOG_CONTENT, decode_payload, encode_payload, snapshot_table,
+from .rows import (CHANGELOG_CONTENT, decode_payload, encode_payloads, snapshot_table,
                    table_changes)
 
 if TYPE_CHECKING:
@@ -73,10 +73,15 @@ def baseline_id(capture_id: str) -> str:
 class Capture:
     """A running capture (`start`, `flush`, `check`, `stop`); see the module doc."""
 
-    def __init__(self, settings: CaptureSettings, capture_id: str, since: int) -> None:
+    def __init__(self, settings: CaptureSettings, capture_id: str, since: int | None) -> None:
+        """`since` None: a new capture (no history), started before the caller knows
+        where the log ends; the caller sets `since` before anything reads it."""
         self.settings = settings
         self.capture_id = capture_id
-        self.since = since
+        self._since = since
+        self._since_known = threading.Event()   # nothing is written before it is set
+        if since is not None:
+            self._since_known.set()
         self.chunks_written = 0
         self.last_sequence: int | None = None   # the last sequence written to the farm
         self._stop = threading.Event()
@@ -89,6 +94,16 @@ class Capture:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"chp-capture-{capture_id[:8]}")
+
+    @property
+    def since(self) -> int | None:
+        """The log index where the capture began: its chunks are all at or after it."""
+        return self._since
+
+    @since.setter
+    def since(self, index: int) -> None:
+        self._since = index
+        self._since_known.set()
 
     # ----------------------------------------------------------------- control
     def start(self) -> "Capture":
@@ -131,14 +146,19 @@ class Capture:
     def _run(self) -> None:
         farm = None
         try:
-            farm = self.settings.connection.client()
-            changelog, chunk = self._rebuild(farm)
             settings = self.settings
             # bulk: the first snapshot (and any resync) comes as KVBULK columns from our
-            # servers, KVSYNCs from others (docs/protocol.md, "Bulk snapshot").
+            # servers, KVSYNCs from others (docs/protocol.md, "Bulk snapshot"). The client
+            # starts first: the snapshot is on its way while the farm is reached and the
+            # capture's history read (what it sees waits in the inbox meanwhile).
             with CloneClient(list(settings.servers), settings.subtree,
                              server_timeout=settings.server_timeout, bulk=True) as chp:
                 chp.watch(self._inbox.put, include_snapshot=True, resyncs=True)
+                farm = settings.connection.client()
+                changelog, chunk = self._rebuild(farm)
+                while not self._since_known.wait(0.05):   # set right after start
+                    if self._stop.is_set():
+                        return
                 self._follow(farm, changelog, chunk)
         except BaseException as exc:   # handed to the query through check()
             if not self._stop.is_set():
@@ -213,21 +233,31 @@ class Capture:
 
     def _write(self, farm: "FarmClient", query_id: str, batch: int, changes: Sequence[Change],
                last: int | None, server: str, *, head: pa.Table | None = None) -> None:
-        """One chunk (the rows of `head`, then `changes`): stage its payload, commit it
-        as `batch` of `query_id`; retried while the farm is unavailable, at most
-        RETRY_FOR seconds."""
+        """One chunk (the rows of `head`, then `changes`): stage its payloads (a few MiB
+        each, `encode_payloads`), commit them as `batch` of `query_id`; retried while
+        the farm is unavailable, at most RETRY_FOR seconds."""
         from consensus.runtime import FarmError
-        payload = encode_payload(changes, head)
         token = uuid.uuid4().hex
-        rows = len(changes) + (head.num_rows if head is not None else 0)
-        metadata = {"rows": [rows], "writer": "pyspark_farm.chp",
-                    "chp": {"last": last, "server": server, "token": token}}
+        payloads: list[bytes] = []
+        counts: list[int] = []
         deadline = time.monotonic() + RETRY_FOR
         delay = 0.1
         while True:
             try:
-                staged = farm.stage(query_id, batch, 0, 0, payload, content_type=CHANGELOG_CONTENT)
-                outcome = farm.commit_batch(query_id, batch, [staged], metadata=metadata)
+                if not payloads:   # staged as they are encoded, the first time
+                    staged = []
+                    for payload, rows in encode_payloads(changes, head):
+                        staged.append(farm.stage(query_id, batch, len(staged), 0, payload,
+                                                 content_type=CHANGELOG_CONTENT))
+                        payloads.append(payload)
+                        counts.append(rows)
+                else:
+                    staged = [farm.stage(query_id, batch, part, 0, payload,
+                                         content_type=CHANGELOG_CONTENT)
+                              for part, payload in enumerate(payloads)]
+                metadata = {"rows": counts, "writer": "pyspark_farm.chp",
+                            "chp": {"last": last, "server": server, "token": token}}
+                outcome = farm.commit_batch(query_id, batch, staged, metadata=metadata)
                 break
             except FarmError as exc:
                 if time.monotonic() + delay > deadline or self._stop.is_set():
@@ -253,13 +283,18 @@ class Capture:
         last_chunk = farm.last_committed_batch(self.capture_id)
         if base is None and last_chunk is None:
             return changelog, 0
+        if self.since is None:
+            raise GarlicFarmSparkError(f"the new chp capture {self.capture_id} found chunks "
+                                       "already written under its id")
         reader = PieceReader(self.settings.connection, None, fail_on_data_loss=True)
         try:
-            indexes = [] if base is None else [base.index]
-            indexes += [size.index for size in entry_sizes(
-                farm, self.since, log_end(farm), query_id=self.capture_id)]
-            for index in indexes:
-                for visible in reader.read([Piece(index, index + 1, (0, 1))]):
+            pieces = [] if base is None else [Piece(base.index, base.index + 1,
+                                                    (0, len(base.staged)))]
+            pieces += [Piece(size.index, size.index + 1, (0, len(size.parts)))
+                       for size in entry_sizes(farm, self.since, log_end(farm),
+                                               query_id=self.capture_id)]
+            for piece in pieces:
+                for visible in reader.read([piece]):
                     for payload in visible.records:
                         for change in table_changes(decode_payload(payload, visible.index)):
                             changelog.replay(change)
@@ -286,7 +321,7 @@ _running: dict[str, Capture] = {}
 _running_lock = threading.Lock()
 
 
-def obtain(settings: CaptureSettings, capture_id: str, since: int) -> Capture:
+def obtain(settings: CaptureSettings, capture_id: str, since: int | None) -> Capture:
     """The running capture of `capture_id` in this process, started if needed (a query
     restarted in the same driver finds its capture, rather than starting a rival)."""
     with _running_lock:

@@ -10,7 +10,7 @@ that set it (relative seconds, as the server published it).
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -238,6 +238,31 @@ def encode_payload(changes: Sequence[Change], head: pa.Table | None = None) -> b
         if changes or head is None:
             writer.write_batch(changes_batch(changes))
     return sink.getvalue().to_pybytes()
+
+
+#: Uncompressed bytes of rows per staged payload: the farm stages a few MiB at a time
+#: several times faster than one payload of tens of MiB, and readers fetch the payloads
+#: of one commit in parallel.
+PAYLOAD_BYTES = 2 << 20
+
+
+def encode_payloads(changes: Sequence[Change], head: pa.Table | None = None, *,
+                    max_bytes: int = PAYLOAD_BYTES) -> Iterator[tuple[bytes, int]]:
+    """A chunk's rows (`head`, then `changes`) as payloads of about `max_bytes` each
+    (`encode_payload`), with their row counts; encoded as they are asked for."""
+    parts = [] if head is None else [head]
+    if changes or head is None:
+        parts.append(pa.Table.from_batches([changes_batch(changes)]))
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    rows = table.num_rows
+    step = max(1, rows * max_bytes // max(1, table.nbytes)) if rows else 1
+    for start in range(0, max(rows, 1), step):
+        piece = table.slice(start, step)
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.ipc.new_stream(sink, CHP_SCHEMA, options=options) as writer:
+            writer.write_table(piece)
+        yield sink.getvalue().to_pybytes(), piece.num_rows
 
 
 def decode_payload(payload: bytes, index: int) -> pa.Table:
