@@ -27,6 +27,7 @@ carrying the leader's time; `dump`/`load` are the state machine snapshot.
 from __future__ import annotations
 
 import heapq
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -124,20 +125,32 @@ class CloneMap:
         clone.track_changes = track_changes
         clone._changes = []
         clone._load = load
+        clone._loading = threading.Lock()
         return clone
 
     def __getattr__(self, name: str):
         # Reached only for a missing attribute: the entries of a `deferred` map, loaded
-        # now (once; every other map has them from __init__).
-        if name not in ("_entries", "_expiries") or "_load" not in self.__dict__:
+        # now, once, by whichever thread reads them first (a client's readers do not
+        # take its lock); every other map has them from __init__.
+        loading = self.__dict__.get("_loading")
+        if name not in ("_entries", "_expiries") or loading is None:
             raise AttributeError(name)
-        load = self.__dict__.pop("_load")
-        self._entries, self._expiries = {}, []
-        tracking, self.track_changes = self.track_changes, False
-        for entry in load():
-            self._store(entry)
-        self.track_changes = tracking
-        return getattr(self, name)
+        with loading:
+            load = self.__dict__.pop("_load", None)
+            if load is not None:
+                entries: dict[bytes, Entry] = {}
+                expiries: list[tuple[int, int, bytes]] = []
+                for entry in load():     # as _store does, not recorded as changes
+                    if entry.body:
+                        entries[entry.key] = entry
+                        if entry.expires_ms is not None:
+                            heapq.heappush(expiries, (entry.expires_ms, entry.sequence,
+                                                      entry.key))
+                    else:
+                        entries.pop(entry.key, None)
+                self._expiries = expiries
+                self._entries = entries
+        return object.__getattribute__(self, name)
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:
