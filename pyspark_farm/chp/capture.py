@@ -3,10 +3,12 @@
 One capture runs per streaming query, in the driver's long-lived source process, on a
 thread: a `CloneClient` (failing over between the servers of `endpoint`) watches the
 subtree, `changelog.Changelog` turns what it sees into changes, and every `linger`
-seconds (or `chunk_rows` changes) they become one **chunk**: an Arrow payload staged in
-the farm and committed by the ledger as batch N of the capture's own id (the "query id"
-of its commits). Executors read the chunks as any committed batch (`log_access`); the
-ledger makes a chunk visible once, whoever retries it.
+seconds (or `chunk_rows` changes) they become one **chunk**: Arrow payloads (a few MiB
+each) staged in the farm and committed by the ledger as batch N of the capture's own id
+(the "query id" of its commits). Executors read the chunks as any committed batch
+(`log_access`); the ledger makes a chunk visible once, whoever retries it. A new
+capture's first snapshot, when it came in KVBULK columns, goes into its chunk column-wise
+(`rows.snapshot_table`); the changelog remembers it only when a later snapshot needs it.
 
 What makes it resumable: every chunk's commit carries ``{"chp": {"last", "server",
 "token"}}`` in its metadata; after a restart the capture reads its chunks back from the
