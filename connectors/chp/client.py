@@ -75,7 +75,7 @@ from .kvmap import Entry
 from .proto import (DEFAULT_LIMITS, KVBULK, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz,
                     Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, Message, decode, decode_bulk, encode,
                     encode_bulk, format_properties, pack_sequence)
-from .replica import Phase, Replica, Synced
+from .replica import BulkEntries, Phase, Replica, Synced
 from .zmqio import drain, drain_decoded, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
@@ -94,14 +94,35 @@ class MapSnapshot:
     entries: dict[bytes, Entry]
 
 
-@dataclass(frozen=True, slots=True)
 class Resync:
     """In a `watch(resyncs=True)` stream: the client took a whole snapshot of `server`
     at `sequence`; `entries` is the map then (under the subtree). Changes between the
-    previous item of the stream and this one were not seen one by one."""
-    sequence: int
-    entries: list[Entry]
-    server: str
+    previous item of the stream and this one were not seen one by one.
+
+    When the snapshot came in KVBULK columns, `bulk` holds them as they came
+    (`replica.BulkEntries`: `parts` and the subtree, keys outside it and empty bodies
+    still in): a consumer that reads the columns never has `entries` built (they are
+    made when first read)."""
+    __slots__ = ("sequence", "server", "bulk", "_entries")
+
+    def __init__(self, sequence: int, entries: list[Entry] | None, server: str, *,
+                 bulk: BulkEntries | None = None) -> None:
+        if entries is None and bulk is None:
+            raise ValueError("a Resync needs its entries or their columns")
+        self.sequence = sequence
+        self.server = server
+        self.bulk = bulk
+        self._entries = entries
+
+    @property
+    def entries(self) -> list[Entry]:
+        if self._entries is None:
+            assert self.bulk is not None
+            self._entries = self.bulk.entries()
+        return self._entries
+
+    def __repr__(self) -> str:
+        return f"Resync(sequence={self.sequence}, server={self.server!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,15 +483,19 @@ class CloneClient:
         """A completed snapshot: its differences, or a `Resync` and the updates after it
         for watchers that asked for resyncs (agent thread, lock held)."""
         server = str(self.server)
+        whole = synced.bulk is not None or synced.snapshot is not None
         for watcher in self._watchers:
-            if watcher.resyncs and synced.snapshot is not None:
-                watcher.put(Resync(synced.at, synced.snapshot, server))
+            if watcher.resyncs and whole:
+                # bulk: the columns as they came; `entries` only if the watcher reads them
+                watcher.put(Resync(synced.at, None if synced.bulk else synced.snapshot,
+                                   server, bulk=synced.bulk))
                 entries = synced.updates
             else:
                 entries = synced.changes
             for entry in entries:
                 watcher.put(entry)
-        self._confirm(synced.changes)
+        if self._waiters:
+            self._confirm(synced.changes)
 
     def _confirm(self, entries: Iterable[Entry]) -> None:
         """Wake the `set`s waiting for these updates' KVPUBs."""
@@ -657,8 +682,10 @@ class _Agent:
     def _on_synced(self, synced: Synced) -> None:
         client = self.client
         if client._replica.live:
-            log.info("chp client: synced with %s at sequence %d (%d changes)",
-                     client.servers[self.current], synced.sequence, len(synced.changes))
+            log.info("chp client: synced with %s at sequence %d (%s)",
+                     client.servers[self.current], synced.sequence,
+                     f"{len(synced.bulk)} entries in bulk" if synced.bulk is not None
+                     else f"{len(synced.changes)} changes")
             client._synced.set()
             client._ever_synced.set()
 

@@ -27,8 +27,9 @@ carrying the leader's time; `dump`/`load` are the state machine snapshot.
 from __future__ import annotations
 
 import heapq
+import threading
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import msgpack
 
@@ -112,6 +113,44 @@ class CloneMap:
         for entry in entries:
             self._store(entry)
         self.track_changes = track_changes
+
+    @classmethod
+    def deferred(cls, sequence: int, load: Callable[[], Iterable[Entry]], *,
+                 track_changes: bool = False) -> "CloneMap":
+        """A map at `sequence` whose entries are `load()`ed the first time they are
+        needed: a client that took a snapshot in bulk for a consumer of its columns
+        (and is only asked for its sequence) never builds them."""
+        clone = cls.__new__(cls)
+        clone.sequence = sequence
+        clone.track_changes = track_changes
+        clone._changes = []
+        clone._load = load
+        clone._loading = threading.Lock()
+        return clone
+
+    def __getattr__(self, name: str):
+        # Reached only for a missing attribute: the entries of a `deferred` map, loaded
+        # now, once, by whichever thread reads them first (a client's readers do not
+        # take its lock); every other map has them from __init__.
+        loading = self.__dict__.get("_loading")
+        if name not in ("_entries", "_expiries") or loading is None:
+            raise AttributeError(name)
+        with loading:
+            load = self.__dict__.pop("_load", None)
+            if load is not None:
+                entries: dict[bytes, Entry] = {}
+                expiries: list[tuple[int, int, bytes]] = []
+                for entry in load():     # as _store does, not recorded as changes
+                    if entry.body:
+                        entries[entry.key] = entry
+                        if entry.expires_ms is not None:
+                            heapq.heappush(expiries, (entry.expires_ms, entry.sequence,
+                                                      entry.key))
+                    else:
+                        entries.pop(entry.key, None)
+                self._expiries = expiries
+                self._entries = entries
+        return object.__getattribute__(self, name)
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:

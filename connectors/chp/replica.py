@@ -34,7 +34,6 @@ Times are epoch seconds, used to turn relative ttls into absolute ones.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 
 from . import resume
 from .kvmap import CloneMap, Entry
@@ -50,7 +49,30 @@ class Phase(enum.Enum):
     LIVE = "live"
 
 
-@dataclass(slots=True)
+class BulkEntries:
+    """A whole snapshot that came as KVBULK columns, kept as they came: the `Entry` per
+    key (what `entries` returns, once) is made only when someone needs it. A consumer
+    that can use the columns (`parts`: the chp capture turns them into Arrow) never
+    pays a loop per key; the replica's map is built from it the first time it is read."""
+
+    def __init__(self, parts: list[KvBulk], subtree: bytes) -> None:
+        self.parts = parts
+        self.subtree = subtree
+        self._entries: list[Entry] | None = None
+
+    def __len__(self) -> int:
+        """The entries sent (before dropping deletes and keys outside the subtree)."""
+        return sum(len(part) for part in self.parts)
+
+    def entries(self) -> list[Entry]:
+        """The stored entries under the subtree (empty bodies dropped), in order."""
+        if self._entries is None:
+            subtree, stored = self.subtree, Entry.stored
+            self._entries = [stored(*row) for part in self.parts for row in part.rows()
+                             if row[4] and row[0].startswith(subtree)]
+        return self._entries
+
+
 class Synced:
     """A snapshot completed: the replica is at `sequence`; `changes` are the entries
     that differ from the replica before it (removed keys as entries with empty body).
@@ -59,13 +81,43 @@ class Synced:
     KTHXBAI's sequence, under the subtree) and `updates` the buffered updates applied
     after it (the tail of `changes`): what a consumer keeping its own copy of the map
     needs to compute its own differences (`client.Resync`). A resume leaves `snapshot`
-    None: its `changes` are every update, in order."""
-    sequence: int
-    changes: list[Entry] = field(default_factory=list)
-    resyncs: int = 0
-    snapshot: list[Entry] | None = None
-    updates: list[Entry] = field(default_factory=list)
-    at: int = 0
+    None: its `changes` are every update, in order.
+
+    A snapshot that came in KVBULK columns is `bulk` (`BulkEntries`); then `snapshot`
+    and `changes` are computed when first read (from the map before and the snapshot,
+    neither of which changes afterwards), so a consumer of the columns pays for
+    neither."""
+    __slots__ = ("sequence", "resyncs", "updates", "at", "bulk", "_snapshot", "_changes",
+                 "_before", "_subtree")
+
+    def __init__(self, sequence: int, changes: list[Entry] | None = None, resyncs: int = 0,
+                 snapshot: list[Entry] | None = None, updates: list[Entry] | None = None,
+                 at: int = 0, *, bulk: BulkEntries | None = None,
+                 before: CloneMap | None = None, subtree: bytes = b"") -> None:
+        self.sequence = sequence
+        self.resyncs = resyncs
+        self.updates = [] if updates is None else updates
+        self.at = at
+        self.bulk = bulk
+        self._snapshot = snapshot
+        self._changes = changes
+        self._before = before
+        self._subtree = subtree
+
+    @property
+    def snapshot(self) -> list[Entry] | None:
+        if self._snapshot is None and self.bulk is not None:
+            self._snapshot = self.bulk.entries()
+        return self._snapshot
+
+    @property
+    def changes(self) -> list[Entry]:
+        if self._changes is None:
+            assert self._before is not None and self.snapshot is not None
+            self._changes = _differences(self._before, self.snapshot, self.at,
+                                         self._subtree) + self.updates
+            self._before = None
+        return self._changes
 
 
 class Replica:
@@ -79,6 +131,7 @@ class Replica:
         self.max_buffered = max_buffered
         self.resyncs = 0            # how many times a gap or regression forced a resync
         self._snapshot: list[Entry] = []
+        self._bulk: list[KvBulk] = []   # a whole snapshot's KVBULKs, as they came
         self._buffer: list[Kvpub] = []
         self._contiguous = not subtree
         self.identity: bytes | None = None   # the replicated map we are a replica of
@@ -98,6 +151,7 @@ class Replica:
         The entries are kept until the new snapshot replaces them."""
         self.phase = Phase.SUBSCRIBING
         self._snapshot = []
+        self._bulk = []
         self._buffer = []
         self._offered = None
 
@@ -106,6 +160,7 @@ class Replica:
         self.resyncs += 1
         self.phase = Phase.REQUESTING
         self._snapshot = []
+        self._bulk = []
         self._buffer = []
 
     def snapshot_request(self) -> Icanhaz:
@@ -158,17 +213,23 @@ class Replica:
         if self.phase is not Phase.SYNCING:
             return None   # a late reply to an abandoned request
         if isinstance(msg, Kvsync):
+            self._unbulk()
             if msg.key.startswith(self.subtree):   # deletes count when resuming
                 self._snapshot.append(Entry.stored(msg.key, msg.sequence, msg.uuid,
                                                    msg.properties, msg.body))
             return None
         if isinstance(msg, KvBulk):
-            subtree, stored = self.subtree, Entry.stored
-            self._snapshot += [stored(*row) for row in msg.rows() if row[0].startswith(subtree)]
+            if self._resume_from is None and not self._snapshot:
+                self._bulk.append(msg)   # a whole snapshot: kept as columns (BulkEntries)
+            else:
+                subtree, stored = self.subtree, Entry.stored
+                self._snapshot += [stored(*row) for row in msg.rows()
+                                   if row[0].startswith(subtree)]
             return None
         resumed = resume.resumed_from(msg.properties) if msg.properties else None
         identity = resume.identity_of(msg.properties) if msg.properties else None
         if resumed is not None:
+            self._unbulk()
             if resumed != self._resume_from or resumed != self.map.sequence:
                 self.identity = None     # not what we asked for: a whole snapshot, then
                 self.resync()
@@ -180,16 +241,32 @@ class Replica:
             snapshot = None
         else:
             old = self.map
-            snapshot = [e for e in self._snapshot if e.body]
-            new = CloneMap(msg.sequence, snapshot, track_changes=old.track_changes)
-            changes = _differences(old, new, self.subtree)
-            self.map = new
+            if self._bulk:
+                bulk = BulkEntries(self._bulk, self.subtree)
+                self.map = CloneMap.deferred(msg.sequence, bulk.entries,
+                                             track_changes=old.track_changes)
+            else:
+                bulk = None
+                snapshot = [e for e in self._snapshot if e.body]
+                self.map = CloneMap(msg.sequence, snapshot, track_changes=old.track_changes)
         self.identity = identity
         self.phase = Phase.LIVE
-        buffered, self._buffer, self._snapshot = self._buffer, [], []
+        buffered, self._buffer, self._snapshot, self._bulk = self._buffer, [], [], []
         updates = self._apply_buffered(buffered, now)
-        return Synced(self.map.sequence, changes + updates, self.resyncs, snapshot, updates,
-                      msg.sequence)
+        if resumed is not None:
+            return Synced(self.map.sequence, changes + updates, self.resyncs, None, updates,
+                          msg.sequence)
+        return Synced(self.map.sequence, None, self.resyncs, None if bulk else snapshot,
+                      updates, msg.sequence, bulk=bulk, before=old, subtree=self.subtree)
+
+    def _unbulk(self) -> None:
+        """KVBULKs then something else in one answer (never from our servers): the
+        entries in the order they came, as entries."""
+        if self._bulk:
+            parts, self._bulk = self._bulk, []
+            subtree, stored = self.subtree, Entry.stored
+            self._snapshot += [stored(*row) for part in parts for row in part.rows()
+                               if row[0].startswith(subtree)]
 
     def _apply_buffered(self, buffered: list[Kvpub], now: float) -> list[Entry]:
         """The updates that came while syncing, above the new sequence."""
@@ -203,12 +280,14 @@ class Replica:
         return changes
 
 
-def _differences(old: CloneMap, new: CloneMap, subtree: bytes) -> list[Entry]:
-    """Entries of `new` that are not the same update in `old` (same sequence, UUID and
-    body: the properties may differ by a ttl made absolute on another clock), then
-    deletions of the keys `new` lacks."""
-    changes = [e for e in new.entries(subtree) if not _same_update(old.get(e.key), e)]
-    changes += [Entry(e.key, new.sequence, e.uuid, b"", b"") for e in old.entries(subtree)
+def _differences(old: CloneMap, snapshot: list[Entry], sequence: int,
+                 subtree: bytes) -> list[Entry]:
+    """Entries of the snapshot (at `sequence`) that are not the same update in `old`
+    (same sequence, UUID and body: the properties may differ by a ttl made absolute on
+    another clock), then deletions of the keys the snapshot lacks."""
+    new = {e.key: e for e in snapshot}
+    changes = [e for e in new.values() if not _same_update(old.get(e.key), e)]
+    changes += [Entry(e.key, sequence, e.uuid, b"", b"") for e in old.entries(subtree)
                 if e.key not in new]
     return changes
 
@@ -218,4 +297,4 @@ def _same_update(a: Entry | None, b: Entry) -> bool:
         and a.body == b.body
 
 
-__all__ = ["MAX_BUFFERED", "Phase", "Replica", "Synced"]
+__all__ = ["BulkEntries", "MAX_BUFFERED", "Phase", "Replica", "Synced"]

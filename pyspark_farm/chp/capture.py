@@ -3,10 +3,12 @@
 One capture runs per streaming query, in the driver's long-lived source process, on a
 thread: a `CloneClient` (failing over between the servers of `endpoint`) watches the
 subtree, `changelog.Changelog` turns what it sees into changes, and every `linger`
-seconds (or `chunk_rows` changes) they become one **chunk**: an Arrow payload staged in
-the farm and committed by the ledger as batch N of the capture's own id (the "query id"
-of its commits). Executors read the chunks as any committed batch (`log_access`); the
-ledger makes a chunk visible once, whoever retries it.
+seconds (or `chunk_rows` changes) they become one **chunk**: Arrow payloads (a few MiB
+each) staged in the farm and committed by the ledger as batch N of the capture's own id
+(the "query id" of its commits). Executors read the chunks as any committed batch
+(`log_access`); the ledger makes a chunk visible once, whoever retries it. A new
+capture's first snapshot, when it came in KVBULK columns, goes into its chunk column-wise
+(`rows.snapshot_table`); the changelog remembers it only when a later snapshot needs it.
 
 What makes it resumable: every chunk's commit carries ``{"chp": {"last", "server",
 "token"}}`` in its metadata; after a restart the capture reads its chunks back from the
@@ -21,11 +23,14 @@ number is a duplicate without our token, and the later capture stops with
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
+
+import pyarrow as pa
 
 from connectors.chp.client import CloneClient, Resync
 
@@ -34,13 +39,16 @@ from ..errors import DataLossError, GarlicFarmSparkError
 from ..log_access import PieceReader, entry_sizes, log_end
 from ..planning import Piece
 from .changelog import Change, Changelog
-from .rows import CHANGELOG_CONTENT, decode_payload, encode_payload, table_changes
+from .rows import (CHANGELOG_CONTENT, decode_payload, encode_payloads, snapshot_table,
+                   table_changes)
 
 if TYPE_CHECKING:
     from consensus.runtime import FarmClient
 
 log = logging.getLogger("pyspark_farm.chp.capture")
 RETRY_FOR = 60.0      # seconds a chunk is retried against an unavailable farm
+IDLE = 1.0            # longest sleep of an idle capture (flush and stop wake it sooner)
+_WAKE = object()      # put in the inbox by flush() and stop(): look at the state now
 
 
 class CaptureConflict(GarlicFarmSparkError):
@@ -67,10 +75,15 @@ def baseline_id(capture_id: str) -> str:
 class Capture:
     """A running capture (`start`, `flush`, `check`, `stop`); see the module doc."""
 
-    def __init__(self, settings: CaptureSettings, capture_id: str, since: int) -> None:
+    def __init__(self, settings: CaptureSettings, capture_id: str, since: int | None) -> None:
+        """`since` None: a new capture (no history), started before the caller knows
+        where the log ends; the caller sets `since` before anything reads it."""
         self.settings = settings
         self.capture_id = capture_id
-        self.since = since
+        self._since = since
+        self._since_known = threading.Event()   # nothing is written before it is set
+        if since is not None:
+            self._since_known.set()
         self.chunks_written = 0
         self.last_sequence: int | None = None   # the last sequence written to the farm
         self._stop = threading.Event()
@@ -78,8 +91,21 @@ class Capture:
         self._error: BaseException | None = None
         self._asked = 0          # flush requests made
         self._done = 0           # flush requests served (everything received is written)
+        # What the client saw (fed by its watch callback), and _WAKE tokens: a flush or a
+        # stop wakes the thread at once instead of at its next poll.
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"chp-capture-{capture_id[:8]}")
+
+    @property
+    def since(self) -> int | None:
+        """The log index where the capture began: its chunks are all at or after it."""
+        return self._since
+
+    @since.setter
+    def since(self, index: int) -> None:
+        self._since = index
+        self._since_known.set()
 
     # ----------------------------------------------------------------- control
     def start(self) -> "Capture":
@@ -88,6 +114,7 @@ class Capture:
 
     def stop(self) -> None:
         self._stop.set()
+        self._inbox.put(_WAKE)
         self._thread.join(timeout=self.settings.connection.timeout + 5)
 
     @property
@@ -107,6 +134,7 @@ class Capture:
         with self._state:
             self._asked += 1
             ticket = self._asked
+            self._inbox.put(_WAKE)
             served = self._state.wait_for(
                 lambda: self._done >= ticket or self._error is not None or not self.alive,
                 timeout)
@@ -120,15 +148,20 @@ class Capture:
     def _run(self) -> None:
         farm = None
         try:
-            farm = self.settings.connection.client()
-            changelog, chunk = self._rebuild(farm)
             settings = self.settings
             # bulk: the first snapshot (and any resync) comes as KVBULK columns from our
-            # servers, KVSYNCs from others (docs/protocol.md, "Bulk snapshot").
+            # servers, KVSYNCs from others (docs/protocol.md, "Bulk snapshot"). The client
+            # starts first: the snapshot is on its way while the farm is reached and the
+            # capture's history read (what it sees waits in the inbox meanwhile).
             with CloneClient(list(settings.servers), settings.subtree,
                              server_timeout=settings.server_timeout, bulk=True) as chp:
-                watch = chp.watch(include_snapshot=True, resyncs=True)
-                self._follow(farm, watch, changelog, chunk)
+                chp.watch(self._inbox.put, include_snapshot=True, resyncs=True)
+                farm = settings.connection.client()
+                changelog, chunk = self._rebuild(farm)
+                while not self._since_known.wait(0.05):   # set right after start
+                    if self._stop.is_set():
+                        return
+                self._follow(farm, changelog, chunk)
         except BaseException as exc:   # handed to the query through check()
             if not self._stop.is_set():
                 log.error("chp capture %s failed: %s", self.capture_id, exc)
@@ -139,60 +172,94 @@ class Capture:
             with self._state:
                 self._state.notify_all()
 
-    def _follow(self, farm: "FarmClient", watch, changelog: Changelog, chunk: int) -> None:
+    def _follow(self, farm: "FarmClient", changelog: Changelog, chunk: int) -> None:
         settings = self.settings
+        inbox = self._inbox
         pending: list[Change] = []
+        head: pa.Table | None = None   # a first snapshot's rows, in columns: before `pending`
         oldest = 0.0
         server = ""
         synced = False
+        more = False    # the last turn stopped at chunk_rows with items still queued
         while not self._stop.is_set():
-            item = watch.get(timeout=settings.linger if pending else 0.1)
+            try:
+                wait = 0 if more else settings.linger if pending or head is not None else IDLE
+                item = inbox.get(timeout=wait)
+            except queue.Empty:
+                item = None
+            more = False
             while item is not None:
                 if isinstance(item, Resync):
                     server, synced = item.server, True
-                    pending += changelog.resync(item.sequence, item.entries)
+                    span = None
+                    if item.bulk is not None and head is None and not pending:
+                        span = changelog.take_whole(item.sequence, item.bulk.entries)
+                    if span is not None:   # the whole map, straight from the KVBULK columns
+                        head = snapshot_table(item.bulk.parts, item.bulk.subtree, span)
+                        head = head if head.num_rows else None
+                    else:
+                        pending += changelog.resync(item.sequence, item.entries)
                     if changelog.baseline:
                         self._write(farm, baseline_id(self.capture_id), 0, changelog.baseline,
                                     item.sequence, server)
                         changelog.baseline = []
-                else:
+                elif item is not _WAKE:
                     change = changelog.update(item)
                     if change is not None:
                         pending.append(change)
-                if len(pending) >= settings.chunk_rows:
+                if len(pending) + (head.num_rows if head is not None else 0) \
+                        >= settings.chunk_rows:
+                    more = True
                     break
-                item = watch.get(timeout=0)
+                try:
+                    item = inbox.get_nowait()
+                except queue.Empty:
+                    item = None
             now = time.monotonic()
-            if pending and not oldest:
+            rows = len(pending) + (head.num_rows if head is not None else 0)
+            if rows and not oldest:
                 oldest = now
             with self._state:
                 asked = self._asked
-            drained = item is None
-            if pending and (len(pending) >= settings.chunk_rows or asked > self._done
-                            or now - oldest >= settings.linger):
-                self._write(farm, self.capture_id, chunk, pending, changelog.last, server)
+            if rows and (rows >= settings.chunk_rows or asked > self._done
+                         or now - oldest >= settings.linger):
+                self._write(farm, self.capture_id, chunk, pending, changelog.last, server,
+                            head=head)
                 chunk += 1
-                pending, oldest = [], 0.0
-            if synced and drained and not pending and asked > self._done:
+                pending, head, oldest = [], None, 0.0
+                rows = 0
+            if synced and not more and not rows and asked > self._done:
                 with self._state:
                     self._done = asked
                     self._state.notify_all()
 
     def _write(self, farm: "FarmClient", query_id: str, batch: int, changes: Sequence[Change],
-               last: int | None, server: str) -> None:
-        """One chunk: stage its payload, commit it as `batch` of `query_id`; retried
-        while the farm is unavailable, at most RETRY_FOR seconds."""
+               last: int | None, server: str, *, head: pa.Table | None = None) -> None:
+        """One chunk (the rows of `head`, then `changes`): stage its payloads (a few MiB
+        each, `encode_payloads`), commit them as `batch` of `query_id`; retried while
+        the farm is unavailable, at most RETRY_FOR seconds."""
         from consensus.runtime import FarmError
-        payload = encode_payload(changes)
         token = uuid.uuid4().hex
-        metadata = {"rows": [len(changes)], "writer": "pyspark_farm.chp",
-                    "chp": {"last": last, "server": server, "token": token}}
+        payloads: list[bytes] = []
+        counts: list[int] = []
         deadline = time.monotonic() + RETRY_FOR
         delay = 0.1
         while True:
             try:
-                staged = farm.stage(query_id, batch, 0, 0, payload, content_type=CHANGELOG_CONTENT)
-                outcome = farm.commit_batch(query_id, batch, [staged], metadata=metadata)
+                if not payloads:   # staged as they are encoded, the first time
+                    staged = []
+                    for payload, rows in encode_payloads(changes, head):
+                        staged.append(farm.stage(query_id, batch, len(staged), 0, payload,
+                                                 content_type=CHANGELOG_CONTENT))
+                        payloads.append(payload)
+                        counts.append(rows)
+                else:
+                    staged = [farm.stage(query_id, batch, part, 0, payload,
+                                         content_type=CHANGELOG_CONTENT)
+                              for part, payload in enumerate(payloads)]
+                metadata = {"rows": counts, "writer": "pyspark_farm.chp",
+                            "chp": {"last": last, "server": server, "token": token}}
+                outcome = farm.commit_batch(query_id, batch, staged, metadata=metadata)
                 break
             except FarmError as exc:
                 if time.monotonic() + delay > deadline or self._stop.is_set():
@@ -218,13 +285,18 @@ class Capture:
         last_chunk = farm.last_committed_batch(self.capture_id)
         if base is None and last_chunk is None:
             return changelog, 0
+        if self.since is None:
+            raise GarlicFarmSparkError(f"the new chp capture {self.capture_id} found chunks "
+                                       "already written under its id")
         reader = PieceReader(self.settings.connection, None, fail_on_data_loss=True)
         try:
-            indexes = [] if base is None else [base.index]
-            indexes += [size.index for size in entry_sizes(
-                farm, self.since, log_end(farm), query_id=self.capture_id)]
-            for index in indexes:
-                for visible in reader.read([Piece(index, index + 1, (0, 1))]):
+            pieces = [] if base is None else [Piece(base.index, base.index + 1,
+                                                    (0, len(base.staged)))]
+            pieces += [Piece(size.index, size.index + 1, (0, len(size.parts)))
+                       for size in entry_sizes(farm, self.since, log_end(farm),
+                                               query_id=self.capture_id)]
+            for piece in pieces:
+                for visible in reader.read([piece]):
                     for payload in visible.records:
                         for change in table_changes(decode_payload(payload, visible.index)):
                             changelog.replay(change)
@@ -251,7 +323,7 @@ _running: dict[str, Capture] = {}
 _running_lock = threading.Lock()
 
 
-def obtain(settings: CaptureSettings, capture_id: str, since: int) -> Capture:
+def obtain(settings: CaptureSettings, capture_id: str, since: int | None) -> Capture:
     """The running capture of `capture_id` in this process, started if needed (a query
     restarted in the same driver finds its capture, rather than starting a rival)."""
     with _running_lock:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from operator import attrgetter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from connectors.chp.kvmap import Entry
 
@@ -60,10 +60,31 @@ class Changelog:
 
     def __init__(self, *, emit_snapshot: bool) -> None:
         self.emit_snapshot = emit_snapshot
-        self.known: dict[bytes, tuple[int, bytes, bytes]] = {}   # key -> (seq, uuid, digest)
+        # key -> (seq, uuid, digest); while `_deferred` is set, only what changed after
+        # that snapshot (None: deleted), laid over it when `known` is first read
+        self._known: dict[bytes, tuple[int, bytes, bytes] | None] = {}
+        self._deferred: Callable[[], Iterable[Entry]] | None = None
         self.last: int | None = None       # the last sequence emitted or synced to
         self.has_history = False           # something was emitted before (or replayed)
         self.baseline: list[Change] = []   # a `latest` capture's first snapshot
+
+    @property
+    def known(self) -> dict[bytes, tuple[int, bytes, bytes]]:
+        """Per key emitted: (sequence, UUID, digest of the value). A first snapshot taken
+        whole (`take_whole`) is added here only now, when something needs it: a later
+        snapshot to diff, never a query that ends before one."""
+        if self._deferred is not None:
+            load, self._deferred = self._deferred, None
+            later, self._known = self._known, {}
+            known = self._known
+            for entry in load():
+                known[entry.key] = (entry.sequence, entry.uuid, digest(entry.body))
+            for key, signature in later.items():
+                if signature is None:
+                    known.pop(key, None)
+                else:
+                    known[key] = signature
+        return self._known
 
     # ----------------------------------------------------------------- live
     def update(self, entry: Entry) -> Change | None:
@@ -104,14 +125,28 @@ class Changelog:
         for entry in ordered:
             present.add(entry.key)
             signature = (entry.sequence, entry.uuid, digest(entry.body))
-            if self.known.get(entry.key) != signature:
-                self.known[entry.key] = signature
+            if known.get(entry.key) != signature:
+                known[entry.key] = signature
                 changes.append(Change(entry.key, entry.sequence, entry.uuid, entry.properties,
                                       entry.body, False, span))
-        for key in sorted(k for k in self.known if k not in present):
-            _, uuid, _ = self.known.pop(key)
+        for key in sorted(k for k in known if k not in present):
+            _, uuid, _ = known.pop(key)
             changes.append(Change(key, sequence, uuid, b"", b"", True, span))
         return changes
+
+    def take_whole(self, sequence: int, entries: Callable[[], Iterable[Entry]]
+                   ) -> str | None:
+        """A new capture's first snapshot, emitted whole (``startingOffsets`` snapshot)
+        by the caller from its columns: returns its ``garlicfarm.resync`` span, and
+        remembers `entries` (called later, if ever: `known`). None when this snapshot is
+        not that one; then `resync` is the way."""
+        if self.has_history or not self.emit_snapshot or self._known or \
+                self._deferred is not None:
+            return None
+        self.last = sequence
+        self.has_history = True
+        self._deferred = entries
+        return f"0:{sequence}"
 
     # ----------------------------------------------------------------- restart
     def replay(self, change: Change) -> None:
@@ -123,7 +158,10 @@ class Changelog:
 
 
     def _remember(self, change: Change) -> None:
-        if change.deleted:
-            self.known.pop(change.key, None)
+        if self._deferred is not None:   # over a snapshot not yet in `known`
+            self._known[change.key] = None if change.deleted else \
+                (change.sequence, change.uuid, digest(change.value))
+        elif change.deleted:
+            self._known.pop(change.key, None)
         else:
-            self.known[change.key] = (change.sequence, change.uuid, digest(change.value))
+            self._known[change.key] = (change.sequence, change.uuid, digest(change.value))

@@ -10,7 +10,7 @@ that set it (relative seconds, as the server published it).
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -142,9 +142,14 @@ def _bulk_properties(part: KvBulk, resync: str | None) -> pa.Array:
     properties (or over all of them, to add the resync property)."""
     count = part.count
     lengths = np.diff(part.property_offsets)
-    if resync is None and not part.properties:
-        return pa.MapArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)),
-                                       pa.array([], pa.string()), pa.array([], pa.string()))
+    if not part.properties:
+        if resync is None:
+            return pa.MapArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)),
+                                           pa.array([], pa.string()), pa.array([], pa.string()))
+        # the usual snapshot: no properties of its own, one resync property per entry
+        return pa.MapArray.from_arrays(pa.array(np.arange(count + 1, dtype=np.int32)),
+                                       _repeated(RESYNC_PROPERTY, count),
+                                       _repeated(resync, count))
     offsets = part.property_offsets.tolist()
     raw = part.properties
     names: list[str] = []
@@ -161,6 +166,15 @@ def _bulk_properties(part: KvBulk, resync: str | None) -> pa.Array:
     np.cumsum(counts, out=ends[1:])
     return pa.MapArray.from_arrays(pa.array(ends), pa.array(names, pa.string()),
                                    pa.array(values, pa.string()))
+
+
+def _repeated(text: str, count: int) -> pa.Array:
+    """`count` times the same string, as buffers (no Python object per row)."""
+    raw = text.encode()
+    if len(raw) * count >= 1 << 31:
+        return pa.array([text] * count, pa.string())
+    offsets = np.arange(count + 1, dtype=np.int32) * np.int32(len(raw))
+    return _from_buffers(pa.string(), count, offsets, raw * count)
 
 
 def bulk_batch(part: KvBulk, *, resync: str | None = None,
@@ -180,13 +194,75 @@ def bulk_batch(part: KvBulk, *, resync: str | None = None,
     ], schema=CHP_SCHEMA)
 
 
-def encode_payload(changes: Sequence[Change]) -> bytes:
-    """The capture's journal payload for `changes` (an Arrow IPC stream, zstd)."""
+def _kept(part: KvBulk, subtree: bytes) -> np.ndarray | None:
+    """Which entries of a snapshot's KVBULK a client keeps (a body, a key under
+    `subtree`: as `replica.BulkEntries`), by numpy over the columns; None for all."""
+    keep = np.diff(part.value_offsets) > 0
+    if subtree:
+        starts = part.key_offsets[:-1].astype(np.int64)
+        keep &= np.diff(part.key_offsets) >= len(subtree)
+        data = np.frombuffer(part.keys, np.uint8)
+        candidates = np.flatnonzero(keep)
+        match = np.ones(len(candidates), np.bool_)
+        for position, byte in enumerate(subtree):
+            match &= data[starts[candidates] + position] == byte
+        keep[candidates] = match
+    return None if keep.all() else keep
+
+
+def snapshot_table(parts: Sequence[KvBulk], subtree: bytes, resync: str) -> pa.Table:
+    """A whole snapshot that came in KVBULK columns, as the rows a new capture emits for
+    it (what `Changelog.resync` makes of its entries, without a loop per key): every
+    entry the client keeps, `resync` as its ``garlicfarm.resync`` property, in sequence
+    order (stable, as `resync` sorts)."""
+    batches = []
+    for part in parts:
+        batch = bulk_batch(part, resync=resync)
+        keep = _kept(part, subtree)
+        batches.append(batch if keep is None else batch.filter(pa.array(keep)))
+    table = pa.Table.from_batches(batches, CHP_SCHEMA)
+    sequences = table.column("sequence").to_numpy()
+    if len(sequences) > 1 and bool((sequences[1:] < sequences[:-1]).any()):
+        table = table.take(pa.array(np.argsort(sequences, kind="stable")))
+    return table
+
+
+def encode_payload(changes: Sequence[Change], head: pa.Table | None = None) -> bytes:
+    """The capture's journal payload (an Arrow IPC stream, zstd): the rows of `head`
+    (a snapshot already in columns, `snapshot_table`), then `changes`."""
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     with pa.ipc.new_stream(sink, CHP_SCHEMA, options=options) as writer:
-        writer.write_batch(changes_batch(changes))
+        if head is not None:
+            writer.write_table(head)
+        if changes or head is None:
+            writer.write_batch(changes_batch(changes))
     return sink.getvalue().to_pybytes()
+
+
+#: Uncompressed bytes of rows per staged payload: the farm stages a few MiB at a time
+#: several times faster than one payload of tens of MiB, and readers fetch the payloads
+#: of one commit in parallel.
+PAYLOAD_BYTES = 2 << 20
+
+
+def encode_payloads(changes: Sequence[Change], head: pa.Table | None = None, *,
+                    max_bytes: int = PAYLOAD_BYTES) -> Iterator[tuple[bytes, int]]:
+    """A chunk's rows (`head`, then `changes`) as payloads of about `max_bytes` each
+    (`encode_payload`), with their row counts; encoded as they are asked for."""
+    parts = [] if head is None else [head]
+    if changes or head is None:
+        parts.append(pa.Table.from_batches([changes_batch(changes)]))
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    rows = table.num_rows
+    step = max(1, rows * max_bytes // max(1, table.nbytes)) if rows else 1
+    for start in range(0, max(rows, 1), step):
+        piece = table.slice(start, step)
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.ipc.new_stream(sink, CHP_SCHEMA, options=options) as writer:
+            writer.write_table(piece)
+        yield sink.getvalue().to_pybytes(), piece.num_rows
 
 
 def decode_payload(payload: bytes, index: int) -> pa.Table:

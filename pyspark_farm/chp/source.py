@@ -122,7 +122,7 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
         state["_capture"] = None
         return state
 
-    def capture(self, capture_id: str, since: int) -> Capture:
+    def capture(self, capture_id: str, since: int | None) -> Capture:
         if self._capture is None or self._capture.capture_id != capture_id:
             self._capture = obtain(self.settings.capture, capture_id, since)
         self._capture.check()
@@ -133,9 +133,10 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
         once (Trigger.AvailableNow asks again to plan the first batch): the same offset
         each time, or that batch would name a second, empty capture."""
         if self._initial is None:
-            since = log_end(self.client())
             capture_id = f"chp-capture-{uuid.uuid4()}"
-            self.capture(capture_id, since)
+            # started first, so that it follows the server while we reach the farm
+            capture = self.capture(capture_id, None)
+            capture.since = since = log_end(self.client())
             self._initial = chp_offset(since, capture_id, since)
         return dict(self._initial)
 

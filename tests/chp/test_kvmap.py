@@ -152,3 +152,31 @@ def test_load_rejects_what_is_not_a_dump(data, field):
     with pytest.raises(InvalidField) as err:
         CloneMap.load(data)
     assert err.value.field == field
+
+
+def test_a_deferred_map_loads_its_entries_once_when_first_read():
+    """A client's bulk snapshot: the map answers its sequence without the entries, and
+    builds them once (threads reading at once included), not as recorded changes."""
+    import threading
+    calls = []
+
+    def load():
+        calls.append(1)
+        return [Entry.stored(b"/a", 1, b"u" * 16, b"ttl=99999999999999\n", b"1"),
+                Entry(b"/gone", 2, b"u" * 16, b"", b""), Entry(b"/b", 3, b"u" * 16, b"", b"2")]
+
+    clone = CloneMap.deferred(3, load, track_changes=True)
+    assert clone.sequence == 3 and calls == []
+    with pytest.raises(AttributeError):
+        clone.unknown_attribute
+    seen = []
+    readers = [threading.Thread(target=lambda: seen.append(clone.get(b"/b").body))
+               for _ in range(4)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(10)
+    assert seen == [b"2"] * 4 and calls == [1] and len(clone) == 2
+    assert clone.next_expiry() == 99999999999.999 and clone.take_changes() == []
+    assert clone.follow(Kvpub(b"/c", 4, b"u" * 16, b"", b"3"), 0.0) is not None
+    assert [e.key for e in clone.take_changes()] == [b"/c"] and len(clone) == 3

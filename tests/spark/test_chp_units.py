@@ -10,8 +10,10 @@ from pyspark.sql.datasource import EqualTo, In, StringStartsWith
 
 from connectors.chp.kvmap import Entry
 from pyspark_farm.chp.changelog import RESYNC_PROPERTY, Change, Changelog
-from pyspark_farm.chp.rows import (CHP_SCHEMA, PayloadError, decode_payload, encode_payload,
-                                   table_changes)
+from connectors.chp.proto import decode_bulk, encode_bulk
+from connectors.chp.replica import BulkEntries
+from pyspark_farm.chp.rows import (CHP_SCHEMA, PayloadError, changes_batch, decode_payload,
+                                   encode_payload, snapshot_table, table_changes)
 from pyspark_farm.chp.sink import check_input, marker_batch, row_uuid
 from pyspark_farm.chp.source import KeyFilter, chp_offset, parse_offset
 from pyspark_farm.errors import SchemaError
@@ -45,6 +47,44 @@ def test_live_updates_then_a_resync_give_exactly_the_servers_map():
         (b"c", 6, False), (b"d", 7, False), (b"b", 7, True)]
     assert {c.resync for c in diff} == {"4:7"}
     assert fold(first + live + diff) == {e.key: e.body for e in server}
+
+
+def bulk_parts(entries: list[Entry], size: int):
+    """The KVBULKs a server would send for `entries`, `size` a message."""
+    return [decode_bulk(encode_bulk(entries[i:i + size])) for i in range(0, len(entries), size)]
+
+
+@pytest.mark.parametrize("subtree", [b"", b"/a/"])
+def test_a_first_snapshot_in_columns_is_the_rows_resync_makes_of_its_entries(subtree):
+    """`snapshot_table` (the capture's column path) against `Changelog.resync` over the
+    entries the client would make: deletes and keys outside the subtree dropped, rows in
+    sequence order, properties parsed, a key that is not UTF-8 shown with U+FFFD."""
+    given = [Entry(b"/a/3", 9, b"u" * 16, b"", b"three"),
+             Entry(b"/a/1", 4, b"v" * 16, b"ttl=1700000000000\nx=y\n", b"one"),
+             Entry(b"/b/1", 2, b"w" * 16, b"", b"outside"),
+             Entry(b"/a/gone", 5, b"x" * 16, b"", b""),
+             Entry(b"/a/\xff", 7, b"", b"", b"bad key"),
+             Entry(b"/a", 1, b"y" * 16, b"", b"short key")]
+    bulk = BulkEntries(bulk_parts(given, 4), subtree)
+    table = snapshot_table(bulk.parts, subtree, "0:9")
+    expected = changes_batch(Changelog(emit_snapshot=True).resync(9, bulk.entries()))
+    assert table.to_pylist() == expected.to_pylist()
+    assert table.schema == CHP_SCHEMA and table.num_rows == (5 if not subtree else 3)
+
+
+def test_a_first_snapshot_taken_whole_is_remembered_when_first_needed():
+    log = Changelog(emit_snapshot=True)
+    snapshot = [entry("a", 1), entry("b", 2), entry("c", 3)]
+    loads = []
+    assert log.take_whole(3, lambda: loads.append(1) or snapshot) == "0:3"
+    assert log.take_whole(3, lambda: snapshot) is None           # only the first one
+    assert log.update(entry("a", 4, "a2")).sequence == 4            # over the snapshot
+    assert log.update(Entry(b"b", 5, b"u" * 16, b"", b"")).deleted
+    assert loads == []                                               # not built yet
+    diff = log.resync(6, [entry("a", 4, "a2"), entry("c", 3), entry("d", 6)])
+    assert loads == [1]
+    assert [(c.key, c.sequence, c.deleted, c.resync) for c in diff] == [(b"d", 6, False, "5:6")]
+    assert set(log.known) == {b"a", b"c", b"d"}
 
 
 def test_latest_emits_no_snapshot_but_keeps_a_baseline_for_restarts():
