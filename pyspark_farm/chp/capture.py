@@ -237,8 +237,10 @@ class Capture:
                last: int | None, server: str, *, head: pa.Table | None = None) -> None:
         """One chunk (the rows of `head`, then `changes`): stage its payloads (a few MiB
         each, `encode_payloads`), commit them as `batch` of `query_id`; retried while
-        the farm is unavailable, at most RETRY_FOR seconds."""
-        from consensus.runtime import FarmError
+        the farm is unavailable, at most RETRY_FOR seconds. Any other refusal (a
+        payload over the entry limit, bad credentials) cannot pass by retrying: it stops
+        the capture at once, and the query with it."""
+        from consensus.runtime.errors import NotLeaderError, RetryableWrite, Unavailable
         token = uuid.uuid4().hex
         payloads: list[bytes] = []
         counts: list[int] = []
@@ -261,7 +263,7 @@ class Capture:
                             "chp": {"last": last, "server": server, "token": token}}
                 outcome = farm.commit_batch(query_id, batch, staged, metadata=metadata)
                 break
-            except FarmError as exc:
+            except (Unavailable, NotLeaderError, RetryableWrite) as exc:
                 if time.monotonic() + delay > deadline or self._stop.is_set():
                     raise
                 log.warning("chp capture %s: chunk %d not written yet (%s); retrying",

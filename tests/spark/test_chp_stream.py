@@ -194,3 +194,25 @@ def test_sink_and_changelog_round_trip_with_failures_and_restarts(spark, small_f
              .option("endpoint", chp_server.address).load().where(F.col("key").startswith("/k/")))
     assert {r.key.encode(): bytes(r.value) for r in frame.collect()} == {
         k: v for k, v in found.items() if k.startswith(b"/k/")}
+
+
+def test_a_refused_chunk_stops_the_capture_at_once(small_farm, caplog):
+    """Only an unavailable farm is worth retrying for RETRY_FOR seconds; a refusal (here
+    the credentials) fails the chunk's write at once, naming the cause."""
+    import logging
+
+    from consensus.runtime.errors import AuthenticationError
+    from pyspark_farm.chp.capture import Capture, CaptureSettings
+    from pyspark_farm.chp.changelog import Change
+    from pyspark_farm.connection import FarmConnection
+
+    connection = FarmConnection(small_farm.endpoints, username=small_farm.username,
+                                password="not-the-password")
+    settings = CaptureSettings(connection, ("tcp://127.0.0.1:9",), b"", 1.0, True)
+    capture = Capture(settings, "refused-capture", 0)
+    change = Change(b"/k", 1, b"u" * 16, b"", b"v", False)
+    with connection.client() as farm, caplog.at_level(logging.WARNING, "pyspark_farm.chp"):
+        with pytest.raises(AuthenticationError):
+            capture._write(farm, capture.capture_id, 0, [change], 1, "tcp://127.0.0.1:9")
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert capture.chunks_written == 0
