@@ -24,7 +24,11 @@ Failure handling, per write:
   `connect_timeout` (links.py);
 - its deadline passed: the write fails with `Unavailable`, whose `maybe_applied` says
   whether any copy of it reached a member without a definite answer (R4); a member's
-  definite refusal (FAILED) keeps the same flag.
+  definite refusal (FAILED) keeps the same flag;
+- its deadline is closer than twice the time members have been taking to answer: it is
+  not sent *again* (a first attempt always goes out), and fails at once (an attempt that cannot be answered in time can only
+  turn a definite outcome into an unknown one: after NOT_LEADERs from a member that
+  leads nobody, the caller is told the write certainly did not happen).
 """
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ _UNAVAILABLE_PAUSE = 0.05           #: before sending again what the leader refu
 class PendingWrite:
     """One write: its request id, its ClientRequest frame, its deadline, its outcome."""
     __slots__ = ("request_id", "frame", "deadline", "future", "result", "error",
-                 "maybe_applied")
+                 "maybe_applied", "sent_at")
 
     def __init__(self, request_id: bytes, frame: bytes, deadline: float,
                  future: Future | None = None) -> None:
@@ -63,6 +67,7 @@ class PendingWrite:
         self.result: ext.WriteResult | None = None
         self.error: FarmError | None = None
         self.maybe_applied = False      #: a copy went out and got no definite answer
+        self.sent_at = 0.0              #: when the last copy went out
 
     @property
     def done(self) -> bool:
@@ -83,6 +88,7 @@ class WritePipe:
         self._progress = 0.0            # when `link` last answered (or was connected)
         self._resend_at = 0.0
         self._backoff = 0.02
+        self._answer_time = 0.0         # how long answers take lately (quick up, slow down)
         self._finished: list[PendingWrite] = []
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -241,13 +247,22 @@ class WritePipe:
         if room <= 0:
             return
         batch = [self.unsent.popleft() for _ in range(min(room, len(self.unsent)))]
+        now = time.monotonic()
+        last_call = now + 2 * self._answer_time
+        if any(w.sent_at and w.deadline <= last_call for w in batch):
+            for w in batch:             # only again: a first attempt always goes out
+                if w.sent_at and w.deadline <= last_call:
+                    self._fail(w, Unavailable(
+                        "no answer could come back before the timeout; the last attempt "
+                        "was not sent (raise the client's timeout if the farm is slow)"))
         batch = [w for w in batch if not w.done]
         if not batch:
             return
         if not self.waiting:
-            self._progress = time.monotonic()   # the answer clock starts now
+            self._progress = now                # the answer clock starts now
         for w in batch:
             self.waiting[w.request_id] = w
+            w.sent_at = now
         try:
             self.link.send(b"".join([w.frame for w in batch]))
         except NoAnswer:
@@ -266,10 +281,11 @@ class WritePipe:
         if got:
             self._progress = time.monotonic()
             frames = self.link.frames
+            now = self._progress
             while frames:
                 frame = frames.popleft()
                 if isinstance(frame, ext.WriteResult):
-                    self._answered(frame)
+                    self._answered(frame, now)
         elif self.waiting and time.monotonic() >= patience_end:
             self._lost(failed=True)         # dead or stalled: try the others
             return
@@ -291,10 +307,12 @@ class WritePipe:
                 return False
         return link.receive(time.monotonic() + 1.0)
 
-    def _answered(self, frame: ext.WriteResult) -> None:
+    def _answered(self, frame: ext.WriteResult, now: float) -> None:
         w = self.waiting.pop(frame.request_id, None)
         if w is None:
             return                          # a late answer to a write given up on
+        took = now - w.sent_at
+        self._answer_time = took if took > self._answer_time else self._answer_time * 0.95
         code = frame.code
         if code == 0:
             w.result = frame
