@@ -16,7 +16,8 @@ stalls.
 Failure handling, per write:
 - NOT_LEADER: the member names the leader (or the configuration); the pipe finishes
   reading what it sent there, then connects to the leader and sends the writes again;
-- RETRY (the leader lost the entry to a leader change): sent again at once;
+- RETRY (the leader lost the entry to a leader change): sent again at once, and it may
+  still be applied (another member may hold the entry) until a later copy is answered;
   UNAVAILABLE (a transfer under way, too many entries awaiting commit): again shortly;
 - no answer within `answer_timeout` (a dead or stalled member), or the connection
   broke: the member is tried last for a while, the writes go to the next member (who
@@ -25,10 +26,11 @@ Failure handling, per write:
 - its deadline passed: the write fails with `Unavailable`, whose `maybe_applied` says
   whether any copy of it reached a member without a definite answer (R4); a member's
   definite refusal (FAILED) keeps the same flag;
-- its deadline is closer than twice the time members have been taking to answer: it is
-  not sent *again* (a first attempt always goes out), and fails at once (an attempt that cannot be answered in time can only
-  turn a definite outcome into an unknown one: after NOT_LEADERs from a member that
-  leads nobody, the caller is told the write certainly did not happen).
+- its deadline is closer than twice the time members have been taking to answer (at
+  most `_LAST_CALL_CAP`): it is not sent *again* (a first attempt always goes out), and
+  fails at once: an attempt that cannot be answered in time can only turn a definite
+  outcome into an unknown one (after NOT_LEADERs from a member that leads nobody, the
+  caller is told the write certainly did not happen).
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 
 MAX_IN_FLIGHT = 1024                #: writes sent and not answered, per connection
 _UNAVAILABLE_PAUSE = 0.05           #: before sending again what the leader refused for now
+_LAST_CALL_CAP = 0.25               #: at most this long before its deadline a write stops
 
 
 class PendingWrite:
@@ -88,7 +91,7 @@ class WritePipe:
         self._progress = 0.0            # when `link` last answered (or was connected)
         self._resend_at = 0.0
         self._backoff = 0.02
-        self._answer_time = 0.0         # how long answers take lately (quick up, slow down)
+        self._answer_time = 0.0         # how long answers take lately (a moving average)
         self._finished: list[PendingWrite] = []
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -248,7 +251,7 @@ class WritePipe:
             return
         batch = [self.unsent.popleft() for _ in range(min(room, len(self.unsent)))]
         now = time.monotonic()
-        last_call = now + 2 * self._answer_time
+        last_call = now + min(2 * self._answer_time, _LAST_CALL_CAP)
         if any(w.sent_at and w.deadline <= last_call for w in batch):
             for w in batch:             # only again: a first attempt always goes out
                 if w.sent_at and w.deadline <= last_call:
@@ -311,8 +314,7 @@ class WritePipe:
         w = self.waiting.pop(frame.request_id, None)
         if w is None:
             return                          # a late answer to a write given up on
-        took = now - w.sent_at
-        self._answer_time = took if took > self._answer_time else self._answer_time * 0.95
+        self._answer_time += 0.2 * (now - w.sent_at - self._answer_time)
         code = frame.code
         if code == 0:
             w.result = frame
@@ -324,6 +326,11 @@ class WritePipe:
             self._leaving = True
             self.unsent.append(w)
         elif code == ErrorCode.RETRY:
+            # The entry that carried it was replaced in that member's log, which does not
+            # make it dead everywhere (another member may hold it and lead later): its
+            # fate is unknown until a copy sent again is answered (the request id is
+            # applied once, so the answer tells).
+            w.maybe_applied = True
             self.unsent.append(w)
         elif code == ErrorCode.UNAVAILABLE:
             self._resend_at = time.monotonic() + _UNAVAILABLE_PAUSE
