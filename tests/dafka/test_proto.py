@@ -136,6 +136,20 @@ def _mutate(frames: list[bytes], rng: random.Random) -> list[bytes]:
     return [bytes(f) for f in frames]
 
 
+def _decode_and_tally(decoders, frames: list[bytes], outcomes: dict[str, int]) -> None:
+    """Each decoder either refuses `frames` with a ProtocolError naming the field, or
+    accepts them in their canonical form (they encode back to the same bytes)."""
+    for dec in decoders:
+        try:
+            msg = dec.decode(frames)
+        except ProtocolError as exc:
+            assert exc.field, exc
+            outcomes["error"] += 1
+        else:
+            outcomes["ok"] += 1
+            assert proto.encode(msg) == frames  # accepted means canonical
+
+
 def test_fuzz_random_and_mutated_inputs_raise_only_protocol_error():
     rng = random.Random(46)
     samples = _valid_samples()
@@ -148,15 +162,7 @@ def test_fuzz_random_and_mutated_inputs_raise_only_protocol_error():
             frames = [rng.randbytes(rng.randrange(0, 90)) for _ in range(rng.randrange(0, 5))]
         else:
             frames = _mutate(rng.choice(samples), rng)
-        for dec in (decoder, tiny):
-            try:
-                msg = dec.decode(frames)
-            except ProtocolError as exc:
-                assert exc.field, exc
-                outcomes["error"] += 1
-            else:
-                outcomes["ok"] += 1
-                assert proto.encode(msg) == frames  # accepted means canonical
+        _decode_and_tally((decoder, tiny), frames, outcomes)
     assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes
 
 
@@ -346,15 +352,7 @@ def test_fuzz_bulk_frames_raise_only_protocol_error():
     outcomes = {"ok": 0, "error": 0}
     for _ in range(10000):
         frames = _mutate(rng.choice(samples), rng)
-        for dec in (proto.Decoder(), tiny):
-            try:
-                msg = dec.decode(frames)
-            except ProtocolError as exc:
-                assert exc.field, exc
-                outcomes["error"] += 1
-            else:
-                outcomes["ok"] += 1
-                assert proto.encode(msg) == frames  # accepted means canonical
+        _decode_and_tally((proto.Decoder(), tiny), frames, outcomes)
     assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes
 
 
@@ -469,13 +467,5 @@ def test_fuzz_heads_frames_raise_only_protocol_error():
     outcomes = {"ok": 0, "error": 0}
     for _ in range(10000):
         frames = _mutate(rng.choice(samples), rng)
-        for dec in (proto.Decoder(), tiny):
-            try:
-                msg = dec.decode(frames)
-            except ProtocolError as exc:
-                assert exc.field, exc
-                outcomes["error"] += 1
-            else:
-                outcomes["ok"] += 1
-                assert proto.encode(msg) == frames  # accepted means canonical
+        _decode_and_tally((proto.Decoder(), tiny), frames, outcomes)
     assert outcomes["error"] > 1000 and outcomes["ok"] > 100, outcomes
