@@ -9,7 +9,7 @@ import zmq
 from connectors.chp import proto
 from connectors.chp.client import CloneClient
 from connectors.chp.proto import Channel
-from tests.chp.support import free_port_span
+from tests.chp.support import PortsTaken, free_port_span, on_fresh_ports
 from tests.chp.test_server import drain
 from tests.support import free_port, wait_until
 
@@ -17,14 +17,23 @@ FAST = ("--hugz-interval", "0.2", "--bstar-heartbeat", "0.2", "--peer-timeout", 
 
 
 def start_pair(servers, timers=FAST, primary_args=(), backup_args=()):
-    p, q = free_port_span(), free_port_span()
-    b1, b2 = free_port(), free_port()
-    primary = servers("primary", "--primary", f"127.0.0.1:{q}", "--bstar-port", str(b1),
-                      "--peer-bstar-port", str(b2), *timers, *primary_args, port=p)
-    backup = servers("backup", "--backup", f"127.0.0.1:{p}", "--bstar-port", str(b2),
-                     "--peer-bstar-port", str(b1), *timers, *backup_args, port=q)
-    wait_until(lambda: "ACTIVE" in primary.log(), 15, message="the primary to go active")
-    wait_until(lambda: "synced with" in backup.log(), 15, message="the backup to sync")
+    """A Binary Star pair, synced. `servers(name, *args, port=P)` starts one server."""
+    def start():
+        p, q = free_port_span(), free_port_span()
+        b1, b2 = free_port(), free_port()
+        primary = servers("primary", "--primary", f"127.0.0.1:{q}", "--bstar-port", str(b1),
+                          "--peer-bstar-port", str(b2), *timers, *primary_args, port=p)
+        try:
+            backup = servers("backup", "--backup", f"127.0.0.1:{p}", "--bstar-port", str(b2),
+                             "--peer-bstar-port", str(b1), *timers, *backup_args, port=q)
+        except PortsTaken:
+            primary.kill()
+            raise
+        return primary, backup
+
+    primary, backup = on_fresh_ports(start)
+    wait_until(lambda: "ACTIVE" in primary.log(), 30, message="the primary to go active")
+    wait_until(lambda: "synced with" in backup.log(), 30, message="the backup to sync")
     return primary, backup
 
 
@@ -108,10 +117,14 @@ def test_failover_at_the_reference_timers(servers, tmp_path):
 def test_two_active_servers_stop_with_a_clear_reason(servers):
     """Split brain: Q never hears P (wrong state port), so a client's vote makes it active
     while P is active too; P hears Q and stops, as the reference servers do."""
-    p, q = free_port_span(), free_port_span()
-    b1, b2, nowhere = free_port(), free_port(), free_port()
-    first = servers("p", "--primary", f"127.0.0.1:{q}", "--bstar-port", str(b1),
-                    "--peer-bstar-port", str(b2), *FAST, port=p)
+    def start():
+        p, q = free_port_span(), free_port_span()
+        b1, b2, nowhere = free_port(), free_port(), free_port()
+        first = servers("p", "--primary", f"127.0.0.1:{q}", "--bstar-port", str(b1),
+                        "--peer-bstar-port", str(b2), *FAST, port=p)
+        return first, (p, q, b2, nowhere)
+
+    first, (p, q, b2, nowhere) = on_fresh_ports(start)
     with CloneClient(first.address, server_timeout=1.0) as client:
         client.wait_synced(10)    # its vote made P active (no peer yet)
     second = servers("q", "--primary", f"127.0.0.1:{p}", "--bstar-port", str(b2),

@@ -7,32 +7,27 @@ import pytest
 
 from connectors.chp.client import CloneClient
 from pyspark_farm.chp.sink import MARKER_PREFIX, marker_batch
-from tests.chp.support import ServerProcess, free_port_span
+from tests.chp.support import ServerProcess
+from tests.chp.test_pair import start_pair
 from tests.spark.test_chp_stream import changelog_state, covered, write_rows
-from tests.support import free_port, wait_until
+from tests.support import wait_until
 
 pytestmark = [pytest.mark.spark]
 
-FAST = ("--hugz-interval", "0.2", "--bstar-heartbeat", "0.2", "--peer-timeout", "0.6")
-
-
 @pytest.fixture
 def pair(tmp_path):
-    p, q = free_port_span(), free_port_span()
-    b1, b2 = free_port(), free_port()
-    primary = ServerProcess(tmp_path, "primary", "--primary", f"127.0.0.1:{q}", "--bstar-port",
-                            str(b1), "--peer-bstar-port", str(b2), *FAST, port=p)
-    backup = ServerProcess(tmp_path, "backup", "--backup", f"127.0.0.1:{p}", "--bstar-port",
-                           str(b2), "--peer-bstar-port", str(b1), *FAST, port=q)
+    started: list[ServerProcess] = []
+
+    def servers(name: str, *args: str, port: int) -> ServerProcess:
+        server = ServerProcess(tmp_path, name, *args, port=port)
+        started.append(server)
+        return server.start()
+
     try:
-        primary.start()
-        backup.start()
-        wait_until(lambda: "ACTIVE" in primary.log(), 30, message="the primary to go active")
-        wait_until(lambda: "synced with" in backup.log(), 30, message="the backup to sync")
-        yield primary, backup
+        yield start_pair(servers)
     finally:
-        primary.kill()
-        backup.kill()
+        for server in started:
+            server.kill()
 
 
 @pytest.mark.timeout(300)
