@@ -231,6 +231,11 @@ class ClientPool:
                     error = e
                     certain = op.f in READS or (isinstance(e, self._expected)
                                                 and getattr(e, "maybe_applied", True) is False)
+                    # A cas `fail` tells the checker its compare failed (the value was
+                    # another): a cas refused before it ran saw nothing, and is `info`
+                    # (it did not happen, which `info` allows) as `history` asks.
+                    if op.f == "cas":
+                        certain = False
                     kind, value = ("fail" if certain else "info"), None
                 self._history.complete(op_id, kind, value)
                 self._count_outcome(op.f, kind, error)

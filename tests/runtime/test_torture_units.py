@@ -155,6 +155,58 @@ def test_unknown_outcomes_are_info_and_change_the_process():
     assert audit_appends(ops, finals).ok
 
 
+class RefusingKV(DictKV):
+    """Every `refuse_every`-th write is refused before it runs, definitely (the client's
+    `maybe_applied` False), as a farm with no leader answers."""
+
+    def __init__(self, refuse_every: int) -> None:
+        super().__init__()
+        self.refuse_every = refuse_every
+        self.refused: Counter = Counter()
+
+    def _refuse(self, f: str) -> None:
+        with self.lock:
+            self.calls += 1
+            if self.calls % self.refuse_every:
+                return
+            self.refused[f] += 1
+        error = FarmDown("no leader")
+        error.maybe_applied = False
+        raise error
+
+    def kv_put(self, key, value):
+        self._refuse("put")
+        super().kv_put(key, value)
+
+    def kv_append(self, key, value):
+        self._refuse("append")
+        super().kv_append(key, value)
+
+    def kv_cas(self, key, expected, new):
+        self._refuse("cas")
+        return super().kv_cas(key, expected, new)
+
+
+def test_definite_refusals_are_fail_but_a_refused_cas_is_info():
+    """A put or append refused before it ran is `fail` (it did not happen); a refused cas
+    is `info`: its `fail` would tell the checker the compare failed, which a history
+    where the register still held the expected value contradicts (a CI torture run)."""
+    kv = RefusingKV(refuse_every=5)
+    history, workload, stats = run_pool(kv, 600, clients=3)
+    assert kv.refused["cas"] and kv.refused["put"] + kv.refused["append"]
+    ops = history.operations()
+    errors = [op for op in ops if op.f != "get" and op.output is None]
+    refused_cas = [op for op in errors if op.f == "cas"]
+    assert len(refused_cas) == kv.refused["cas"]
+    assert all(op.outcome is Outcome.UNKNOWN for op in refused_cas)
+    refused_writes = [op for op in errors if op.f in ("put", "append")]
+    assert len(refused_writes) == kv.refused["put"] + kv.refused["append"]
+    assert all(op.outcome is Outcome.FAIL for op in refused_writes)
+    finals = final_reads(lambda: kv, history, workload.keys, deadline=1e18, expected=FarmDown)
+    assert check(ops, KVModel(), timeout=30).verdict is Verdict.LINEARIZABLE
+    assert audit_appends(ops, finals).ok
+
+
 def test_a_lost_acknowledged_append_is_caught_twice():
     kv = DictKV(lose=frozenset({"x5 ", "x9 "}))
     history, workload, _ = run_pool(kv, 300, clients=1, seed=2)
