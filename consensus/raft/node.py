@@ -78,6 +78,7 @@ class RaftNode:
         self._stamp_seq = 0
         self._stamp_used = False
         self._heartbeat_due = False
+        self._notices_due = False   # a tick passed: a commit index alone may go out
         self._dirty = False         # the leader has something to (re)consider sending
         self._transfer_target: int | None = None
         self._transfer_elapsed = 0
@@ -163,6 +164,7 @@ class RaftNode:
             self._removed = True
         if self.role is Role.LEADER:
             self._dirty = True
+            self._notices_due = True
             self._tick_leader()
             return
         if self.role is Role.OBSERVER:
@@ -571,9 +573,15 @@ class RaftNode:
         self._dirty = False
         heartbeat = self._heartbeat_due
         self._heartbeat_due = False
+        # A commit index that nothing else carries goes out at most once per tick: the
+        # next entries carry it anyway, and a notice per commit costs every follower a
+        # message, a turn and an answer per write when writes come one at a time.
+        notices = self._notices_due
+        self._notices_due = False
         commit = self.log.committed
         for peer, pr in self.progress.items():
-            if not self._send_append(peer, pr) and (heartbeat or pr.commit_lags(commit)):
+            if not self._send_append(peer, pr) and (
+                    heartbeat or (notices and pr.commit_lags(commit))):
                 self._send_heartbeat(peer, pr)
         joiner = self._joiner
         if joiner is not None and joiner.phase is JoinPhase.SNAPSHOT:

@@ -195,6 +195,13 @@ def test_a_large_batch_commits_in_few_messages():
     assert len(sent) == 2 and all(len(m.entries) == 1000 for m in sent)
     cluster.deliver()
     assert leader.commit_index == leader.last_index
+    # The followers learn the commit index with the next entries or at the next tick,
+    # not from a notice of their own right away.
+    assert not cluster.applied[2] and not of_type(cluster.process(1), AppendEntries)
+    leader.tick()
+    notices = of_type(cluster.process(1), AppendEntries)
+    assert len(notices) == 2 and all(not m.entries for m in notices)
+    cluster.deliver()
     assert len(cluster.applied[2]) == 1000
 
 

@@ -12,7 +12,7 @@ from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration,
                             RequestVote)
 from consensus.runtime import envelope, extensions as ext, jraft_mapping as jm
 from consensus.runtime.config import NodeConfig, parse_members
-from consensus.runtime.errors import ConfigError, ErrorCode, FarmError
+from consensus.runtime.errors import ConfigError, ErrorCode
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.marker_wire import entry_bytes, entry_from_bytes
 from consensus.runtime.status import choose_publisher, parse_status, status_json
@@ -386,44 +386,3 @@ def test_a_node_process_never_imports_pyspark():
     code = ("import sys, consensus.cli, consensus.runtime.cli, consensus.runtime.node; "
             "sys.exit(any(m.split('.')[0] == 'pyspark' for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
-
-
-# -- torture history: definite failures (R4) ------------------------------------------------
-
-class _RefusingKV:
-    """Reads answer None; every write fails with a FarmError saying whether it may have
-    been applied (`maybe`)."""
-
-    def __init__(self, maybe: bool) -> None:
-        self.maybe = maybe
-
-    def kv_get(self, key):
-        return None
-
-    def _refuse(self, *args):
-        error = FarmError("refused")
-        error.maybe_applied = self.maybe
-        raise error
-
-    kv_put = kv_append = kv_cas = _refuse
-
-    def close(self):
-        pass
-
-
-@pytest.mark.parametrize("maybe, recorded", [(False, "fail"), (True, "info")])
-def test_torture_records_a_certainly_unapplied_write_as_fail(maybe, recorded):
-    import random
-
-    from consensus.linearizability import History
-    from consensus.runtime.torture_workload import WRITES, ClientPool, Workload
-    from tests.support import wait_until
-
-    history = History()
-    pool = ClientPool(lambda index: _RefusingKV(maybe), history,
-                      Workload(random.Random(5), keys=2, ops_per_key=20), 2, FarmError)
-    pool.start()
-    wait_until(lambda: len(history.events) >= 200, timeout=30, message="100 operations")
-    assert pool.stop(timeout=10)
-    writes = {kind for (f, kind) in pool.stats.outcomes if f in WRITES}
-    assert writes == {recorded}
