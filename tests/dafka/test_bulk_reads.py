@@ -15,6 +15,7 @@ import pytest
 from connectors.dafka import Store, StoreClient, proto
 from connectors.dafka.node import new_address
 from connectors.dafka.partitions import PartitionStore
+from tests.spark.helpers import dafka_source_schema
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -202,18 +203,12 @@ def test_the_dafka_source_reads_arrow_batches_of_its_exact_schema(tmp_path, bulk
     batches carry Spark's schema exactly (value `binary`), offsets and values in order,
     with stores that speak the extension and with stores that do not."""
     from connectors.dafka import DafkaConfig
-    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
     from pyspark_farm.dafka import kind
     from pyspark_farm.dafka.local import _tower_on_free_ports
 
     count = 3000
     address = stored_partition(tmp_path / "db", count)
-    schema = StructType([StructField("topic", StringType()),
-                         StructField("partition", StringType()),
-                         StructField("offset", LongType()),
-                         StructField("value", BinaryType()),
-                         StructField("timestamp", TimestampType())])
+    schema = dafka_source_schema()
     tower = _tower_on_free_ports()
     try:
         config = DafkaConfig(beacon_interval=0.05, beacon_timeout=0.6,

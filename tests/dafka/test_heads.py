@@ -14,6 +14,7 @@ from connectors.dafka import Store, StoreClient, proto
 from connectors.dafka.node import Node, new_address
 from connectors.dafka.partitions import PartitionStore
 from connectors.dafka.store import StoreReader
+from tests.spark.helpers import dafka_source_schema
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -146,18 +147,12 @@ def test_the_source_plans_min_partitions_tasks_that_read_the_whole_range(tmp_pat
     same size, together every offset once, in order."""
     import pyarrow as pa
     from connectors.dafka import DafkaConfig
-    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
     from pyspark_farm.dafka import kind
     from pyspark_farm.dafka.local import _tower_on_free_ports
 
     count, address = 1003, new_address()
     stored(tmp_path / "db", {(TOPIC, address): count - 1})
-    schema = StructType([StructField("topic", StringType()),
-                         StructField("partition", StringType()),
-                         StructField("offset", LongType()),
-                         StructField("value", BinaryType()),
-                         StructField("timestamp", TimestampType())])
+    schema = dafka_source_schema()
     tower = _tower_on_free_ports()
     try:
         config = DafkaConfig(beacon_interval=0.05, beacon_timeout=0.6,

@@ -77,3 +77,16 @@ def crash_after_commit(options: dict[str, str], inbox: Path, checkpoint: Path, b
     assert not (checkpoint / "commits" / str(batch)).exists()
     assert (checkpoint / "offsets" / str(batch)).exists()
     return query_id
+
+
+def dafka_source_schema():
+    """The dafka source's columns as the StructType Spark hands a reader, built from
+    DAFKA_COLUMNS_DDL (its columns are simple types: no JVM needed to parse it)."""
+    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+
+    from pyspark_farm.dafka.source import DAFKA_COLUMNS_DDL
+    types = {"string": StringType(), "long": LongType(), "binary": BinaryType(),
+             "timestamp": TimestampType()}
+    return StructType([StructField(name, types[kind]) for name, kind in
+                       (field.split() for field in DAFKA_COLUMNS_DDL.split(","))])

@@ -19,6 +19,7 @@ from pyspark_farm.dafka.planning import batch_ends, plan_tasks, task_counts
 from pyspark_farm.dafka.sink import Spool, sink_partition
 from pyspark_farm.errors import OptionError
 from pyspark_farm.options import UnknownOptionWarning
+from tests.spark.helpers import dafka_source_schema
 
 P1, P2 = "A" * 32, "B" * 32
 
@@ -271,13 +272,7 @@ def test_min_partitions_splits_ranges_evenly_in_proportion_to_size():
 def test_min_partitions_option():
     base = {"kind": "dafka", "tower": "tcp://127.0.0.1:5556", "subscribe": "t",
             "readCommitted": "false"}
-    from pyspark.sql.types import (BinaryType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
-    schema_ = StructType([StructField("topic", StringType()),
-                          StructField("partition", StringType()),
-                          StructField("offset", LongType()),
-                          StructField("value", BinaryType()),
-                          StructField("timestamp", TimestampType())])
+    schema_ = dafka_source_schema()
     assert kind.batch_reader(base, schema_).settings.min_partitions == 1
     assert kind.batch_reader({**base, "minPartitions": "8"}, schema_
                              ).settings.min_partitions == 8
