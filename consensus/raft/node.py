@@ -120,6 +120,13 @@ class RaftNode:
         return self.log.last_index()
 
     @property
+    def committed_in_term(self) -> bool:
+        """Whether an entry of the current term has committed: only then does a new
+        leader know the commit index (Raft §8; until its no-op commits it may be behind
+        what its predecessor acknowledged)."""
+        return self._committed_in_term()
+
+    @property
     def removed(self) -> bool:
         return self._removed
 

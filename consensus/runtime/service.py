@@ -535,6 +535,7 @@ class Service:
         node = self.node
         start, stop = int(args["start"]), int(args["stop"])
         max_bytes = int(args.get("max_bytes", 8 << 20))
+        payloads = bool(args.get("payloads", True))
         if start < 1 or stop < start:
             raise FarmError(f"read_entries({start}, {stop}): need 1 <= start <= stop")
         first, applied = node.raft.log.first_index(), node.machine.applied
@@ -542,10 +543,26 @@ class Service:
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first)
         if stop - 1 > applied:
+            raft = node.raft
+            if raft.role is Role.LEADER and not raft.committed_in_term and \
+                    stop - 1 <= raft.last_index:
+                # A new leader learns the commit index when its first entry commits: what
+                # it holds may be acknowledged already (a client reading its own write),
+                # so answer once that is applied here instead of "not there yet".
+                return self._wait(
+                    conn, call, args,
+                    lambda: ((True, self._entries(start, stop, max_bytes, payloads))
+                             if node.machine.applied >= stop - 1 else (False, None)),
+                    f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
             raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
                                 f"entry {stop - 1} is not there yet", applied)
+        return self._entries(start, stop, max_bytes, payloads)
+
+    def _entries(self, start: int, stop: int, max_bytes: int, payloads: bool) -> dict:
+        """The answer to read_entries for applied entries [start, stop)."""
         if start == stop:
             return {"entries": [], "verdicts": {}}
+        node = self.node
         entries = node.raft.log.slice(start, stop, max_bytes)
         verdicts = {}
         machine = node.machine
@@ -553,7 +570,7 @@ class Service:
             verdict = machine.verdict(entry)
             if verdict is not True:
                 verdicts[entry.index] = verdict
-        if not args.get("payloads", True):
+        if not payloads:
             return {"headers": [header_of(described(e, verdicts.get(e.index, True)))
                                 for e in entries]}
         return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],

@@ -169,3 +169,22 @@ def _role(client):
         return client.ping()["role"]
     except FarmError:
         return None
+
+
+def test_a_fresh_client_seeded_with_a_follower_reads_its_writes_at_the_leader():
+    """log_bounds and read_entries default to the leader's view. A client that knows only
+    a follower learns the leader from the follower's Welcome and asks it there: the
+    follower itself learns a commit index at the next tick at the latest, so it may not
+    have applied a write the leader acknowledged a moment ago."""
+    with LocalCluster(3, fsync="never", status_interval=5.0) as farm:
+        leader = farm.wait_for_leader(30)
+        follower = farm.endpoint_of(next(i for i in farm.node_ids if i != leader))
+        with farm.client(timeout=10) as writer:
+            for n in range(20):
+                index, term = writer.append([b"w%d" % n])
+                with FarmClient(follower, username=farm.username, password=farm.password,
+                                cluster=farm.cluster, timeout=10) as reader:
+                    [record] = reader.read_entries(index, index + 1)
+                    assert (record.index, record.term, record.records) == \
+                        (index, term, [b"w%d" % n])
+                    assert reader.log_bounds()[1] >= index
