@@ -222,11 +222,12 @@ class FarmClient:
                     continue
                 except AuthenticationError as exc:
                     raise _final(exc, uncertain) from None
-                if leader and endpoint is None and self.directory.leader not in (None,
-                                                                                 candidate):
+                if leader and endpoint is None and \
+                        self.directory.reachable_leader() not in (None, candidate):
                     continue    # its Welcome named the leader: a member would answer a
                     # leader's call it serves too (log_bounds, read_entries) from its own
-                    # view, which may not hold our acknowledged writes yet
+                    # view, which may not hold our acknowledged writes yet (a leader
+                    # that failed us lately is not waited for: the member answers)
                 sent = link.sent
                 try:
                     return operation(link, min(deadline, time.monotonic() + patience))

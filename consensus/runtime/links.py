@@ -134,6 +134,15 @@ class Directory:
     def leader(self) -> str | None:
         return self._leader
 
+    def reachable_leader(self) -> str | None:
+        """The leader's endpoint unless it failed us lately (a member's Welcome may still
+        name a leader that has just died)."""
+        with self._lock:
+            leader = self._leader
+            if leader is not None and self._suspect.get(leader, 0.0) > time.monotonic():
+                return None
+            return leader
+
     def endpoint_of(self, node_id: int) -> str | None:
         return self._book.get(node_id)
 

@@ -386,3 +386,22 @@ def test_a_node_process_never_imports_pyspark():
     code = ("import sys, consensus.cli, consensus.runtime.cli, consensus.runtime.node; "
             "sys.exit(any(m.split('.')[0] == 'pyspark' for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_the_directory_does_not_send_leader_calls_to_a_leader_that_failed_us():
+    """A member's Welcome may still name a leader that just died: the client then lets
+    that member answer a leader's call instead of waiting for the dead one (it tries it
+    last for a while), and goes back to it once a Welcome names it and it is not suspect."""
+    from consensus.runtime.links import Directory
+    a, b, c = "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"
+    config = Configuration.of({1, 2, 3}, set(), {1: a, 2: b, 3: c}).encode()
+    directory = Directory([a, b, c], connect_timeout=1.0)
+    welcome = ext.Welcome(2, 0, 1, 2, "farm", 1, "follower", config)
+    directory.learn(welcome)
+    assert directory.leader == a and directory.reachable_leader() == a
+    assert directory.candidates(leader=True)[0] == a
+    directory.failed(a)
+    assert directory.leader is None and directory.reachable_leader() is None
+    directory.learn(welcome)                # another member still believes in node 1
+    assert directory.leader == a and directory.reachable_leader() is None
+    assert directory.candidates(leader=True)[-1] == a
