@@ -85,26 +85,14 @@ def plan_tasks(key: PartitionKey, ranges: Sequence[Range], per_task: int,
     """Tasks over the ranges of one partition, each of at most `per_task` offsets; with
     `parts` (from `task_counts`), exactly that many tasks (at most one per offset) whose
     sizes differ by one at most."""
-    if parts is not None:
-        total = sum(max(0, b - a) for a, b in ranges)
+    total = sum(max(0, b - a) for a, b in ranges)
+    if parts is None:
+        whole, rest = divmod(total, per_task)
+        sizes = [per_task] * whole + [rest] * (rest > 0)
+    else:
         parts = max(1, min(parts, total))
         sizes = [total // parts + (i < total % parts) for i in range(parts)]
-        return _cut(key, ranges, sizes)
-    tasks: list[ReadTask] = []
-    current: list[Range] = []
-    size = 0
-    for start, stop in ranges:
-        while start < stop:
-            take = min(stop - start, per_task - size)
-            current.append((start, start + take))
-            size += take
-            start += take
-            if size == per_task:
-                tasks.append(ReadTask(*key, tuple(current)))
-                current, size = [], 0
-    if current:
-        tasks.append(ReadTask(*key, tuple(current)))
-    return tasks
+    return _cut(key, ranges, sizes)
 
 
 def _cut(key: PartitionKey, ranges: Sequence[Range], sizes: Sequence[int]) -> list[ReadTask]:
