@@ -67,10 +67,16 @@ class BulkEntries:
     def entries(self) -> list[Entry]:
         """The stored entries under the subtree (empty bodies dropped), in order."""
         if self._entries is None:
-            subtree, stored = self.subtree, Entry.stored
-            self._entries = [stored(*row) for part in self.parts for row in part.rows()
-                             if row[4] and row[0].startswith(subtree)]
+            self._entries = _stored(self.parts, self.subtree, with_deletes=False)
         return self._entries
+
+
+def _stored(parts: list[KvBulk], subtree: bytes, *, with_deletes: bool) -> list[Entry]:
+    """The entries of KVBULKs whose key is under `subtree`, in order, as stored entries
+    (`with_deletes`: those with an empty body too)."""
+    stored = Entry.stored
+    return [stored(*row) for part in parts for row in part.rows()
+            if (with_deletes or row[4]) and row[0].startswith(subtree)]
 
 
 class Synced:
@@ -219,12 +225,9 @@ class Replica:
                                                    msg.properties, msg.body))
             return None
         if isinstance(msg, KvBulk):
-            if self._resume_from is None and not self._snapshot:
-                self._bulk.append(msg)   # a whole snapshot: kept as columns (BulkEntries)
-            else:
-                subtree, stored = self.subtree, Entry.stored
-                self._snapshot += [stored(*row) for row in msg.rows()
-                                   if row[0].startswith(subtree)]
+            self._bulk.append(msg)   # a whole snapshot: kept as columns (BulkEntries)
+            if self._resume_from is not None or self._snapshot:
+                self._unbulk()       # part of a resume, or after KVSYNCs: as entries
             return None
         resumed = resume.resumed_from(msg.properties) if msg.properties else None
         identity = resume.identity_of(msg.properties) if msg.properties else None
@@ -264,9 +267,7 @@ class Replica:
         entries in the order they came, as entries."""
         if self._bulk:
             parts, self._bulk = self._bulk, []
-            subtree, stored = self.subtree, Entry.stored
-            self._snapshot += [stored(*row) for part in parts for row in part.rows()
-                               if row[0].startswith(subtree)]
+            self._snapshot += _stored(parts, self.subtree, with_deletes=True)
 
     def _apply_buffered(self, buffered: list[Kvpub], now: float) -> list[Entry]:
         """The updates that came while syncing, above the new sequence."""
