@@ -242,25 +242,16 @@ class Capture:
         the capture at once, and the query with it."""
         from consensus.runtime.errors import NotLeaderError, RetryableWrite, Unavailable
         token = uuid.uuid4().hex
-        payloads: list[bytes] = []
-        counts: list[int] = []
+        encoded = list(encode_payloads(changes, head))
+        metadata = {"rows": [rows for _, rows in encoded], "writer": "pyspark_farm.chp",
+                    "chp": {"last": last, "server": server, "token": token}}
         deadline = time.monotonic() + RETRY_FOR
         delay = 0.1
         while True:
             try:
-                if not payloads:   # staged as they are encoded, the first time
-                    staged = []
-                    for payload, rows in encode_payloads(changes, head):
-                        staged.append(farm.stage(query_id, batch, len(staged), 0, payload,
-                                                 content_type=CHANGELOG_CONTENT))
-                        payloads.append(payload)
-                        counts.append(rows)
-                else:
-                    staged = [farm.stage(query_id, batch, part, 0, payload,
-                                         content_type=CHANGELOG_CONTENT)
-                              for part, payload in enumerate(payloads)]
-                metadata = {"rows": counts, "writer": "pyspark_farm.chp",
-                            "chp": {"last": last, "server": server, "token": token}}
+                staged = [farm.stage(query_id, batch, part, 0, payload,
+                                     content_type=CHANGELOG_CONTENT)
+                          for part, (payload, _) in enumerate(encoded)]
                 outcome = farm.commit_batch(query_id, batch, staged, metadata=metadata)
                 break
             except (Unavailable, NotLeaderError, RetryableWrite) as exc:

@@ -191,3 +191,43 @@ def test_options_name_what_is_wrong():
                              "minOffsetsPerTrigger": "5", "maxOffsetsPerTrigger": "2"})
     assert kind.SERVER_OPTIONS.parse({"endpoint": "127.0.0.1:5556, 127.0.0.1:5566"})[
         "endpoint"] == ("127.0.0.1:5556", "127.0.0.1:5566")
+
+
+class _FlakyFarm:
+    """Stages payloads, refusing the second one once (the farm unavailable mid-chunk)."""
+
+    def __init__(self) -> None:
+        self.staged: dict[int, bytes] = {}
+        self.calls = 0
+        self.commits: list[tuple[list[int], dict]] = []
+
+    def stage(self, query_id, batch, part, attempt, payload, *, content_type):
+        from consensus.runtime.errors import Unavailable
+        self.calls += 1
+        if self.calls == 2:
+            raise Unavailable("the farm is electing a leader")
+        index = 100 + len(self.staged)
+        self.staged[index] = payload
+        return index
+
+    def commit_batch(self, query_id, batch, staged, *, metadata):
+        from consensus.runtime.results import BatchCommit
+        self.commits.append((list(staged), metadata))
+        return BatchCommit(True, 999, metadata=metadata)
+
+
+def test_a_chunk_retried_after_a_refused_payload_stages_all_its_payloads():
+    """A chunk of several payloads whose second stage is refused is staged whole again:
+    the commit names every payload, and their rows add up to the chunk's."""
+    from pyspark_farm.chp.capture import Capture, CaptureSettings
+    capture = Capture(CaptureSettings(None, ("127.0.0.1:9",), b"", 1.0, True), "c", 0)
+    changes = [Change(b"k%d" % n, n, b"u" * 16, b"", bytes([n]) * 100_000, False)
+               for n in range(60)]
+    farm = _FlakyFarm()
+    capture._write(farm, "c", 0, changes, 59, "127.0.0.1:9")
+    [(staged, metadata)] = farm.commits
+    assert len(staged) == len(metadata["rows"]) >= 3
+    assert sum(metadata["rows"]) == len(changes)
+    keys = [c.key for index in staged for c in table_changes(
+        decode_payload(farm.staged[index], index))]
+    assert keys == [c.key for c in changes]
