@@ -227,19 +227,6 @@ def snapshot_table(parts: Sequence[KvBulk], subtree: bytes, resync: str) -> pa.T
     return table
 
 
-def encode_payload(changes: Sequence[Change], head: pa.Table | None = None) -> bytes:
-    """The capture's journal payload (an Arrow IPC stream, zstd): the rows of `head`
-    (a snapshot already in columns, `snapshot_table`), then `changes`."""
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
-    with pa.ipc.new_stream(sink, CHP_SCHEMA, options=options) as writer:
-        if head is not None:
-            writer.write_table(head)
-        if changes or head is None:
-            writer.write_batch(changes_batch(changes))
-    return sink.getvalue().to_pybytes()
-
-
 #: Uncompressed bytes of rows per staged payload: the farm stages a few MiB at a time
 #: several times faster than one payload of tens of MiB, and readers fetch the payloads
 #: of one commit in parallel.
@@ -248,8 +235,9 @@ PAYLOAD_BYTES = 2 << 20
 
 def encode_payloads(changes: Sequence[Change], head: pa.Table | None = None, *,
                     max_bytes: int = PAYLOAD_BYTES) -> Iterator[tuple[bytes, int]]:
-    """A chunk's rows (`head`, then `changes`) as payloads of about `max_bytes` each
-    (`encode_payload`), with their row counts; encoded as they are asked for."""
+    """A chunk's rows (`head`, a snapshot already in columns from `snapshot_table`,
+    then `changes`) as journal payloads of about `max_bytes` each (Arrow IPC streams,
+    zstd), with their row counts; encoded as they are asked for."""
     parts = [] if head is None else [head]
     if changes or head is None:
         parts.append(pa.Table.from_batches([changes_batch(changes)]))

@@ -13,7 +13,7 @@ from pyspark_farm.chp.changelog import RESYNC_PROPERTY, Change, Changelog
 from connectors.chp.proto import decode_bulk, encode_bulk
 from connectors.chp.replica import BulkEntries
 from pyspark_farm.chp.rows import (CHP_SCHEMA, PayloadError, changes_batch, decode_payload,
-                                   encode_payload, snapshot_table, table_changes)
+                                   encode_payloads, snapshot_table, table_changes)
 from pyspark_farm.chp.sink import check_input, marker_batch, row_uuid
 from pyspark_farm.chp.source import KeyFilter, chp_offset, parse_offset
 from pyspark_farm.errors import SchemaError
@@ -113,7 +113,9 @@ def test_a_server_that_lost_updates_is_followed_back_down():
 def test_payloads_round_trip_and_bad_ones_are_refused():
     changes = [Change(b"k", 3, b"u" * 16, b"ttl=5\n", b"v", False, "0:3"),
                Change(b"gone", 4, b"w" * 16, b"", b"", True)]
-    table = decode_payload(encode_payload(changes), 7)
+    [(payload, rows)] = encode_payloads(changes)
+    assert rows == len(changes)
+    table = decode_payload(payload, 7)
     assert table.schema == CHP_SCHEMA
     assert table.column("properties").to_pylist()[0] == [("ttl", "5"), (RESYNC_PROPERTY, "0:3")]
     back = list(table_changes(table))
