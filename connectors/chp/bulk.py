@@ -24,11 +24,10 @@ snapshot stays the map at KTHXBAI's sequence.
 from __future__ import annotations
 
 import os
-from operator import attrgetter
 from typing import Iterator, Sequence
 
-from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, Kthxbai, Limits, _EntryLike,
-                    encode, encode_bulk)
+from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, Kthxbai, Limits, _BODY, _KEY,
+                    _PROPERTIES, _EntryLike, encode, encode_bulk)
 
 SLICE_ENTRIES = 16384          # entries per KVBULK sent by our server
 SLICE_BYTES = 4 << 20          # bytes per column frame of a KVBULK (a bigger entry goes alone)
@@ -44,7 +43,7 @@ def wants_bulk(identity: bytes) -> bool:
     return identity.startswith(BULK_ROUTING_PREFIX)
 
 
-_SIZED = (attrgetter("key"), attrgetter("properties"), attrgetter("body"))
+_SIZED = (_KEY, _PROPERTIES, _BODY)   # the variable columns a KVBULK frame holds
 
 
 def slices(entries: Sequence[_EntryLike], limits: Limits = DEFAULT_LIMITS, *,
