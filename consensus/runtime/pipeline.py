@@ -252,12 +252,11 @@ class WritePipe:
         batch = [self.unsent.popleft() for _ in range(min(room, len(self.unsent)))]
         now = time.monotonic()
         last_call = now + min(2 * self._answer_time, _LAST_CALL_CAP)
-        if any(w.sent_at and w.deadline <= last_call for w in batch):
-            for w in batch:             # only again: a first attempt always goes out
-                if w.sent_at and w.deadline <= last_call:
-                    self._fail(w, Unavailable(
-                        "no answer could come back before the timeout; the last attempt "
-                        "was not sent (raise the client's timeout if the farm is slow)"))
+        for w in batch:                 # only again: a first attempt always goes out
+            if w.sent_at and w.deadline <= last_call:
+                self._fail(w, Unavailable(
+                    "no answer could come back before the timeout; the last attempt was "
+                    "not sent (raise the client's timeout if the farm is slow)"))
         batch = [w for w in batch if not w.done]
         if not batch:
             return
