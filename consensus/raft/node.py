@@ -606,7 +606,7 @@ class RaftNode:
             next_index = pr.next
             prev_term = log.term(next_index - 1)
             if prev_term is None or next_index < log.first_index():
-                pr.become_snapshot(self._latest_snapshot())
+                pr.become_snapshot(self._catch_up_snapshot())
                 return self._send_snapshot_chunk(peer, pr) or sent
             if next_index > last:
                 if pr.state is ProgressState.PROBE:     # empty probe: find the match point
@@ -638,8 +638,10 @@ class RaftNode:
             prev, prev_term = 0, 0
         self._emit_append(peer, pr, prev, prev_term, [])
 
-    def _latest_snapshot(self) -> Snapshot:
-        snapshot = self.log.storage.snapshot()
+    def _catch_up_snapshot(self) -> Snapshot:
+        """What a member behind our log's start installs (Storage.catch_up_snapshot: not
+        the latest, so that it gets the entries the application still needs below it)."""
+        snapshot = self.log.storage.catch_up_snapshot()
         if snapshot is None:
             raise StorageStateError(f"the log starts at {self.log.first_index()} but storage "
                                     "has no snapshot to send instead")
@@ -1013,7 +1015,7 @@ class RaftNode:
             return
         if start < log.first_index():
             joiner.phase = JoinPhase.SNAPSHOT
-            joiner.progress.become_snapshot(self._latest_snapshot())
+            joiner.progress.become_snapshot(self._catch_up_snapshot())
             joiner.sent_tick = self._ticks
             self._send_snapshot_chunk(joiner.node_id, joiner.progress)
             return
@@ -1205,7 +1207,7 @@ class RaftNode:
             pull.parent = None
 
     def _on_pull_snapshot(self, msg: PullSnapshot) -> None:
-        snap = self.log.storage.snapshot()
+        snap = self.log.storage.catch_up_snapshot()
         if snap is None:
             self._send_now.append(PullSnapshotResponse(self.term, self.id, msg.source, 0, 0,
                                                        EMPTY, 0, b"", True))

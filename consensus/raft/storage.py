@@ -65,6 +65,11 @@ class Storage(Protocol):
     def snapshot(self) -> Snapshot | None:
         """The latest snapshot (index >= first_index() - 1); None if there is none."""
 
+    def catch_up_snapshot(self) -> Snapshot | None:
+        """The snapshot a member that lags behind first_index() installs: the oldest kept
+        one at or above first_index() - 1 (retention.catch_up_index), so that every
+        entry the log holds after it can follow; None if there is none."""
+
 
 class MemoryStorage:
     """`Storage` in memory, with the write side the runtime (here: the tests and the
@@ -107,6 +112,9 @@ class MemoryStorage:
 
     def snapshot(self) -> Snapshot | None:
         return self._snapshot
+
+    def catch_up_snapshot(self) -> Snapshot | None:
+        return self._snapshot       # the only one kept: compact() never passes it
 
     # -- the write side -----------------------------------------------------------------
     def persist(self, rd: "Ready") -> None:

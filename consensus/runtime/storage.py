@@ -36,6 +36,7 @@ from typing import Sequence
 from consensus.raft import Configuration, Entry, EntryType, HardState, Snapshot
 from consensus.raft.entry import limit_size
 from consensus.raft.errors import CompactedError, UnavailableError
+from consensus.raft.retention import catch_up_index, compaction_point, snapshots_to_keep
 from consensus.storage import (CorruptLogError, HardStateFile, SegmentedLog, SnapshotStore)
 from consensus.storage import HardState as StoredHardState
 from consensus.storage.files import replace_atomically
@@ -89,6 +90,7 @@ class DiskStorage:
                                        name="hardstate-saver")
         self._saver.start()
         self._latest = self._load_latest_snapshot()
+        self._catch_up: Snapshot | None = None     # cached: the leader sends it in chunks
         self._first = self._recover_first_index()
         self._base_term = self._term_before_first()
         self._terms = array.array("q")
@@ -129,8 +131,9 @@ class DiskStorage:
         base = self._read_base()
         if base is not None and base[0] == first - 1:
             return first
-        if self._latest is not None and self._latest.index >= first - 1:
-            return self._latest.index + 1
+        covering = catch_up_index(self.snapshots.indexes(), first)
+        if covering is not None:
+            return covering + 1     # the snapshot that catches members up covers the base
         raise CorruptLogError(self.log.directory, 0, f"the log starts at {first} but neither "
                               f"log-base nor a snapshot tells the term of entry {first - 1}")
 
@@ -140,8 +143,7 @@ class DiskStorage:
         base = self._read_base()
         if base is not None and base[0] == self._first - 1:
             return base[1]
-        assert self._latest is not None
-        return self._latest.term
+        return self.snapshots.get(self._first - 1).term
 
     def _load_terms(self) -> None:
         last = self.log.last_index
@@ -192,6 +194,16 @@ class DiskStorage:
     def snapshot(self) -> Snapshot | None:
         return self._latest
 
+    def catch_up_snapshot(self) -> Snapshot | None:
+        index = catch_up_index(self.snapshots.indexes(), self._first)
+        if index is None:
+            return None
+        if self._catch_up is None or self._catch_up.index != index:
+            self._catch_up = (self._latest if self._latest is not None
+                              and self._latest.index == index
+                              else _core_snapshot(self.snapshots.get(index)))
+        return self._catch_up
+
     # -- the write side -------------------------------------------------------------------
     def install_snapshot(self, snapshot: Snapshot) -> None:
         """A snapshot received from the leader replaces the whole log."""
@@ -202,14 +214,20 @@ class DiskStorage:
         self._base_term = snapshot.term
         self._terms = array.array("q")
         self._cache, self._cached_bytes = [], 0
+        self._prune()
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Store a snapshot (the application's, or one received) and keep the newest few."""
+        """Store a snapshot (the application's, or one received); `compact` prunes."""
         self.snapshots.save(snapshot.index, snapshot.term, snapshot.data,
                             {"configuration": snapshot.configuration.encode().decode()})
         if self._latest is None or snapshot.index >= self._latest.index:
             self._latest = snapshot
-        self.snapshots.prune(self.keep_snapshots)
+
+    def _prune(self) -> None:
+        """Keep the newest `keep_snapshots` and the one that catches members up."""
+        stored = self.snapshots.indexes()
+        keep = snapshots_to_keep(stored, self._first, self.keep_snapshots)
+        self.snapshots.prune_except(keep)
 
     def append(self, entries: Sequence[Entry]) -> bool:
         """Append entries, first dropping what the log holds at or after the first one;
@@ -288,25 +306,28 @@ class DiskStorage:
             if self._closing:
                 return
 
-    def compact(self, keep_from: int) -> None:
-        """Drop whole segments below `keep_from`, which the latest snapshot must cover."""
-        if self._latest is None:
-            return
-        keep_from = min(keep_from, self._latest.index + 1, self.last_index() + 1)
+    def compact(self, needed_from: int) -> None:
+        """Drop whole segments of entries below `needed_from` that a kept snapshot covers
+        (retention.compaction_point: the log starts at most just after the newest
+        snapshot at or below `needed_from - 1`, which then catches members up), then
+        prune the snapshots."""
+        point = compaction_point(self.snapshots.indexes(), needed_from)
+        keep_from = min(point, self.last_index() + 1) if point is not None else self._first
         if keep_from <= self._first:
+            self._prune()
             return
         self.log.sync()
         # The log drops whole segments, so it may start below keep_from. A crash before
-        # log-base names the new start leaves a log whose base the latest snapshot covers
+        # log-base names the new start leaves a log whose base a kept snapshot covers
         # (see _recover_first_index).
         self.log.compact_before(keep_from)
         first = self.log.first_index
-        if first <= self._first:
-            return
-        self._base_term = self.term(first - 1)
-        self._write_base(first - 1, self._base_term)
-        del self._terms[:first - self._first]
-        self._first = first
+        if first > self._first:
+            self._base_term = self.term(first - 1)
+            self._write_base(first - 1, self._base_term)
+            del self._terms[:first - self._first]
+            self._first = first
+        self._prune()
 
     @property
     def log_bytes(self) -> int:

@@ -115,10 +115,15 @@ class SnapshotStore:
         """Delete all but the newest `keep` snapshots (and temp files left below them)."""
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
             raise ValueError(f"prune(keep={keep!r}): keep must be an integer >= 0")
+        stored = self.indexes()
+        self.prune_except(set(stored[len(stored) - keep:]) if keep else set())
+
+    def prune_except(self, keep: set[int]) -> None:
+        """Delete every snapshot whose index is not in `keep` (and temp files left below
+        the oldest one kept)."""
         with self._lock:
-            stored = self.indexes()
-            doomed = stored[:len(stored) - keep]
-            oldest_kept = stored[len(doomed)] if keep and stored else _U64 + 1
+            doomed = [index for index in self.indexes() if index not in keep]
+            oldest_kept = min(keep, default=_U64 + 1)
             for name in os.listdir(self.directory):
                 match = _NAME.match(name)
                 if match and (int(match.group(1)) in doomed

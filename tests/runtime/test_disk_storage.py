@@ -46,10 +46,11 @@ def test_a_moved_commit_index_alone_is_saved_lazily(tmp_path):
 def test_compaction_keeps_the_base_term_and_a_node_restarts_on_it(tmp_path):
     storage = DiskStorage(str(tmp_path), segment_bytes=200)
     storage.append(entries(1, 40, term=3))
+    storage.save_snapshot(Snapshot(20, 3, CONFIG, b"state-20"))
     storage.save_snapshot(Snapshot(30, 3, CONFIG, b"state-30"))
     storage.compact(25)
     first = storage.first_index()
-    assert 1 < first <= 25
+    assert 1 < first <= 21      # just after the newest snapshot below 25, at most
     assert storage.term(first - 1) == 3
     with pytest.raises(CompactedError):
         storage.entries(first - 1, first)
@@ -88,3 +89,55 @@ def test_the_entry_cache_serves_what_the_disk_holds(tmp_path):
     assert len(small._cache) == 1 and small.entries(1, 6) == entries(1, 5)
     storage.close()
     small.close()
+
+
+def test_compaction_stops_at_a_kept_snapshot_that_catches_members_up(tmp_path):
+    """Entries still needed below the latest snapshot stay, and the snapshot a lagging
+    member is sent is one it can continue from with the log's entries (retention.py)."""
+    storage = DiskStorage(str(tmp_path), segment_bytes=200, keep_snapshots=1)
+    storage.append(entries(1, 60, term=2))
+    for index in (10, 20, 30, 40, 50):
+        storage.save_snapshot(Snapshot(index, 2, CONFIG, b"state-%d" % index))
+    storage.compact(35)                 # entries from 35 on are still needed
+    first = storage.first_index()
+    assert 20 < first <= 31
+    catch_up = storage.catch_up_snapshot()
+    assert catch_up.index == 30 and catch_up.data == b"state-30"
+    assert first - 1 <= catch_up.index < 35
+    # pruning kept the newest one and the catch-up one, nothing else
+    assert storage.snapshots.indexes() == [30, 50]
+    assert storage.snapshot().index == 50
+    storage.compact(20)                 # never backwards, never past what is needed
+    assert storage.first_index() == first
+    storage.close()
+    again = DiskStorage(str(tmp_path), segment_bytes=200, keep_snapshots=1)
+    assert again.first_index() == first and again.catch_up_snapshot().index == 30
+    again.close()
+
+
+def test_no_compaction_without_a_snapshot_below_what_is_needed(tmp_path):
+    storage = DiskStorage(str(tmp_path), segment_bytes=200)
+    storage.append(entries(1, 60))
+    storage.save_snapshot(Snapshot(50, 1, CONFIG, b"state-50"))
+    storage.compact(40)
+    assert storage.first_index() == 1
+    assert storage.catch_up_snapshot().index == 50     # first - 1 = 0: the oldest above
+    storage.close()
+
+
+def test_a_crash_before_log_base_is_written_recovers_at_the_catch_up_snapshot(tmp_path):
+    """compact() drops segments, then names the new start in log-base: a crash between
+    the two leaves a log whose base only a snapshot can tell."""
+    storage = DiskStorage(str(tmp_path), segment_bytes=200, keep_snapshots=1)
+    storage.append(entries(1, 60, term=4))
+    for index in (20, 30, 50):
+        storage.save_snapshot(Snapshot(index, 4, CONFIG, b"state-%d" % index))
+    storage.compact(35)
+    first = storage.first_index()
+    assert 20 < first <= 31
+    storage.close()
+    (tmp_path / "log-base").unlink()
+    again = DiskStorage(str(tmp_path), segment_bytes=200, keep_snapshots=1)
+    assert again.first_index() == 31 and again.term(30) == 4
+    assert [e.index for e in again.entries(31, 36)] == [31, 32, 33, 34, 35]
+    again.close()
