@@ -12,6 +12,11 @@
   its index (checked on every commit and at the end against every member's log).
 - Read freshness: a linearizable read sees at least every write acknowledged before it
   started.
+- Whole batches (issue 18): every member holds, in its log, every staged entry its sink
+  ledger still needs: those of open batches (checked at the members that applied the
+  most), and those of committed batches whose commit is within retention (at or above the highest `applied + 1 - compact_margin` any member
+  reached); each with the data committed at that index, so a batch reads the same, whole,
+  at every member, after snapshots, InstallSnapshot, restarts and leader changes.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ class SafetyChecker:
         self._commit_seen: dict[tuple[int, int], int] = {}      # (node, incarnation) -> commit
         self._applied_last: dict[tuple[int, int], int] = {}
         self._leader_seen: set[tuple[int, int]] = set()
+        self.retained_from = 0          # commits at or above it are within retention
 
     # -- hooks the hosts call -------------------------------------------------------------
     def on_write(self, host: "SimHost", rd: Ready) -> None:
@@ -105,6 +111,33 @@ class SafetyChecker:
                 self._commit_seen[key] = commit
             if node.role is Role.LEADER:
                 self._check_leader(host)
+
+    def check_batches(self, hosts: Iterable["SimHost"], margin: int) -> None:
+        hosts = [h for h in hosts if h.settled]
+        for host in hosts:
+            self.retained_from = max(self.retained_from, host.node.log.applied + 1 - margin)
+        frontier = max((h.node.log.applied for h in hosts), default=0)
+        for host in hosts:
+            ledger = host.kv.ledger
+            if host.node.log.applied == frontier:
+                # Open batches as of now (a member still replaying may hold batches open
+                # that a commit it has yet to apply closed long ago, out of retention).
+                for staged in ledger.staged:
+                    self._check_staged(host, staged, "an open batch")
+            for batch, (commit, staged, _) in ledger.commits.get("sim", {}).items():
+                if commit >= self.retained_from:
+                    for index in staged:
+                        self._check_staged(host, index, f"batch {batch} committed at {commit}")
+
+    def _check_staged(self, host: "SimHost", index: int, needed_by: str) -> None:
+        log = host.node.log
+        if index < log.first_index():
+            raise Violation("Whole batches", f"node {host.id} lacks staged entry {index} of "
+                            f"{needed_by}: its log starts at {log.first_index()}")
+        (entry,) = log.slice(index, index + 1)
+        if (entry.term, entry.data) != self.applied.get(index):
+            raise Violation("Whole batches", f"node {host.id} holds {entry.data!r} at staged "
+                            f"entry {index} of {needed_by}; {self.applied.get(index)} was applied")
 
     def _record_commits(self, host: "SimHost", old: int, new: int) -> None:
         log = host.node.log

@@ -36,6 +36,7 @@ class SimSettings:
     settle_steps: int = 600     #: then at most this many calm steps to converge
     p_write: float = 0.5
     p_read: float = 0.35
+    p_batch: float = 0.3            #: a sink writer's move (stage, commit or abort)
     sync_probability: float = 0.7   #: a written Ready is fsynced in the same step
     snapshot_every: int = 20
     keep_snapshots: int = 3
@@ -174,6 +175,8 @@ class SimCluster:
                 self.workload.write(step, hosts)
             if rng.random() < self.settings.p_read:
                 self.workload.read(step, hosts)
+            if rng.random() < self.settings.p_batch:
+                self.workload.write_batch(hosts)
         for host in hosts.values():
             if host.up:
                 host.node.tick()
@@ -198,6 +201,7 @@ class SimCluster:
         self._to_stop.clear()
         self.workload.progress(step, hosts)
         self.checker.after_step(hosts.values())
+        self.checker.check_batches(hosts.values(), self.settings.compact_margin)
         self.step_no += 1
 
     def _supervise(self) -> None:

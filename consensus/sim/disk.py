@@ -12,6 +12,7 @@ import bisect
 import random
 
 from consensus.raft import HardState, MemoryStorage, Ready, Snapshot
+from consensus.raft.retention import catch_up_index, compaction_point, snapshots_to_keep
 
 
 class SimDisk(MemoryStorage):
@@ -56,12 +57,25 @@ class SimDisk(MemoryStorage):
         return f"kept {survive}/{unsynced} unsynced entries{torn}"
 
     # -- snapshots --------------------------------------------------------------------------
-    def save_snapshot(self, snapshot: Snapshot, keep: int) -> None:
-        """Store the application's snapshot (durable) and keep the newest `keep`."""
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store the application's snapshot (durable); `compact_to` prunes."""
         self.create_snapshot(snapshot)
         self.sparse[snapshot.index] = snapshot
-        for index in sorted(self.sparse)[:-keep]:
+
+    def compact_to(self, needed_from: int, keep: int) -> None:
+        """As the runtime's DiskStorage.compact: drop entries below `needed_from` up to
+        a kept snapshot (retention.compaction_point), then keep the newest `keep`
+        snapshots and the one that catches members up."""
+        point = compaction_point(self.sparse, needed_from)
+        if point is not None and point > self.first_index():
+            self.compact(point - 1)
+        kept = snapshots_to_keep(self.sparse, self.first_index(), keep)
+        for index in [i for i in self.sparse if i not in kept]:
             del self.sparse[index]
+
+    def catch_up_snapshot(self) -> Snapshot | None:
+        index = catch_up_index(self.sparse, self.first_index())
+        return self.sparse[index] if index is not None else None
 
     def nearest_at_or_below(self, index: int) -> Snapshot | None:
         keys = sorted(self.sparse)

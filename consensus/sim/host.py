@@ -113,7 +113,14 @@ class SimHost:
         if applied - self._snapshot_index < self.snapshot_every or self.node.installing_snapshot:
             return
         snapshot = self.node.snapshot_at(applied, self.kv.snapshot())
-        self.disk.save_snapshot(snapshot, self.keep_snapshots)
+        self.disk.save_snapshot(snapshot)
         self._snapshot_index = applied
-        self.disk.compact(max(self.disk.first_index() - 1, applied - self.compact_margin))
+        # As the runtime: keep what the ledger still needs, then retention.py's rule.
+        self.disk.compact_to(self.kv.needed_from(applied + 1 - self.compact_margin),
+                             self.keep_snapshots)
+
+    @property
+    def settled(self) -> bool:
+        """No Ready half-handled: the disk and the machine describe the same point."""
+        return self.up and self._pending is None
 

@@ -13,7 +13,7 @@ from consensus.linearizability import History
 from consensus.raft import Entry, NotLeader, ProposalDropped, PullStatus, ReadState, ReadStatus, Role
 
 from .checker import SafetyChecker
-from .kv import encode_put
+from .kv import encode_abort, encode_commit, encode_put, encode_stage
 
 if TYPE_CHECKING:
     from .host import SimHost
@@ -56,6 +56,8 @@ class Workload:
     busy: set[int] = field(default_factory=set)
     leader_hint: dict[int, int] = field(default_factory=dict)
     acked_index: int = 0
+    batch: int = 1                  # the sink writer's open batch and what it staged
+    staged: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "fail": 0, "info": 0})
     _next_id: int = 0
     _clock: int = 0
@@ -117,6 +119,31 @@ class Workload:
             return
         op.host, op.incarnation, op.term, op.index = host.id, host.incarnation, host.node.term, index
         self.writes[(host.id, host.incarnation, index)] = op
+
+    def write_batch(self, hosts: dict[int, "SimHost"]) -> None:
+        """The sink's writer, one move: stage an entry of the open batch, or commit it
+        (naming every index it staged, some perhaps lost to a leader change: the ledger
+        then refuses the commit on every member), or abort it. Outcomes are not
+        recorded: the checker compares what every member holds (SafetyChecker.check_batches)."""
+        leaders = [h for h in hosts.values() if h.up and h.node.role is Role.LEADER]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders).node
+        roll = self.rng.random()
+        if roll < 0.7 or not self.staged:
+            data = encode_stage(self.batch, len(self.staged))
+        elif roll < 0.93:
+            data = encode_commit(self.batch, self.staged)
+        else:
+            data = encode_abort(self.batch)
+        try:
+            index = node.propose(data)
+        except (NotLeader, ProposalDropped):
+            return
+        if data.startswith(b"stage/"):
+            self.staged.append(index)
+        else:
+            self.batch, self.staged = self.batch + 1, []
 
     def read(self, step: int, hosts: dict[int, "SimHost"]) -> None:
         op = self._new_op("get", step)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from consensus.raft import Entry, EntryType, HardState, Ready
+from consensus.raft import Entry, EntryType, HardState, MemoryStorage, Ready
 from consensus.raft.log import RaftLog
 from consensus.sim.cluster import SimSettings, run_seed
 from consensus.sim.disk import SimDisk
@@ -78,6 +78,19 @@ def test_a_planted_bug_is_caught(monkeypatch):
     assert caught[0].violation.prop in ("Log Matching", "State Machine Safety",
                                         "Leader Completeness")
     assert caught[0].trace
+
+
+@pytest.mark.timeout(120)
+def test_catching_members_up_with_the_latest_snapshot_loses_staged_entries(monkeypatch):
+    """Issue 18's defect, planted: a lagging member gets the latest snapshot (as before
+    raft/retention.py) and its log starts after staged entries its batches need. The
+    whole-batches check must see it (it did in 80 of seeds 0-299)."""
+    monkeypatch.setattr(SimDisk, "catch_up_snapshot", MemoryStorage.snapshot)
+    settings = SimSettings()
+    caught = [r for r in (run_seed(seed, settings) for seed in range(40))
+              if r.violation is not None]
+    assert caught, "the simulator missed members that lack staged entries in 40 seeds"
+    assert {r.violation.prop for r in caught} == {"Whole batches"}
 
 
 def test_disk_crash_keeps_synced_entries_and_a_prefix_of_the_rest():
