@@ -7,6 +7,7 @@ seeded by `RaftOptions.seed`, so a run is reproducible.
 """
 from __future__ import annotations
 
+import logging
 import random
 from itertools import count
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
@@ -30,6 +31,8 @@ from .reads import (STAMP_BITS, PendingRead, ReadState, ReadStatus, ReadTracker,
                     SnapshotQueryResult, SparseSnapshots, StateMachine, query_snapshot,
                     stamp_tick)
 from .storage import HardState, Snapshot, Storage
+
+log = logging.getLogger("garlicfarm.raft")
 
 _LEADER_MESSAGES = (AppendEntries, InstallSnapshot, TimeoutNow, JoinClusterRequest,
                     SyncLogRequest, LeaveClusterRequest)
@@ -596,6 +599,8 @@ class RaftNode:
 
     def _send_append(self, peer: int, pr: Progress) -> bool:
         """Send what the window allows; True when at least one message went out."""
+        if pr.paused_until > self._ticks:
+            return False            # it refused what it should take: see _hold_off
         if pr.state is ProgressState.SNAPSHOT:
             return self._send_snapshot_chunk(peer, pr)
         sent = False
@@ -623,8 +628,12 @@ class RaftNode:
 
     def _emit_append(self, peer: int, pr: Progress, prev: int, prev_term: int,
                      entries: list[Entry]) -> None:
-        commit = self.log.committed
-        pr.sent_commit = max(pr.sent_commit, min(commit, prev + len(entries)))
+        # The commit index goes no further than the entries this request vouches for
+        # (etcd: min(match, committed) in heartbeats). Raft followers cap it anyway; a
+        # JRaft follower trusts it when its log is empty (lastLogIndex 0) and would
+        # raise its commit past its log, then refuse every snapshot.
+        commit = min(self.log.committed, prev + len(entries))
+        pr.sent_commit = max(pr.sent_commit, commit)
         self._send_now.append(AppendEntries(self.term, self.id, peer, prev, prev_term,
                                             entries, commit, self._stamp()))
 
@@ -656,7 +665,7 @@ class RaftNode:
         done = offset + len(chunk) >= len(snap.data)
         self._send_now.append(InstallSnapshot(self.term, self.id, peer, snap.index, snap.term,
                                               snap.configuration, offset, chunk, done,
-                                              self.log.committed))
+                                              min(self.log.committed, snap.index)))
         pr.snapshot_sent_tick = self._ticks
         return True
 
@@ -670,6 +679,8 @@ class RaftNode:
         if msg.ctx > pr.ack_ctx:
             pr.ack_ctx = msg.ctx
         if msg.success:
+            if msg.entry_count:
+                pr.refusals = 0         # entries taken (a heartbeat proves nothing)
             last = msg.log_index + msg.entry_count - 1
             if msg.entry_count == 0:
                 advanced = last > pr.match
@@ -684,9 +695,20 @@ class RaftNode:
             if msg.source not in self.log.configuration.all_voters:
                 self._drop_departed()       # best effort: it was told, unless that was lost
             self._maybe_send_timeout_now(msg.source, pr)
-        elif pr.is_refusal_at_start(msg.log_index):
-            pr.back_off(msg.log_index, msg.next_index)
+        elif pr.is_refusal_at_start(msg.log_index) and \
+                not pr.back_off(msg.log_index, msg.next_index):
+            self._hold_off(msg.source, pr, f"refused entries from {msg.log_index} again "
+                           f"(it asks for {msg.next_index}; we know it holds up to {pr.match})")
         self._release_reads()
+
+    def _hold_off(self, peer: int, pr: Progress, what: str) -> None:
+        """A follower refuses what it should take (a JRaft node that raised its commit
+        past its log, a disk that lost acknowledged entries): back off instead of
+        resending at once, and say so (the first time, then at every doubling)."""
+        pause = pr.hold_off(self._ticks, self.options.retry)
+        if pr.refusals & (pr.refusals - 1) == 0:
+            log.warning("node %d: follower %d %s; refusal %d in a row, resending in %d "
+                        "ticks", self.id, peer, what, pr.refusals, pause)
 
     def _on_install_snapshot_response(self, msg: InstallSnapshotResponse) -> None:
         if self.role is not Role.LEADER:
@@ -705,7 +727,14 @@ class RaftNode:
                 msg.snapshot_index != snap.index:
             return
         pr.snapshot_sent_tick = None
+        if not msg.success:
+            if msg.next_offset != pr.snapshot_offset and not pr.refusals:
+                pr.refusals = 1         # it asks to resume elsewhere: once, at once
+            else:
+                self._hold_off(msg.source, pr, f"refused snapshot {snap.index} at offset "
+                               f"{pr.snapshot_offset} (it asks for {msg.next_offset})")
         if msg.done and msg.success:
+            pr.refusals = 0
             pr.match = max(pr.match, snap.index)
             pr.become_probe(snap.index + 1)
             if joiner is not None and pr is joiner.progress:

@@ -37,7 +37,8 @@ class InFlight:
 
 class Progress:
     __slots__ = ("match", "next", "state", "inflight", "held", "recent_active", "ack_ctx",
-                 "sent_commit", "snapshot", "snapshot_offset", "snapshot_sent_tick", "window")
+                 "sent_commit", "snapshot", "snapshot_offset", "snapshot_sent_tick", "window",
+                 "refusals", "paused_until")
 
     def __init__(self, next_index: int, window: int) -> None:
         self.match = 0
@@ -52,6 +53,8 @@ class Progress:
         self.snapshot_offset = 0
         self.snapshot_sent_tick: int | None = None   # None: no chunk awaiting its answer
         self.window = window
+        self.refusals = 0                   # refusals in a row that moved nothing back
+        self.paused_until = 0               # tick: nothing but heartbeats before it
 
     @property
     def rep_start(self) -> int:
@@ -143,7 +146,18 @@ class Progress:
             return False
         return log_index == self.rep_start
 
-    def back_off(self, log_index: int, hint: int) -> None:
+    def back_off(self, log_index: int, hint: int) -> bool:
         """The follower refused the request at rep_start: resume at its hint, never
-        after the refused request's prev index nor at or below `match`."""
+        after the refused request's prev index nor at or below `match`. False when that
+        resumes where the refused request started (a follower refusing what it
+        acknowledged before): resending at once would only be refused again."""
         self.become_probe(min(hint, log_index - 1))
+        return self.next < log_index
+
+    def hold_off(self, tick: int, retry: int) -> int:
+        """Another refusal that moved nothing: pause replication (heartbeats go on) for
+        `retry` ticks, doubling with each refusal in a row up to 8x; the pause."""
+        self.refusals += 1
+        pause = retry << min(self.refusals - 1, 3)
+        self.paused_until = tick + pause
+        return pause

@@ -12,6 +12,10 @@
   its index (checked on every commit and at the end against every member's log).
 - Read freshness: a linearizable read sees at least every write acknowledged before it
   started.
+- JRaft-safe commit announcements: no AppendEntries announces a commit index beyond the
+  entries it vouches for, no InstallSnapshot beyond its snapshot (a JRaft follower whose
+  log is empty trusts the commit index it is sent, raises its own past its log and then
+  refuses every snapshot: issue 13).
 - Whole batches (issue 18): every member holds, in its log, every staged entry its sink
   ledger still needs: those of open batches (checked at the members that applied the
   most), and those of committed batches whose commit is within retention (at or above the highest `applied + 1 - compact_margin` any member
@@ -23,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from consensus.raft import Entry, Ready, Role
+from consensus.raft import AppendEntries, Entry, InstallSnapshot, Message, Ready, Role
 
 if TYPE_CHECKING:
     from .host import SimHost
@@ -112,11 +116,23 @@ class SafetyChecker:
             if node.role is Role.LEADER:
                 self._check_leader(host)
 
+    def check_sent(self, msg: Message) -> None:
+        if isinstance(msg, AppendEntries):
+            vouched = msg.prev_log_index + len(msg.entries)
+        elif isinstance(msg, InstallSnapshot):
+            vouched = msg.snapshot_index
+        else:
+            return
+        if msg.commit > vouched:
+            raise Violation("JRaft-safe commit", f"node {msg.source} told node "
+                            f"{msg.destination} commit {msg.commit} in a "
+                            f"{type(msg).__name__} that vouches for entries up to {vouched}")
+
     def check_batches(self, hosts: Iterable["SimHost"], margin: int) -> None:
         hosts = [h for h in hosts if h.settled]
         for host in hosts:
             self.retained_from = max(self.retained_from, host.node.log.applied + 1 - margin)
-        frontier = max((h.node.log.applied for h in hosts), default=0)
+        frontier = max(self.applied, default=0)     # the highest index any node applied
         for host in hosts:
             ledger = host.kv.ledger
             if host.node.log.applied == frontier:

@@ -97,6 +97,7 @@ class SimCluster:
     def send(self, msg: Message) -> None:
         if msg.source in self.nemesis.silenced:
             return          # it crashes this very moment: nothing more leaves it
+        self.checker.check_sent(msg)
         if msg.destination in self.hosts:
             self.network.send(msg, self.step_no)
         if isinstance(msg, RequestVoteResponse) and msg.granted and not msg.pre_vote:
