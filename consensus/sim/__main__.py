@@ -6,6 +6,7 @@ exits 1; the last line is always the summary `seeds=N steps=... violations=...`.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     if args.spares < 0:
         parser.error("--spares must be 0 or more")
+    if not args.verbose:    # the core's warnings (a follower refusing) are the faults' doing
+        logging.getLogger("garlicfarm.raft").setLevel(logging.ERROR)
     settings = SimSettings(nodes=args.nodes, spares=args.spares, steps=args.steps,
                            verbose=args.verbose)
     started = time.monotonic()
