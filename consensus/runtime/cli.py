@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "to be added by the leader")
     p.add_argument("--status-interval", type=float, help="seconds between status entries "
                    "(default 5)")
+    p.add_argument("--status-entries", choices=("on", "off"),
+                   help="append the node's status JSON to the log every --status-interval "
+                   "(default: on, but off with --wire jraft: JRaft applications would take "
+                   "it for data)")
     p.add_argument("--tick", type=float, help="seconds per Raft tick (default 0.01)")
     p.add_argument("--election-ticks", type=int, help="election timeout in [n, 2n) ticks "
                    "(default 30: 300-600 ms)")

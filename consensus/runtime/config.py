@@ -50,6 +50,17 @@ def parse_members(text: str | Mapping[Any, str] | None, option: str) -> dict[int
     return members
 
 
+def _switch(value: Any, option: str) -> bool:
+    """on/off (the option), true/false (TOML)."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("on", "true", "yes", "1"):
+        return True
+    if str(value).lower() in ("off", "false", "no", "0"):
+        return False
+    raise ConfigError(option, f"{value!r} is not on or off")
+
+
 @dataclass
 class NodeConfig:
     id: int
@@ -73,6 +84,7 @@ class NodeConfig:
     listen_fd: int | None = None                #: an inherited listening socket
     peer_address: dict[int, str] = field(default_factory=dict)  #: dial these instead
     status_interval: float = 5.0
+    status_entries: bool | None = None          #: status JSON into the log (default: not on jraft)
     tick: float = 0.01                          #: seconds per Raft tick
     election_ticks: int = 30                    #: election timeout in [n, 2n) ticks
     snapshot_interval: int = 100_000            #: entries between snapshots
@@ -106,6 +118,12 @@ class NodeConfig:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 
     @property
+    def publishes_status(self) -> bool:
+        """Whether status JSON goes into the log: on by default, except on the raw JRaft
+        wire, where JRaft applications would take it for their own data."""
+        return self.status_entries if self.status_entries is not None else self.wire != "jraft"
+
+    @property
     def endpoint(self) -> str:
         return self.advertise or self.listen
 
@@ -137,6 +155,8 @@ class NodeConfig:
             if option in kwargs:
                 kwargs[option] = parse_members(kwargs[option],
                                                f"--{option.replace('_', '-')}")
+        if "status_entries" in kwargs:
+            kwargs["status_entries"] = _switch(kwargs["status_entries"], "status-entries")
         for name in ("data_dir", "credentials", "tls_cert", "tls_key", "tls_ca"):
             if kwargs.get(name):
                 kwargs[name] = os.path.expanduser(str(kwargs[name]))

@@ -393,6 +393,8 @@ class FarmNode:
             raft=self.status_dict(), uptime_ms=int((time.monotonic() - self.started) * 1000),
             publishing=self.machine.publisher() == self.id)
         log.info("node %d status: %s", self.id, data.decode())
+        if not config.publishes_status:
+            return
         if raft.role is Role.LEADER:
             self.service.propose_raw(data)
             return
