@@ -27,8 +27,11 @@ from typing import Any, ClassVar
 import msgpack
 
 from consensus.wire.errors import InvalidField, LimitExceeded
-from consensus.wire.jraft import (REGISTRY, REQUEST_CODEC, RESPONSE_CODEC, JRaftLimits,
-                                  MessageCodec, MessageRegistry)
+from consensus.wire.jraft import (DEFAULT_LIMITS, REGISTRY, REQUEST_CODEC, RESPONSE_CODEC,
+                                  JRaftDecoder, JRaftLimits, MessageCodec, MessageRegistry)
+from consensus.wire.jraft import encode as jraft_encode
+from consensus.wire.jraft import from_json as jraft_from_json
+from consensus.wire.jraft import to_json as jraft_to_json
 
 PROTOCOL = "garlicfarm-ext"
 _HEAD = struct.Struct(">Biiqi")
@@ -280,12 +283,14 @@ class ExtensionCodec(MessageCodec):
                                "term": message.term}
         for name in self._names:
             value = getattr(message, name)
-            out[name] = value.hex() if isinstance(value, bytes) else value
+            out[_JSON_NAMES.get(name, name)] = \
+                value.hex() if isinstance(value, bytes) else _to_json_value(value)
         return out
 
     def fields_from_json(self, obj: dict, message_type: int) -> ExtensionMessage:
         try:
-            values = [obj[name] for name in ("source", "destination", "term", *self._names)]
+            values = [obj[_JSON_NAMES.get(name, name)]
+                      for name in ("source", "destination", "term", *self._names)]
         except KeyError as exc:
             raise _bad(str(exc.args[0]), "missing") from None
         for i, (name, kind) in enumerate(zip(self._names, self.message_class.KINDS)):
@@ -294,8 +299,38 @@ class ExtensionCodec(MessageCodec):
                     values[3 + i] = bytes.fromhex(values[3 + i])
                 except ValueError:
                     raise _bad(name, "not hex") from None
+            elif kind is not bytes:
+                values[3 + i] = _from_json_value(values[3 + i], name)
             _check_kind(name, kind, values[3 + i])
         return self.message_class(*values)
+
+
+#: fields whose JSON key differs ("message" names the message type in the inspector's JSON)
+_JSON_NAMES = {"message": "text"}
+_HEX_KEY = "$hex"      #: JSON of bytes nested in a msgpack value: {"$hex": "00ff"}
+
+
+def _to_json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {_HEX_KEY: value.hex()}
+    if isinstance(value, (list, tuple)):
+        return [_to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_json_value(v) for k, v in value.items()}
+    return value
+
+
+def _from_json_value(value: Any, field: str) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_HEX_KEY} and isinstance(value[_HEX_KEY], str):
+            try:
+                return bytes.fromhex(value[_HEX_KEY])
+            except ValueError:
+                raise _bad(field, f"{value[_HEX_KEY]!r} is not hex") from None
+        return {k: _from_json_value(v, field) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json_value(v, field) for v in value]
+    return value
 
 
 def write_result_frame(source: int, term: int, request_id: bytes, index: int,
@@ -320,3 +355,28 @@ def _build_registry() -> MessageRegistry:
 
 
 GARLICFARM_REGISTRY = _build_registry()
+
+
+# ---------------------------------------------------------------------------------------
+# The whole Garlic Farm wire (JRaft's types and these), as the inspector sees it
+# (`garlicfarm decode -p garlicfarm`): the same functions as consensus.wire.jraft, over
+# GARLICFARM_REGISTRY.
+
+class GarlicFarmDecoder(JRaftDecoder):
+    """A stream decoder for one direction of a Garlic Farm connection after the
+    handshake: JRaft's messages and the extension frames."""
+
+    def __init__(self, limits: JRaftLimits = DEFAULT_LIMITS) -> None:
+        super().__init__(limits, GARLICFARM_REGISTRY)
+
+
+def encode(message: Any) -> bytes:
+    return jraft_encode(message, GARLICFARM_REGISTRY)
+
+
+def to_json(message: Any) -> dict:
+    return jraft_to_json(message, GARLICFARM_REGISTRY)
+
+
+def from_json(obj: Any) -> Any:
+    return jraft_from_json(obj, GARLICFARM_REGISTRY)

@@ -64,8 +64,10 @@ class Codec:
 
 
 PROTOCOLS: dict[str, Codec] = {codec.name: codec for codec in (
-    Codec("garlicfarm", "consensus.wire.jraft", "JRaftDecoder",
-          "handshake + JRaft binary over TCP", http_head=True),
+    Codec("garlicfarm", "consensus.runtime.extensions", "GarlicFarmDecoder",
+          "handshake + JRaft binary and garlicfarm's extension frames over TCP",
+          http_head=True),
+    Codec("jraft", "consensus.wire.jraft", "JRaftDecoder", "JRaft binary over TCP (raw)"),
     Codec("marker", "consensus.wire.marker", "MarkerDecoder", "TaskFlux marker bytes over TCP"),
     Codec("chp", "connectors.chp.proto", None, "CHP kvmsg over ZeroMQ", "Channel"),
     Codec("dafka", "connectors.dafka.proto", None, "Dafka over ZeroMQ"),
