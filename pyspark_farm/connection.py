@@ -72,12 +72,14 @@ class FarmConnection:
                    wire=values["wire"], tls_ca=values["tls.ca"], tls_cert=values["tls.cert"],
                    tls_key=values["tls.key"], proxy=values["proxy"], timeout=values["timeout"])
 
-    def client(self) -> "FarmClient":
+    def client(self, *, timeout: float | None = None) -> "FarmClient":
+        """A new client; `timeout` overrides the option's seconds per call (a probe of
+        each member must not wait the whole timeout for one that is down)."""
         from consensus.runtime import FarmClient
         return FarmClient(self.endpoints, cluster=self.cluster, username=self.username,
                           password=self.password, wire=self.wire, tls_ca=self.tls_ca,
                           tls_cert=self.tls_cert, tls_key=self.tls_key, proxy=self.proxy,
-                          timeout=self.timeout)
+                          timeout=self.timeout if timeout is None else timeout)
 
     def __repr__(self) -> str:   # never print the password in a Spark plan or a log
         return (f"FarmConnection(endpoints={self.endpoints!r}, cluster={self.cluster!r}, "

@@ -6,30 +6,33 @@ counts of entries (`entry_sizes`, optionally only one query's committed batches)
 members serve reads (`reading_members`), one lazy pass over entry sizes (`SizeScan`) and
 the planning steps of a reader (`LogPlanner`).
 Executor side: `PieceReader` turns planned `Piece`s into visible entries, at the member a
-task was given, falling back to any member when that one is behind or gone; the same
-committed range gives the same entries at every member.
+task was given, falling back to the leader when that one is behind or gone, and to any
+member that still holds them when entries were compacted away where it asked; the same
+committed range gives the same entries at every member, and a committed batch comes out
+whole or not at all.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-import logging
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 
 from .admission import choose_end
 from .errors import DataLossError
+from .members import (PROBE_SECONDS, EntriesGone, farm_members, member_firsts,
+                      read_anywhere)
 from .planning import EntrySize, Piece, plan_tasks
 
 if TYPE_CHECKING:
-    from consensus.runtime import ClusterView, FarmClient
+    from consensus.runtime import ClusterView, FarmClient, LogRecord
 
     from .connection import FarmConnection
 
@@ -78,15 +81,30 @@ def _supports_headers_only(client: "FarmClient") -> bool:
         return False
 
 
+def read_held(client: "FarmClient", start: int, stop: int, *,
+              probe: "FarmClient | None" = None, **options: object) -> list["LogRecord"]:
+    """read_entries at the leader, or, where its log starts after `start`, at a member
+    that still holds it (asked with `probe`; EntriesGone when no member does)."""
+    from consensus.runtime import IndexUnderflow
+    try:
+        return client.read_entries(start, stop, max_bytes=CHUNK_BYTES, **options)
+    except IndexUnderflow:
+        return read_anywhere(client, probe or client, start, stop,
+                             deadline=time.monotonic() + client.timeout,
+                             max_bytes=CHUNK_BYTES, **options)[1]
+
+
 def entry_sizes(client: "FarmClient", start: int, stop: int, *,
-                query_id: str | None = None) -> Iterator[EntrySize]:
+                query_id: str | None = None, probe: "FarmClient | None" = None
+                ) -> Iterator[EntrySize]:
     """Row counts of the entries in [start, stop) that show rows, read lazily in chunks
-    (headers only when the farm supports it: docs/runtime-requests.md S1). With
-    `query_id`, only the committed batches of that query (journal entries show none)."""
+    (headers only when the farm supports it: docs/runtime-requests.md S1), at the leader
+    or a member that still holds them (`read_held`). With `query_id`, only the committed
+    batches of that query (journal entries show none)."""
     extra = {"payloads": False} if _supports_headers_only(client) else {}
     cursor = start
     while cursor < stop:
-        records = client.read_entries(cursor, stop, max_bytes=CHUNK_BYTES, **extra)
+        records = read_held(client, cursor, stop, probe=probe, **extra)
         if not records:
             return
         for record in records:
@@ -94,7 +112,8 @@ def entry_sizes(client: "FarmClient", start: int, stop: int, *,
             if record.type == "commit" and commit is not None and commit.effective \
                     and query_id in (None, commit.query_id):
                 parts = committed_rows(commit.metadata, commit.staged)
-                yield EntrySize(record.index, sum(parts), parts)
+                yield EntrySize(record.index, sum(parts), parts,
+                                min(commit.staged, default=record.index))
             elif query_id is None and record.type == "journal" \
                     and not getattr(record, "duplicate", False):
                 count = getattr(record, "count", None)
@@ -103,24 +122,42 @@ def entry_sizes(client: "FarmClient", start: int, stop: int, *,
         cursor = records[-1].index + 1
 
 
-def reading_members(client: "FarmClient", read_from: str, stop: int) -> list[str | None]:
-    """The endpoints tasks read [.., stop) from, for `readFrom`; None stands for "the
+def reading_members(client: "FarmClient", probe: "FarmClient", read_from: str, stop: int,
+                    low: int) -> list[str | None]:
+    """The endpoints tasks read [low, stop) from, for `readFrom`; None stands for "the
     member the client picks" (the leader). Members the leader does not know to hold the
     range yet (match index below stop - 1: lagging, or down) are left out, so a task is
-    not sent to wait for them."""
+    not sent to wait for them; so are members whose log starts after `low` (the lowest
+    entry the tasks read, a commit's staged entries included), which each member is
+    asked (with `probe`): the leader's view does not tell where a member's log starts."""
     if read_from == "leader":
         return [None]
-    return choose_members(client.get_servers(), read_from, stop)
+    view = client.get_servers()
+    caught_up = {node_id: endpoint for node_id, endpoint in farm_members(view).items()
+                 if node_id != view.leader_id and _caught_up(view, node_id, stop)}
+    return choose_members(view, read_from, stop, member_firsts(probe, caught_up), low)
 
 
-def choose_members(view: "ClusterView", read_from: str, stop: int) -> list[str | None]:
-    """`reading_members` on the leader's view of the farm (sans-I/O)."""
+def _caught_up(view: "ClusterView", node_id: int, stop: int) -> bool:
+    member = view.members.get(node_id)
+    return member is None or member.match_index is None or member.match_index >= stop - 1
+
+
+def choose_members(view: "ClusterView", read_from: str, stop: int,
+                   firsts: Mapping[int, int | None] | None = None, low: int = 0
+                   ) -> list[str | None]:
+    """`reading_members` on the leader's view of the farm and, when given, each member's
+    first index (None: it did not answer; sans-I/O)."""
     if read_from == "leader":
         return [None]
 
     def ready(node_id: int) -> bool:
-        member = view.members.get(node_id)
-        return member is None or member.match_index is None or member.match_index >= stop - 1
+        if not _caught_up(view, node_id, stop):
+            return False
+        if firsts is None:
+            return True
+        first = firsts.get(node_id)
+        return first is not None and first <= low
 
     followers = [e for i, e in sorted(view.voters.items())
                  if i != view.leader_id and ready(i)]
@@ -136,9 +173,10 @@ def choose_members(view: "ClusterView", read_from: str, stop: int) -> list[str |
 
 class PieceReader:
     """Reads planned pieces in an executor, at one member, with fallback and data-loss
-    handling. `wait` bounds how long a lagging member is waited for. The staged payloads
-    of a commit are fetched `prefetch` at a time by helper threads (each with its own
-    client), so the farm serves the next ones while this thread converts one."""
+    handling. `wait` bounds how long a lagging member is waited for, and how long the
+    members are asked for entries compacted away where the reader asked. The staged
+    payloads of a commit are fetched `prefetch` at a time by helper threads (each with its
+    own client), so the farm serves the next ones while this thread converts one."""
 
     def __init__(self, connection: "FarmConnection", endpoint: str | None, *,
                  fail_on_data_loss: bool, prefetch: int = 2) -> None:
@@ -153,6 +191,8 @@ class PieceReader:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=prefetch,
                                         thread_name_prefix="garlicfarm-read")
+        self._probe: "FarmClient | None" = None
+        self._firsts: dict[str | None, int] = {}   # where members' logs started, when asked
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -167,41 +207,75 @@ class PieceReader:
                 yield from self._slice(piece.start, *piece.parts)
 
     # -- internals -----------------------------------------------------------------------------
+    def _prober(self) -> "FarmClient":
+        """A client with a short timeout, to ask each member in turn."""
+        with self._lock:
+            if self._probe is None:
+                self._probe = self.connection.client(timeout=min(PROBE_SECONDS, self.wait))
+                self._clients.append(self._probe)
+            return self._probe
+
     def _call(self, client: "FarmClient", start: int, stop: int) -> list:
         """read_entries at the assigned member; if it is behind (IndexOverflow) wait for it
-        up to `wait` seconds, and if it is gone or still behind, ask any member."""
+        up to `wait` seconds, and if it is gone or still behind, ask the leader. Where the
+        range was compacted away (at that member, or at the leader), read it from a member
+        that still holds it, and read on there (EntriesGone when none does)."""
         from consensus.runtime import FarmError, IndexOverflow, IndexUnderflow
         endpoint = self.endpoint
-        if endpoint is not None:
-            deadline = time.monotonic() + self.wait
-            delay = 0.01
-            while True:
-                try:
-                    return client.read_entries(start, stop, max_bytes=CHUNK_BYTES,
-                                               endpoint=endpoint)
-                except IndexUnderflow:
-                    raise
-                except IndexOverflow:
-                    if time.monotonic() + delay > deadline:
+        try:
+            if endpoint is not None:
+                deadline = time.monotonic() + self.wait
+                delay = 0.01
+                while True:
+                    try:
+                        return client.read_entries(start, stop, max_bytes=CHUNK_BYTES,
+                                                   endpoint=endpoint)
+                    except IndexOverflow:
+                        if time.monotonic() + delay > deadline:
+                            break
+                        time.sleep(delay)    # a follower catching up: poll with backoff
+                        delay = min(delay * 2, 0.2)
+                    except IndexUnderflow:
+                        raise
+                    except FarmError:
                         break
-                    time.sleep(delay)    # a follower catching up: poll with backoff
-                    delay = min(delay * 2, 0.2)
-                except FarmError:
-                    break
-            self.endpoint = None         # the rest of the task reads from any member
-        return client.read_entries(start, stop, max_bytes=CHUNK_BYTES)
+                self.endpoint = endpoint = None  # the rest of the task reads from the leader
+            return client.read_entries(start, stop, max_bytes=CHUNK_BYTES)
+        except IndexUnderflow as exc:
+            self._firsts[endpoint] = exc.first_available
+            self.endpoint, records = read_anywhere(
+                client, self._prober(), start, stop, deadline=time.monotonic() + self.wait,
+                max_bytes=CHUNK_BYTES)
+            return records
+
+    def _holds(self, index: int) -> bool:
+        """Does the member this reader reads at still hold `index`? Its first index is
+        asked once: a log's start only moves up, and a compaction since then shows as
+        IndexUnderflow on the read itself. A member that does not answer counts as holding
+        it: the read then waits for it or goes to the leader."""
+        from consensus.runtime import FarmError
+        endpoint = self.endpoint
+        first = self._firsts.get(endpoint)
+        if first is None:
+            try:
+                first = self._firsts[endpoint] = self._prober().log_bounds(endpoint)[0]
+            except FarmError:
+                return True
+        return index >= first
 
     def _range(self, start: int, stop: int) -> Iterator[Visible]:
         """Journal entries of [start, stop), page by page (a retried append that the state
         machine ignored, `duplicate`, shows nothing: as in read_committed)."""
-        from consensus.runtime import IndexUnderflow
         while start < stop:
             try:
                 page = self._call(self.client, start, stop)
-            except IndexUnderflow as exc:
+            except EntriesGone as gone:
                 if self.fail_on_data_loss:
-                    raise DataLossError(start, exc.first_available) from None
-                start = max(start + 1, exc.first_available)
+                    raise DataLossError(start, gone.kept, firsts=gone.firsts) from None
+                log.warning("garlicfarm: entries [%d, %d) were compacted away at every member "
+                            "before they were read; continuing at %d (failOnDataLoss is "
+                            "false)", start, gone.kept, gone.kept)
+                start = max(start + 1, gone.kept)
                 continue
             if not page:
                 return
@@ -212,21 +286,41 @@ class PieceReader:
             start = page[-1].index + 1
 
     def _slice(self, index: int, lo: int, hi: int) -> Iterator[Visible]:
-        """Payloads [lo, hi) of the committed batch at `index`, one at a time."""
-        from consensus.runtime import IndexUnderflow
+        """Payloads [lo, hi) of the committed batch at `index`, one at a time, from a member
+        that holds the lowest of them (a member keeps a suffix of the log, so none goes
+        missing half-way). When no member holds them, the batch is skipped only if this
+        piece is all of it and failOnDataLoss is false (the rest of a split batch may be
+        read by other tasks), else DataLossError: never part of a batch."""
         try:
             (entry,) = self._call(self.client, index, index + 1)
-            commit = entry.commit
-            # Visible only when this entry made its batch visible (as read_committed says).
-            if entry.type != "commit" or commit is None or not commit.effective:
-                return
-            for staged in self._in_order(commit.staged[lo:hi]):
+        except EntriesGone as gone:
+            raise DataLossError.commit_gone(index, gone.firsts) from None
+        commit = entry.commit
+        # Visible only when this entry made its batch visible (as read_committed says).
+        if entry.type != "commit" or commit is None or not commit.effective:
+            return
+        wanted = commit.staged[lo:hi]
+        whole = lo == 0 and hi >= len(commit.staged)
+        started = False
+        try:
+            if wanted and not self._holds(min(wanted)):
+                self.endpoint, _ = read_anywhere(
+                    self.client, self._prober(), min(wanted), min(wanted) + 1,
+                    deadline=time.monotonic() + self.wait, payloads=False)
+            for staged in self._in_order(wanted):
                 content_type = staged.staged.content_type if staged.staged else "bytes"
+                started = True
                 yield Visible(entry.index, entry.term, entry.timestamp_ms, "commit",
                               [staged.payload], (content_type,))
-        except IndexUnderflow as exc:
-            if self.fail_on_data_loss:
-                raise DataLossError(index, exc.first_available) from None
+        except EntriesGone as gone:
+            if whole and not started and not self.fail_on_data_loss:
+                log.warning("garlicfarm: %s (skipped: failOnDataLoss is false)",
+                            DataLossError.batch(index, commit.query_id, commit.batch_id,
+                                                commit.staged, gone.firsts))
+                return
+            raise DataLossError.batch(
+                index, commit.query_id, commit.batch_id, commit.staged, gone.firsts,
+                partial=started or not self.fail_on_data_loss) from None
 
     def _in_order(self, indexes: Sequence[int]) -> Iterator:
         """The entries at `indexes`, in that order, `prefetch` requests ahead."""
@@ -258,12 +352,13 @@ class LogPartition(InputPartition):
 
 
 class LogPlanner:
-    """Driver-side state shared by the readers of a farm's log: a lazily opened client
+    """Driver-side state shared by the readers of a farm's log: lazily opened clients
     (never pickled) and the planning steps. `settings` needs `connection`,
     `fail_on_data_loss`, `min_partitions`, `read_from` and `limits`."""
 
     settings: object
     _client: "FarmClient | None" = None
+    _probe: "FarmClient | None" = None    # short timeout: asks each member in turn
     _target: int | None = None          # Trigger.AvailableNow's end
     _last_batch_at: float | None = None  # for maxTriggerDelay
     _sizes: tuple[int, int, list[EntrySize]] | None = None
@@ -273,28 +368,41 @@ class LogPlanner:
             self._client = self.settings.connection.client()
         return self._client
 
+    def probe(self) -> "FarmClient":
+        if self._probe is None:
+            connection = self.settings.connection
+            self._probe = connection.client(timeout=min(PROBE_SECONDS, connection.timeout))
+        return self._probe
+
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        for client in (self._client, self._probe):
+            if client is not None:
+                client.close()
+        self._client = self._probe = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_client", None)
-        state.pop("_sizes", None)
+        for name in ("_client", "_probe", "_sizes"):
+            state.pop(name, None)
         return state
 
     def checked_start(self, start: int) -> int:
-        """`start`, or the first index still kept when entries before it were compacted
-        and failOnDataLoss is false."""
-        first = first_index(self.client())
-        if start >= first:
+        """`start`, or, when no member holds the entries from `start` any more and
+        failOnDataLoss is false, the lowest index a member still holds."""
+        client = self.client()
+        leader_first = first_index(client)
+        if start >= leader_first:
             return start
+        firsts = member_firsts(self.probe(), farm_members(client.get_servers()))
+        kept = min((f for f in firsts.values() if f is not None), default=leader_first)
+        if start >= kept:
+            return start            # a member still holds them: the reads go there
         if self.settings.fail_on_data_loss:
-            raise DataLossError(start, first)
-        log.warning("garlicfarm: entries [%d, %d) were compacted away before they were read; "
-                    "continuing at %d (failOnDataLoss is false)", start, first, first)
-        return first
+            raise DataLossError(start, kept, firsts=firsts)
+        log.warning("garlicfarm: entries [%d, %d) were compacted away at every member before "
+                    "they were read; continuing at %d (failOnDataLoss is false)",
+                    start, kept, kept)
+        return kept
 
     def next_end(self, begin: int, limit: ReadLimit, *, query_id: str | None = None) -> int:
         """The end of the next micro-batch from `begin` (a stream's latestOffset):
@@ -309,7 +417,8 @@ class LogPlanner:
             end = min(end, self._target)
         if end <= begin:
             return begin
-        scan = SizeScan(entry_sizes(client, begin, end, query_id=query_id))
+        scan = SizeScan(entry_sizes(client, begin, end, query_id=query_id,
+                                    probe=self.probe()))
         stop = choose_end(begin, end, scan.counts(), self.settings.limits.under(limit),
                           waited=now - self._last_batch_at,
                           available_now=self._target is not None)
@@ -339,21 +448,50 @@ class LogPlanner:
              sizes: Sequence[EntrySize] | None = None, *,
              query_id: str | None = None) -> list[LogPartition]:
         """Tasks over `ranges` (`sizes` when already known; `query_id`: only that query's
-        committed batches)."""
+        committed batches), sent to members that hold what they read."""
+        client = self.client()
         tasks: list[list[Piece]] = []
+        planned: list[EntrySize] = []
         for start, stop in ranges:
             if stop <= start:
                 continue
-            known = sizes if sizes is not None else list(
-                entry_sizes(self.client(), start, stop, query_id=query_id))
-            tasks += plan_tasks(start, stop, [s for s in known if start <= s.index < stop],
-                                min_tasks=self.settings.min_partitions,
+            known = sizes if sizes is not None else entry_sizes(
+                client, start, stop, query_id=query_id, probe=self.probe())
+            known = self._whole([s for s in known if start <= s.index < stop])
+            tasks += plan_tasks(start, stop, known, min_tasks=self.settings.min_partitions,
                                 rows_per_task=ROWS_PER_TASK)
-        last = max((p.stop for pieces in tasks for p in pieces), default=0)
-        members = reading_members(self.client(), self.settings.read_from, last) \
-            if tasks else [None]
+            planned += known
+        if not tasks:
+            return []
+        last = max(p.stop for pieces in tasks for p in pieces)
+        low = min(s.first_needed for s in planned if s.rows)
+        members = reading_members(client, self.probe(), self.settings.read_from, last, low)
         return [LogPartition(pieces, members[i % len(members)])
                 for i, pieces in enumerate(tasks)]
+
+    def _whole(self, sizes: list[EntrySize]) -> list[EntrySize]:
+        """`sizes` less the committed batches whose staged entries no member holds any
+        more: DataLossError naming the first, or (failOnDataLoss false) each one skipped
+        whole, with a warning. When a member does not answer, nothing is dropped: the
+        tasks look for the entries themselves."""
+        batches = [s for s in sizes if s.rows and s.lowest is not None]
+        client = self.client()
+        if not batches or min(s.first_needed for s in batches) >= first_index(client):
+            return sizes                # the leader holds every payload
+        firsts = member_firsts(self.probe(), farm_members(client.get_servers()))
+        if None in firsts.values():
+            return sizes
+        kept = min(f for f in firsts.values() if f is not None)
+        lost = [s.index for s in batches if s.first_needed < kept]
+        for index in lost:
+            (header,) = read_held(client, index, index + 1, probe=self.probe(), payloads=False)
+            commit = header.commit
+            error = DataLossError.batch(index, commit.query_id, commit.batch_id,
+                                        commit.staged, firsts)
+            if self.settings.fail_on_data_loss:
+                raise error
+            log.warning("garlicfarm: %s (skipped: failOnDataLoss is false)", error)
+        return [s for s in sizes if s.index not in lost]
 
 
 class SizeScan:

@@ -22,10 +22,17 @@ from typing import Sequence
 @dataclass(frozen=True, slots=True)
 class EntrySize:
     """How many rows an entry shows readers. For a commit entry, `parts` holds the row
-    count of each staged payload it names, in order; for others it is empty."""
+    count of each staged payload it names, in order, and `lowest` the lowest index among
+    them; for others they are empty."""
     index: int
     rows: int
     parts: tuple[int, ...] = ()
+    lowest: int | None = None   #: a commit's lowest staged entry (read through it)
+
+    @property
+    def first_needed(self) -> int:
+        """The lowest log index that reading this entry takes."""
+        return self.index if self.lowest is None else min(self.index, self.lowest)
 
 
 @dataclass(frozen=True, slots=True)

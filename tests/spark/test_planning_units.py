@@ -248,6 +248,11 @@ def test_read_from_members_leave_out_those_behind():
     assert choose_members(view, "followers", 30) == ["h:2", "h:3"]
     assert choose_members(view, "observers", 100) == ["h:4"]
     assert choose_members(view, "any", 100) == [None, "h:2", "h:4"]
+    # A member whose log starts after the lowest entry the tasks read is left out too,
+    # and so is one that did not say where its log starts.
+    assert choose_members(view, "followers", 30, {2: 50, 3: 10}, low=20) == ["h:3"]
+    assert choose_members(view, "any", 100, {2: 20, 4: None}, low=20) == [None, "h:2"]
+    assert choose_members(view, "observers", 100, {2: 10, 4: 21}, low=20) == ["h:2"]
     alone = ClusterView(1, 3, 100, {1: "h:1"}, {}, {}, {1: members[1]})
     assert choose_members(alone, "followers", 100) == [None]
     assert choose_members(alone, "observers", 100) == [None]
