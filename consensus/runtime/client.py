@@ -25,6 +25,7 @@ does not wait for them).
 from __future__ import annotations
 
 import itertools
+import random
 import socket
 import threading
 import time
@@ -41,7 +42,8 @@ from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmErro
                                       Incomplete, NotLeaderError, ProtocolMismatch,
                                       RetryableWrite, Unavailable, error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
-from consensus.runtime.links import Directory, Link, NoAnswer
+from consensus.runtime.links import (CONNECTS_PER_SECOND, Directory, Link, NoAnswer,
+                                    foreign_leader_text)
 from consensus.runtime.pipeline import PendingWrite, WritePipe
 from consensus.runtime.results import (BatchCommit, ClusterView, Event,
                                        FarmStatus, LogRecord, MemberView, VisibleRecords)
@@ -127,6 +129,12 @@ class FarmClient:
         if self._closed:
             raise FarmError("this FarmClient is closed")
         directory = self.directory
+        wait = directory.connect_wait(endpoint)
+        if wait > 0:
+            if time.monotonic() + wait >= deadline:
+                raise Unavailable(f"{endpoint}: no time left for another connection attempt "
+                                  f"(at most {CONNECTS_PER_SECOND} a second per member)")
+            time.sleep(wait)
         bound = min(directory.connect_timeout, deadline - time.monotonic())
         if bound <= 0:
             raise Unavailable(f"no time left to connect to {endpoint}")
@@ -135,7 +143,10 @@ class FarmClient:
             link = Link(endpoint, self.security, bound, self._client_id)
         except AuthenticationError:
             raise
-        except (Unavailable, ProtocolMismatch):
+        except ProtocolMismatch:
+            directory.mismatched(endpoint)
+            raise
+        except Unavailable:
             if time.monotonic() - started >= bound * 0.9:
                 directory.connect_timed_out(endpoint)
             else:
@@ -196,7 +207,7 @@ class FarmClient:
             redirects = 0
             if time.monotonic() + delay >= deadline:
                 return
-            time.sleep(delay)
+            time.sleep(delay * random.uniform(0.5, 1.0))    # jitter: clients spread out
             delay = min(0.5, delay * 2)
 
     def _with_retries(self, operation, *, leader: bool, endpoint: str | None = None,
@@ -249,6 +260,9 @@ class FarmClient:
                     last = exc
                 except FarmError as exc:
                     raise _final(exc, uncertain or isinstance(exc, Incomplete)) from None
+        foreign = self.directory.foreign_leader()
+        if foreign is not None and endpoint is None and leader:
+            raise _final(Unavailable(foreign_leader_text(foreign)), uncertain)
         if isinstance(last, NotLeaderError) and endpoint is None:
             raise _final(Unavailable(f"no leader answered within the timeout (last: {last})"),
                          uncertain)

@@ -16,6 +16,7 @@ Two bounds keep a dead or stalled member from costing a whole call:
 """
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -32,7 +33,15 @@ from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import JRaftDecoder, encode
 
 SUSPECT_SECONDS = 2.0       #: a member that failed us is tried last for this long
+CONNECTS_PER_SECOND = 5     #: connection attempts to one member in any second, at most
 READ_BYTES = 1 << 20
+
+
+def foreign_leader_text(endpoint: str) -> str:
+    """Why a leader's call cannot succeed: retrying does not change what a leader speaks."""
+    return (f"the members name {endpoint} as the leader, and it does not speak the Garlic "
+            f"Farm handshake (a JRaft node of a mixed cluster?): a client needs a garlicfarm "
+            f"leader; transfer leadership to a garlicfarm node (garlicfarm transfer-leader)")
 
 
 class NoAnswer(Unavailable):
@@ -127,6 +136,8 @@ class Directory:
         self._book: dict[int, str] = {}          # node id -> endpoint
         self._leader: str | None = None
         self._suspect: dict[str, float] = {}     # endpoint -> monotonic time it is cleared
+        self._foreign: set[str] = set()          # endpoints that do not speak our wire
+        self._dialed: dict[str, deque[float]] = {}   # endpoint -> its latest attempts
         self._rotation = 0
         self._lock = threading.Lock()
 
@@ -142,6 +153,39 @@ class Directory:
             if leader is not None and self._suspect.get(leader, 0.0) > time.monotonic():
                 return None
             return leader
+
+    def reachable(self, endpoint: str) -> bool:
+        """Has `endpoint` not failed us lately?"""
+        with self._lock:
+            return self._suspect.get(endpoint, 0.0) <= time.monotonic()
+
+    def connect_wait(self, endpoint: str) -> float:
+        """Seconds to wait before the next connection attempt to `endpoint` (at most
+        CONNECTS_PER_SECOND in any second, whatever loop asks), with jitter so that
+        clients that failed together do not come back together; the attempt is then
+        counted."""
+        with self._lock:
+            now = time.monotonic()
+            recent = self._dialed.setdefault(endpoint, deque())
+            while recent and recent[0] <= now - 1.0:
+                recent.popleft()
+            wait = 0.0
+            if len(recent) >= CONNECTS_PER_SECOND:     # a second after the 5th-latest
+                wait = recent[-CONNECTS_PER_SECOND] + 1.0 - now + random.uniform(0.0, 0.1)
+            recent.append(now + wait)
+            return wait
+
+    def mismatched(self, endpoint: str) -> None:
+        """`endpoint` does not speak the Garlic Farm handshake (a JRaft node of a mixed
+        cluster, another service): no retry will change that."""
+        with self._lock:
+            self._foreign.add(endpoint)
+        self.failed(endpoint)
+
+    def foreign_leader(self) -> str | None:
+        """The endpoint the members name as leader when it does not speak our wire."""
+        leader = self._leader
+        return leader if leader in self._foreign else None
 
     def endpoint_of(self, node_id: int) -> str | None:
         return self._book.get(node_id)
@@ -167,6 +211,8 @@ class Directory:
             endpoint = exc.leader_endpoint or (self._book.get(exc.leader_id)
                                                if exc.leader_id is not None else None)
             self._leader = endpoint
+            if endpoint is not None and endpoint in self._foreign:
+                self._suspect[endpoint] = time.monotonic() + SUSPECT_SECONDS
             return endpoint
 
     def failed(self, endpoint: str) -> None:

@@ -34,6 +34,7 @@ Failure handling, per write:
 """
 from __future__ import annotations
 
+import random
 import select
 import socket
 import ssl
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Iterable
 from consensus.runtime import extensions as ext
 from consensus.runtime.errors import (ErrorCode, FarmError, ProtocolMismatch,
                                       Unavailable, error_from_wire)
-from consensus.runtime.links import Link, NoAnswer
+from consensus.runtime.links import Link, NoAnswer, foreign_leader_text
 
 if TYPE_CHECKING:
     from consensus.runtime.client import FarmClient
@@ -210,7 +211,9 @@ class WritePipe:
                 if w.deadline > now:
                     keep.append(w)
                 elif not w.done:
+                    foreign = self.client.directory.foreign_leader()
                     self._fail(w, Unavailable(
+                        foreign_leader_text(foreign) if foreign is not None else
                         f"no member of {', '.join(self.client.endpoints)} took the write "
                         f"within the timeout; check that a majority of the voters runs"))
             self.unsent = keep
@@ -232,11 +235,15 @@ class WritePipe:
             except (Unavailable, ProtocolMismatch):
                 continue
             self._progress = time.monotonic()
-            self._backoff = 0.02
             return
-        pause = min(self._backoff, max(0.0, deadline - time.monotonic()))
+        self._sleep(min(self._next_pause(), max(0.0, deadline - time.monotonic())))
+
+    def _next_pause(self) -> float:
+        """The next pause of a retry that made no progress: doubling up to 0.5 s, with
+        jitter; a write answered resets it."""
+        pause = self._backoff * random.uniform(0.5, 1.0)
         self._backoff = min(0.5, self._backoff * 2)
-        self._sleep(pause)
+        return pause
 
     def _sleep(self, seconds: float) -> None:
         if self._wake_r is not None:
@@ -317,12 +324,20 @@ class WritePipe:
         code = frame.code
         if code == 0:
             w.result = frame
+            self._backoff = 0.02
             self._finished.append(w)
             return
         if code == ErrorCode.NOT_LEADER:
             exc = error_from_wire(code, frame.message, frame.detail)
-            self.client.directory.redirect(exc)
-            self._leaving = True
+            directory = self.client.directory
+            target = directory.redirect(exc)
+            if target is None or target == self.link.endpoint or \
+                    not directory.reachable(target):
+                # nowhere better to go now (no leader, or one we cannot use): ask this
+                # member again after a pause, on the same connection
+                self._resend_at = max(self._resend_at, now + self._next_pause())
+            else:
+                self._leaving = True
             self.unsent.append(w)
         elif code == ErrorCode.RETRY:
             # The entry that carried it was replaced in that member's log, which does not
