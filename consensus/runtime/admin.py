@@ -109,6 +109,14 @@ class Connection:
     proxy: str | None = None
     timeout: float = 10.0
 
+    def change_timeouts(self) -> tuple[float, float]:
+        """For a membership change: (seconds to reach the leader, seconds the leader
+        waits for the change) adding up to `timeout`. The leader's own wait ends with an
+        answer that says what happened (e.g. the new node never answered), where a
+        client that gave up would only know that nobody answered in time."""
+        wait = self.timeout * 0.7
+        return self.timeout - wait, wait
+
     def client(self, **overrides: Any):
         """A `FarmClient` (imported here: `garlicfarm --help` stays light)."""
         from consensus.runtime import FarmClient
@@ -167,14 +175,7 @@ def resolve_connection(args: argparse.Namespace,
         raise UsageError("--endpoints", "no members to ask: give --endpoints HOST:PORT,..., "
                                         "--config NODE.toml or $GARLICFARM_ENDPOINTS")
     endpoints = split_endpoints(endpoints_text, "--endpoints")
-    username, password = pick("username"), pick("password", "GARLICFARM_PASSWORD")
-    credentials = pick("credentials")
-    if credentials:
-        from consensus.runtime.security import read_credentials_file
-        username, password = read_credentials_file(os.path.expanduser(credentials))[0]
-    elif username is not None and password is None:
-        raise UsageError("--password", f"user {username!r} needs a password (--password, "
-                                       "$GARLICFARM_PASSWORD or --credentials FILE)")
+    username, password = _credentials(args, from_file, environ)
     timeout = pick("timeout")
     timeout = 10.0 if timeout is None else float(timeout)
     if timeout <= 0:
@@ -182,6 +183,59 @@ def resolve_connection(args: argparse.Namespace,
     return Connection(endpoints, pick("cluster") or "farm", username, password,
                       pick("tls_ca"), pick("tls_cert"), pick("tls_key"), pick("proxy"),
                       timeout)
+
+
+def _credentials(args: argparse.Namespace, from_file: Mapping[str, Any],
+                 environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The (username, password) pair to present. A pair is never mixed from two places:
+
+    1. ``--credentials FILE`` (its first line), or ``--user U`` with ``--password P`` or
+       else ``$GARLICFARM_PASSWORD``: the command line wins over everything;
+    2. ``--password P`` alone: the config file's user (its ``user`` key, or the first
+       line of its ``credentials`` file) with that password;
+    3. the config file's ``credentials`` file, or its ``user`` and ``password`` (or
+       ``$GARLICFARM_PASSWORD``).
+    """
+    from consensus.runtime.errors import ConfigError
+    from consensus.runtime.security import read_credentials_file
+
+    def first_pair(path: str, option: str) -> tuple[str, str]:
+        try:
+            return read_credentials_file(os.path.expanduser(str(path)))[0]
+        except ConfigError as exc:
+            raise UsageError(option, str(exc).split(": ", 1)[1]) from None
+
+    env_password = environ.get("GARLICFARM_PASSWORD")
+    if args.credentials:
+        if args.username is not None or args.password is not None:
+            raise UsageError("--credentials", "give either --credentials FILE or "
+                                              "--user/--password, not both")
+        return first_pair(args.credentials, "--credentials")
+    if args.username is not None:
+        password = args.password if args.password is not None else env_password
+        if password is None:
+            raise UsageError("--password", f"user {args.username!r} needs a password "
+                                           "(--password, $GARLICFARM_PASSWORD or "
+                                           "--credentials FILE)")
+        return args.username, password
+    file_user, file_password = from_file.get("username"), from_file.get("password")
+    if from_file.get("credentials"):
+        file_user, file_password = first_pair(
+            from_file["credentials"], f"--config {args.config}: credentials")
+    if args.password is not None:
+        if file_user is None:
+            raise UsageError("--user", "--password needs a user: give --user U (or a "
+                                       "--config file that names one)")
+        return str(file_user), args.password
+    if file_user is not None:
+        password = file_password if file_password is not None else env_password
+        if password is None:
+            raise UsageError("--password", f"user {file_user!r} of --config "
+                                           f"{args.config} needs a password (--password, "
+                                           "$GARLICFARM_PASSWORD, or password or "
+                                           "credentials in the file)")
+        return str(file_user), str(password)
+    return None, None
 
 
 def _config_endpoints(conf: Mapping[str, Any]) -> str | None:
@@ -325,11 +379,24 @@ def cmd_status(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_add_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     node_id = parse_node_id(args.id, "ID")
     endpoint = split_endpoints(args.endpoint, "ENDPOINT")[0]
-    with conn.client() as client:
+    reach, wait = conn.change_timeouts()
+    with conn.client(timeout=reach) as client:
+        view = client.get_servers()
+        members = {**view.observers, **view.outgoing, **view.voters}
+        if node_id in members and members[node_id] != endpoint:
+            kind = "voter" if node_id in view.voters else "observer" \
+                if node_id in view.observers else "leaving voter"
+            raise UsageError("ENDPOINT", f"n{node_id} is already a {kind} at "
+                                         f"{members[node_id]}, not {endpoint}: to move it, "
+                                         f"`garlicfarm remove-server {node_id}` first, then "
+                                         f"add it again (or give the new node another ID)")
+        if args.observer and node_id in view.voters:
+            raise UsageError("--observer", f"n{node_id} is a voter: `garlicfarm remove-server "
+                                           f"{node_id}` first to make it an observer")
         if args.observer:
-            client.update_observers(add={node_id: endpoint})
+            client.update_observers(add={node_id: endpoint}, timeout=wait)
         else:
-            client.add_server(node_id, endpoint)
+            client.add_server(node_id, endpoint, timeout=wait)
     _done(out, args, {"added": node_id, "endpoint": endpoint,
                       "as": "observer" if args.observer else "voter"},
           f"n{node_id} ({endpoint}) added as {'an observer' if args.observer else 'a voter'}")
@@ -338,18 +405,20 @@ def cmd_add_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> i
 
 def cmd_remove_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     node_id = parse_node_id(args.id, "ID")
-    with conn.client() as client:
+    reach, wait = conn.change_timeouts()
+    with conn.client(timeout=reach) as client:
         view = client.get_servers()
         if node_id in view.observers:
-            client.update_observers(remove=[node_id])
+            client.update_observers(remove=[node_id], timeout=wait)
             kind = "observer"
-        elif node_id in view.voters or args.force:
-            client.remove_server(node_id, force=args.force)
+        elif node_id in view.voters or node_id in view.outgoing:
+            client.remove_server(node_id, force=args.force, timeout=wait)
             kind = "voter"
         else:
             raise UsageError("ID", f"n{node_id} is not a member of the farm (voters "
-                                   f"{sorted(view.voters)}, observers {sorted(view.observers)});"
-                                   " --force removes it anyway")
+                                   f"{sorted(view.voters)}, observers {sorted(view.observers)})"
+                                   ": nothing to remove (check the id with `garlicfarm "
+                                   "status`)")
     _done(out, args, {"removed": node_id, "as": kind, "forced": args.force},
           f"n{node_id} removed ({kind}{', forced' if args.force else ''})")
     return EXIT_OK
@@ -611,15 +680,16 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
     if args.dry_run or plan.empty:
         _report_plan(out, args, plan, lines, applied=False)
         return EXIT_OK
-    with conn.client() as client:
+    reach, wait = conn.change_timeouts()
+    with conn.client(timeout=reach) as client:
         for node_id, endpoint in plan.add_voters.items():
-            client.add_server(node_id, endpoint)
+            client.add_server(node_id, endpoint, timeout=wait)
         if plan.add_observers:
-            client.update_observers(add=plan.add_observers)
+            client.update_observers(add=plan.add_observers, timeout=wait)
         if plan.remove_observers:
-            client.update_observers(remove=plan.remove_observers)
+            client.update_observers(remove=plan.remove_observers, timeout=wait)
         for node_id in plan.remove_voters:
-            client.remove_server(node_id)
+            client.remove_server(node_id, timeout=wait)
     _report_plan(out, args, plan, lines, applied=True)
     return EXIT_OK
 
@@ -646,17 +716,22 @@ def _bootstrap(wanted: FarmFile, args: argparse.Namespace, out: TextIO, reason: 
 
 def _write_node_configs(wanted: FarmFile, args: argparse.Namespace, *, join: Iterable[int],
                         only: Iterable[int] | None) -> dict[int, str]:
-    configs = node_configs(wanted, data_root=args.data_root or os.path.join(
-        args.node_configs, "data"), credentials=args.credentials, join=join)
+    # Paths go into the configs absolute (resolved against the directory import runs
+    # in): a node started from another directory finds the same files.
+    configs = node_configs(wanted, data_root=os.path.abspath(args.data_root or os.path.join(
+        args.node_configs, "data")), credentials=os.path.abspath(os.path.expanduser(
+            args.credentials)) if args.credentials else None, join=join)
     if only is not None:
         keep = set(only)
         configs = {i: c for i, c in configs.items() if i in keep}
     if args.dry_run:
-        return {i: os.path.join(args.node_configs, f"node-{i}.toml") for i in configs}
+        return {i: os.path.join(os.path.abspath(args.node_configs), f"node-{i}.toml")
+                for i in configs}
     os.makedirs(args.node_configs, exist_ok=True)
     paths = {}
     for node_id, text in configs.items():
-        paths[node_id] = os.path.join(args.node_configs, f"node-{node_id}.toml")
+        paths[node_id] = os.path.join(os.path.abspath(args.node_configs),
+                                      f"node-{node_id}.toml")
         _write_atomically(paths[node_id], text)
     return paths
 

@@ -87,8 +87,9 @@ class _Wait:
     call_id: int
     deadline: float
     check: Callable[[], tuple[bool, Any]]
-    timeout_message: str
+    timeout_message: str | Callable[[], str]
     leader_only: bool = True
+    given_up: Callable[[], None] | None = None  #: called when it ends unanswered-for
 
 
 class Service:
@@ -122,9 +123,28 @@ class Service:
         self._send(conn, ext.Reply(*self._head(), call_id, int(exc.code), None, str(exc),
                                    error_detail(exc)))
 
+    def leader_and_term(self) -> tuple[int | None, int]:
+        """The leader this node follows and its term. A voter knows them from the
+        leader's messages; an observer hears from no leader (it pulls the log), so it
+        tells them from the log it applied: the term of its last committed entry, and
+        the member whose latest status entry says it leads in that term (None until
+        the leader of a newer term has published its status)."""
+        raft = self.node.raft
+        if raft.leader_id is not None or raft.role is not Role.OBSERVER:
+            return raft.leader_id, raft.term
+        term = max(raft.term, raft.log.term(raft.commit_index) or 0)
+        leader, leader_term = None, -1
+        for member, status in self.node.machine.statuses.items():
+            state = status.get("raft") or {}
+            if state.get("role") == "leader" and int(state.get("term") or 0) > leader_term:
+                leader, leader_term = member, int(state.get("term") or 0)
+        if leader is not None and leader_term >= term:
+            return leader, leader_term
+        return None, term
+
     def not_leader(self) -> NotLeaderError:
         raft = self.node.raft
-        leader = raft.leader_id
+        leader, _ = self.leader_and_term()
         endpoint = self.node.address_of(leader) if leader is not None else None
         where = f"node {leader} at {endpoint}" if leader is not None else "no leader is known yet"
         members = {m: self.node.address_of(m) or "" for m in raft.configuration.members}
@@ -585,8 +605,9 @@ class Service:
         progress = raft.progress if raft.role is Role.LEADER else {}
         statuses = node.machine.statuses
         members = {}
+        leader, term = self.leader_and_term()
         for member in sorted(config.members | set(statuses)):
-            if member == raft.leader_id:
+            if member == leader:
                 role = "leader"
             elif member in config.voters:
                 role = "follower"
@@ -601,7 +622,7 @@ class Service:
             members[member] = {"endpoint": address(member) or "", "role": role,
                                "voter": config.is_voter(member), "match": match,
                                "status": statuses.get(member)}
-        return {"leader": raft.leader_id, "term": raft.term, "commit": raft.commit_index,
+        return {"leader": leader, "term": term, "commit": raft.commit_index,
                 "voters": {v: address(v) or "" for v in sorted(config.voters)},
                 "observers": {o: address(o) or "" for o in sorted(config.observers)},
                 "outgoing": {o: address(o) or "" for o in sorted(config.outgoing)},
@@ -623,10 +644,10 @@ class Service:
             raise self.not_leader()
         return raft
 
-    def _wait(self, conn, call, args, check, timeout_message: str, *,
-              leader_only: bool = True):
+    def _wait(self, conn, call, args, check, timeout_message: str | Callable[[], str], *,
+              leader_only: bool = True, given_up: Callable[[], None] | None = None):
         self._waits.append(_Wait(conn, call.call_id, self._deadline(args), check,
-                                 timeout_message, leader_only))
+                                 timeout_message, leader_only, given_up))
         return _LATER
 
     def _committed(self, conn, call, args, result, what: str):
@@ -643,8 +664,24 @@ class Service:
         raw = args.get(key) or {}
         added = {int(k): str(v) for k, v in raw.items()}
         for node_id, endpoint in added.items():
+            self._check_not_moved(node_id, endpoint)
+        for node_id, endpoint in added.items():
             self.node.learn_address(node_id, endpoint)
         return added
+
+    def _check_not_moved(self, node_id: int, endpoint: str) -> None:
+        """Adding a member again is a no-op only at its own endpoint: a member cannot
+        move by being added (its log and votes live at the old one)."""
+        config = self.node.raft.configuration
+        if node_id not in config.members:
+            return
+        current = self.node.address_of(node_id)
+        if current and current != endpoint:
+            kind = "voter" if node_id in config.voters else "observer" \
+                if node_id in config.observers else "leaving voter"
+            raise FarmError(f"node {node_id} is already a {kind} at {current}, not "
+                            f"{endpoint}: remove it first to move it (or give the new node "
+                            f"another id)")
 
     def _c_update_voters(self, conn, call, args):
         self._needs("joint consensus", ("garlicfarm", "marker"), "JRaft's configuration "
@@ -697,6 +734,7 @@ class Service:
                     "use update_voters, which needs only AppendEntries")
         raft = self._leader()
         node_id, endpoint = int(args["id"]), str(args["endpoint"])
+        self._check_not_moved(node_id, endpoint)
         if node_id in raft.configuration.voters:
             return self._committed(conn, call, args, node_id, f"with node {node_id}")
         self.node.learn_address(node_id, endpoint)
@@ -712,9 +750,30 @@ class Service:
                 except MembershipChangeError:
                     pass                # still under way
             return False, node_id
-        return self._wait(conn, call, args, check,
-                          f"node {node_id} did not join in time: is it running (with --join) "
-                          f"and reachable at {endpoint}?")
+
+        def timed_out() -> str:
+            error = self.node.transport.dial_error(node_id)
+            if error is not None or not self._heard_from(node_id):
+                why = f" (the leader's last attempt: {error})" if error else ""
+                return (f"node {node_id} did not answer at {endpoint}{why}: it is unreachable "
+                        f"or not running. Start it with join = true (the farm's cluster and "
+                        f"credentials) where the leader reaches it, then add it again; the "
+                        f"leader has stopped inviting it")
+            return (f"node {node_id} answered at {endpoint} but did not finish catching up "
+                    f"in time (it may still complete: check get_servers)")
+
+        def given_up() -> None:
+            if node_id not in raft.configuration.voters:
+                log.info("node %d: the add_server call for node %d ended; stopped inviting "
+                         "node %d (the leader drops it after its last invitations)",
+                         self.node.id, node_id, node_id)
+        return self._wait(conn, call, args, check, timed_out, given_up=given_up)
+
+    def _heard_from(self, node_id: int) -> bool:
+        """Whether a connection from or to `node_id` is open (it answered us)."""
+        transport = self.node.transport
+        return any(peer == node_id for peer, _ in transport.outgoing) or \
+            node_id in transport.last_in
 
     def _c_remove_server(self, conn, call, args):
         raft = self._leader()
@@ -760,9 +819,9 @@ class Service:
         return {"node": self.node.id, "events": sorted(events)}
 
     def _c_ping(self, conn, call, args):
-        raft = self.node.raft
-        return {"node": self.node.id, "role": raft.role.value, "leader": raft.leader_id,
-                "term": raft.term}
+        leader, term = self.leader_and_term()
+        return {"node": self.node.id, "role": self.node.raft.role.value, "leader": leader,
+                "term": term}
 
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
@@ -780,6 +839,8 @@ class Service:
             leading = self.node.raft.role is Role.LEADER
             for wait in self._waits:
                 if wait.conn.closed:
+                    if wait.given_up is not None:
+                        wait.given_up()
                     continue
                 if wait.leader_only and not leading:
                     self._fail(wait.conn, wait.call_id, self.not_leader())
@@ -792,9 +853,12 @@ class Service:
                 if done:
                     self._reply(wait.conn, wait.call_id, result)
                 elif now >= wait.deadline:
-                    self._fail(wait.conn, wait.call_id, Incomplete(
-                        f"{wait.timeout_message} (it may still complete: check "
-                        f"get_servers)"))
+                    message = f"{wait.timeout_message} (it may still complete: check " \
+                        f"get_servers)" if isinstance(wait.timeout_message, str) \
+                        else wait.timeout_message()      # a callable says it all
+                    self._fail(wait.conn, wait.call_id, Incomplete(message))
+                    if wait.given_up is not None:
+                        wait.given_up()
                 else:
                     keep.append(wait)
             self._waits = keep

@@ -59,6 +59,7 @@ class _Dialing:
     in_progress: bool = False
     next_attempt: float = 0.0
     backoff: float = 0.05
+    error: str | None = None        #: why the last attempt failed (None: it succeeded)
 
 
 class JRaftWire:
@@ -531,6 +532,7 @@ class Transport:
         state = self._dialing.setdefault(key, _Dialing())
         state.in_progress = False
         if not isinstance(result, Dialed):
+            state.error = str(result)
             if state.backoff <= 0.05:
                 log.info("cannot reach node %d at %s: %s", peer_id, address, result)
             state.next_attempt = time.monotonic() + state.backoff
@@ -541,6 +543,7 @@ class Transport:
             result.sock.close()
             return
         state.backoff = 0.05
+        state.error = None
         label = f"node {peer_id} ({address})"
         wire = self._wire_of_kind(kind)
         conn = Connection(result.sock, kind, wire.decoder(), outgoing=True, peer_id=peer_id,
@@ -598,6 +601,14 @@ class Transport:
             del self.last_in[conn.peer_id]
         self._dirty.discard(conn)
         self.on_closed(conn)
+
+    def dial_error(self, peer_id: int) -> str | None:
+        """Why our last attempt to connect to `peer_id` failed (None: it has not failed,
+        or it succeeded since)."""
+        for (peer, _), state in self._dialing.items():
+            if peer == peer_id and state.error is not None:
+                return state.error
+        return None
 
     def drop_peer(self, peer_id: int) -> None:
         """Close our connection to a peer (its address changed, or it left)."""

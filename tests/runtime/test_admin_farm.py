@@ -99,7 +99,7 @@ def test_add_and_remove_voter_and_observer(farm, base):
 
     code, _, err = run("remove-server", base + ["9"])
     assert code == EXIT_USAGE
-    assert "ID: n9 is not a member of the farm (voters [1, 2, 3], observers []); --force" in err
+    assert "ID: n9 is not a member of the farm (voters [1, 2, 3], observers []): nothing" in err
 
 
 def test_config_export_import_extend_and_prune(farm, base, tmp_path):
