@@ -108,6 +108,14 @@ class NodeConfig:
             raise ConfigError("--data-dir", "is required")
         if self.id in self.peers and self.id in self.observers:
             raise ConfigError("--observers", f"node {self.id} is listed as a voter too")
+        if self.observer and not set(self.peers) - {self.id}:
+            # An observer pulls; no leader ever sends it anything. Without members to
+            # pull from it would wait, empty, for ever (a joining voter needs no peers:
+            # the leader invites it).
+            raise ConfigError("--peers", "an observer pulls the log from the farm's members "
+                              "and no leader contacts it: give peers = \"ID=HOST:PORT,...\" "
+                              "(--peers; any voters of the farm: it learns the others from "
+                              "the log)")
         for name, minimum in (("status_interval", 0.05), ("tick", 0.001)):
             if getattr(self, name) < minimum:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"must be at least {minimum}")

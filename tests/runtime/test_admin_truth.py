@@ -217,3 +217,64 @@ def _answers(client) -> bool:
         return client.ping()["node"] == 1
     except FarmError:
         return False
+
+
+# --- defect 1: an observer started as documented ----------------------------------------------
+
+def _observer_toml(farm, tmp_path, node_id: int, port: int, peers: str | None) -> str:
+    path = tmp_path / f"node-{node_id}.toml"
+    text = (f'id = {node_id}\nlisten = "127.0.0.1:{port}"\ndata-dir = "{tmp_path / "data"}"\n'
+            f'cluster = "truth"\ncredentials = "{os.path.join(farm.data_dir, "credentials")}"\n'
+            f'join = true\nobserver = true\nstatus-interval = 0.5\n')
+    if peers is not None:
+        text += f'peers = "{peers}"\n'
+    path.write_text(text)
+    return str(path)
+
+
+def test_an_observer_without_peers_refuses_to_start(farm, tmp_path):
+    config = _observer_toml(farm, tmp_path, 10, free_port(), peers=None)
+    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("an observer without peers started (and would stay empty for ever)")
+    assert proc.returncode == 2
+    assert "--peers: an observer pulls the log from the farm's members" in err, err
+
+
+def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path):
+    port = free_port()
+    peers = ",".join(f"{i}={farm.endpoint_of(i)}" for i in (1, 2, 3))
+    config = _observer_toml(farm, tmp_path, 10, port, peers)
+    log = open(tmp_path / "node-10.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
+                            stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers_at(farm, endpoint), 20, interval=0.1,
+                   message="node 10 to listen")
+        added = garlicfarm("add-server", "10", endpoint, "--observer", "--config", node_toml)
+        assert added.returncode == 0, added.stderr
+        with farm.client(timeout=10) as client:
+            index, _ = client.append([b"for the observer"])
+            wait_until(lambda: client.log_bounds(endpoint)[1] >= index, 20, interval=0.1,
+                       message="the observer to apply the farm's log")
+        removed = garlicfarm("remove-server", "10", "--config", node_toml)
+        assert removed.returncode == 0, removed.stderr
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
+
+
+def _answers_at(farm, endpoint: str) -> bool:
+    from consensus.runtime import FarmError
+    try:
+        with farm.client(timeout=1, endpoints=endpoint) as client:
+            return bool(client.ping(endpoint))
+    except FarmError:
+        return False
