@@ -27,8 +27,8 @@ from typing import Any
 # pull in pyzmq and the storage engine.
 _EXPORTS = {
     "CloneClient": "client", "MapSnapshot": "client", "SetReceipt": "client", "Watch": "client",
-    "ChpError": "errors", "ChpTimeout": "errors", "ConfigError": "errors",
-    "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
+    "ChpError": "errors", "ChpTimeout": "errors", "ClientFailed": "errors",
+    "ConfigError": "errors", "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
     "CloneServer": "server", "Role": "server", "ServerConfig": "server",
     "FarmOptions": "replicated", "ReplicatedServer": "replicated",
     "ReplicatedMap": "replicated_map",

@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from typing import Sequence
 
 from .address import parse_address
+from .client import check_ttl
 from .errors import ChpError, ConfigError
 from .kvmap import Entry
 from .proto import parse_properties
@@ -40,9 +42,22 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
     return value
+
+
+def _ttl(text: str) -> float:
+    try:
+        return check_ttl(_positive(text))
+    except ConfigError as exc:   # its message names --ttl already
+        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -119,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     set_ = commands.add_parser("set", help="set a key")
     set_.add_argument("key")
     set_.add_argument("value")
-    set_.add_argument("--ttl", type=_positive, metavar="S", help="delete it after S seconds")
+    set_.add_argument("--ttl", type=_ttl, metavar="S", help="delete it after S seconds")
     set_.add_argument("--no-wait", action="store_true",
                       help="do not wait for the server to publish the update")
     client_options(set_)
@@ -138,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     watch = commands.choices["watch"]
     watch.add_argument("--snapshot", action="store_true",
                        help="print the current entries first")
-    watch.add_argument("--count", type=int, help="exit after this many updates")
+    watch.add_argument("--count", type=_count, help="exit after this many updates")
     return parser
 
 

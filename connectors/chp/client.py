@@ -70,11 +70,12 @@ from consensus.wire.errors import ProtocolError
 
 from . import bulk as bulk_module
 from .address import ServerAddress, parse_address
-from .errors import ChpError, ChpTimeout, ConfigError
+from .errors import ChpError, ChpTimeout, ClientFailed, ConfigError
 from .kvmap import Entry
-from .proto import (DEFAULT_LIMITS, KVBULK, RESERVED_KEYS, TTL, UUID_LENGTH, Channel, Hugz,
-                    Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, Message, decode, decode_bulk, encode,
-                    encode_bulk, format_properties, pack_sequence)
+from .proto import (DEFAULT_LIMITS, KVBULK, MAX_TTL_SECONDS, RESERVED_KEYS, TTL,
+                    UUID_LENGTH, Channel, Hugz, Icanhaz, Kthxbai, KvBulk, Kvsync, Limits,
+                    Message, decode, decode_bulk, encode, encode_bulk, format_properties,
+                    pack_sequence)
 from .replica import BulkEntries, Phase, Replica, Synced
 from .zmqio import drain, drain_decoded, send_frames
 
@@ -82,6 +83,7 @@ log = logging.getLogger("garlicfarm.chp.client")
 
 SERVER_TTL = 5.0          # seconds of silence before failing over (zguide SERVER_TTL)
 MAX_HELD = 100_000        # KVSETs held per server while its collector is not subscribed
+PIPE_WAIT = 0.1           # seconds a call blocks on a full pipe before looking at the agent
 _SET, _STOP = b"SET", b"STOP"
 
 Bytesish = bytes | str
@@ -147,13 +149,17 @@ class Watch:
         self._queue.put(entry)
 
     def get(self, timeout: float | None = None) -> Entry | Resync | None:
-        """The next change, or None after `timeout` seconds or once closed."""
+        """The next change, or None after `timeout` seconds or once closed; raises
+        `ClientFailed` once the client's thread has failed (no change will come)."""
         if self.closed and self._queue.empty():
             return None
         try:
-            return self._queue.get(timeout=timeout)
+            entry = self._queue.get(timeout=timeout)
         except queue.Empty:
-            return None
+            entry = None
+        if entry is None:
+            self._client._check()
+        return entry
 
     def __iter__(self) -> Iterator[Entry | Resync]:
         while True:
@@ -248,8 +254,7 @@ def _kvset_frames(key: Bytesish, value: Bytesish, ttl: float | None, uuid: bytes
     pairs = list(properties.items() if isinstance(properties, Mapping) else properties)
     props = [(_bytes(n, "property name"), _bytes(v, "property value")) for n, v in pairs]
     if ttl is not None:
-        if not ttl > 0:
-            raise ConfigError(f"--ttl: must be a positive number of seconds, got {ttl!r}")
+        check_ttl(ttl)
         props = [p for p in props if p[0] != TTL]
         props.append((TTL, b"%d" % ttl if float(ttl).is_integer() else repr(ttl).encode()))
     try:
@@ -257,6 +262,16 @@ def _kvset_frames(key: Bytesish, value: Bytesish, ttl: float | None, uuid: bytes
     except ProtocolError as exc:
         raise ConfigError(f"properties: {exc.reason}") from None
     return [key_b, pack_sequence(0), uuid_b, props_raw, _bytes(value, "value")]
+
+
+def check_ttl(ttl: float) -> float:
+    """`ttl` if it is a number of seconds a server can store, else `ConfigError`."""
+    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or \
+            not 0 < ttl <= MAX_TTL_SECONDS:
+        raise ConfigError(f"--ttl: {ttl!r} is not a number of seconds in 0 < S <= "
+                          f"{MAX_TTL_SECONDS} (at most about 31,700 years; leave it out for "
+                          "no expiry)")
+    return ttl
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +308,12 @@ class CloneClient:
         self._waiters: dict[bytes, _Waiter] = {}
         self._synced = threading.Event()
         self._ever_synced = threading.Event()
+        self._failure: BaseException | None = None   # what ended the agent thread
         self._ctx = zmq.Context()
         self._pipe_lock = threading.Lock()
         self._pipe = self._ctx.socket(zmq.PAIR)
         self._pipe.linger = 0
+        self._pipe.sndtimeo = round(PIPE_WAIT * 1000)
         address = f"inproc://chp-client-{id(self):x}"
         self._pipe.bind(address)
         self._agent = _Agent(self, address)
@@ -316,19 +333,45 @@ class CloneClient:
 
     @property
     def synced(self) -> bool:
-        return self._synced.is_set()
+        return self._synced.is_set() and self._failure is None
 
     def wait_synced(self, timeout: float | None = None) -> int:
         """Block until the replica is live; returns its sequence."""
-        if not self._synced.wait(timeout):
+        synced = self._synced.wait(timeout)
+        self._check()
+        if not synced:
             raise ChpTimeout(f"no snapshot from {', '.join(map(str, self.servers))} within "
                              f"{timeout}s: are the servers up, and is --server their "
                              "snapshot port?")
         return self.sequence
 
     def _first_sync(self, timeout: float | None) -> None:
+        self._check()
         if not self._ever_synced.is_set():
             self.wait_synced(self.server_timeout * 2 if timeout is None else timeout)
+
+    def _check(self) -> None:
+        """Raise what ended the background thread, if anything did: the replica is
+        frozen from then on, and a call must not answer from it as if it were live."""
+        failure = self._failure
+        if failure is not None:
+            raise ClientFailed(f"the chp client's background thread failed ({failure!r}); "
+                               "its replica is no longer updated: close this client and "
+                               "make a new one") from failure
+
+    def _failed(self, exc: BaseException) -> None:
+        """The agent thread is ending with `exc`: every waiting call wakes up to raise
+        it (agent thread)."""
+        self._failure = exc
+        self._synced.set()
+        self._ever_synced.set()
+        for waiter in list(self._waiters.values()):
+            waiter.event.set()
+        with self._lock:
+            watchers = list(self._watchers)
+        for watcher in watchers:
+            if isinstance(watcher, Watch):
+                watcher._queue.put(None)
 
     def entry(self, key: Bytesish, *, timeout: float | None = None) -> Entry | None:
         """The stored entry of `key`. Waits for the first sync (`timeout`, default
@@ -363,6 +406,7 @@ class CloneClient:
         """Changes from now on (after the current entries, with `include_snapshot`):
         as a `Watch` iterator, or passed to `callback` on the client's thread. With
         `resyncs`, each whole snapshot comes as a `Resync` instead of differences."""
+        self._check()
         watcher: Watch | _Callback = (Watch(self, resyncs) if callback is None
                                       else _Callback(callback, resyncs))
         with self._lock:
@@ -388,17 +432,17 @@ class CloneClient:
         KVPUB and return its sequence. An empty value deletes the key."""
         frames = _kvset_frames(key, value, ttl, uuid, properties)
         key_b, uuid_b = frames[0], frames[2]
-        waiter = None
-        if confirm:
-            self._check_seen(key_b)
-            waiter = self._waiters[uuid_b] = _Waiter()
-        with self._pipe_lock:
-            send_frames(self._pipe, [_SET, *frames])
-        if waiter is None:
+        if not confirm:
+            self._to_agent([_SET, *frames])
             return SetReceipt(uuid_b)
+        self._check_seen(key_b)
+        waiter = self._waiters[uuid_b] = _Waiter()
         wait = self.server_timeout if timeout is None else timeout
         try:
-            if not waiter.event.wait(wait):
+            self._to_agent([_SET, *frames])
+            published = waiter.event.wait(wait)
+            self._check()
+            if not published:
                 raise ChpTimeout(f"no server published the update of {key_b!r} within "
                                  f"{wait}s; it may or may not have been applied")
         finally:
@@ -423,12 +467,13 @@ class CloneClient:
         waiters = {uuid_b: _Waiter() for uuid_b in last.values()}
         self._waiters.update(waiters)
         try:
-            with self._pipe_lock:
-                for frames in batch:
-                    send_frames(self._pipe, [_SET, *frames])
+            for frames in batch:
+                self._to_agent([_SET, *frames])
             deadline = time.monotonic() + (self.server_timeout if timeout is None else timeout)
             for waiter in waiters.values():
-                if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
+                published = waiter.event.wait(max(0.0, deadline - time.monotonic()))
+                self._check()
+                if not published:
                     missing = sum(not w.event.is_set() for w in waiters.values())
                     raise ChpTimeout(f"{missing} of {len(waiters)} updates were not published "
                                      "within the timeout; they may or may not have been "
@@ -437,6 +482,18 @@ class CloneClient:
             for uuid_b in waiters:
                 self._waiters.pop(uuid_b, None)
         return {uuid_b: w.entry.sequence for uuid_b, w in waiters.items()}
+
+    def _to_agent(self, frames: list[bytes]) -> None:
+        """Hand `frames` to the agent thread; raises `ClientFailed` rather than block for
+        ever on a pipe whose reader has died (a full pipe waits `PIPE_WAIT` at a time)."""
+        with self._pipe_lock:
+            while True:
+                self._check()
+                try:
+                    send_frames(self._pipe, frames)
+                    return
+                except zmq.Again:
+                    continue
 
     def _check_seen(self, key: bytes) -> None:
         if not key.startswith(self.subtree):
@@ -451,10 +508,14 @@ class CloneClient:
         """Stop the background thread and close every socket; ends open watches."""
         if self._ctx.closed:
             return
-        if self._thread.is_alive():
-            with self._pipe_lock:
-                self._pipe.send(_STOP)
-            self._thread.join()
+        with self._pipe_lock:
+            while self._thread.is_alive():
+                try:
+                    self._pipe.send(_STOP)
+                    break
+                except zmq.Again:
+                    continue
+        self._thread.join()
         with self._lock:
             watchers, self._watchers = self._watchers, []
         for watcher in watchers:
@@ -548,6 +609,9 @@ class _Agent:
                 pass
         except zmq.ContextTerminated:
             pass
+        except Exception as exc:   # raised by the client's next call, not lost
+            log.exception("chp client: the background thread failed")
+            self.client._failed(exc)
         finally:
             for sock in (self.pipe, self.sub, self.dealer, *(o.sock for o in self.outlets)):
                 if sock is not None:

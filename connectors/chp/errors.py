@@ -18,8 +18,12 @@ class ChpTimeout(ChpError, TimeoutError):
     """No server answered in time."""
 
 
+class ClientFailed(ChpError):
+    """A client's background thread died: its replica no longer follows the server."""
+
+
 class DataDirError(ChpError):
     """The server's --data-dir cannot be used: in use by another server, or damaged."""
 
 
-__all__ = ["ChpError", "ChpTimeout", "ConfigError", "DataDirError"]
+__all__ = ["ChpError", "ChpTimeout", "ClientFailed", "ConfigError", "DataDirError"]

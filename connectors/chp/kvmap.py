@@ -33,11 +33,12 @@ from typing import Callable, Iterable, Iterator
 
 import msgpack
 
-from consensus.wire.errors import InvalidField
+from consensus.wire.errors import InvalidField, ProtocolError
 
-from .proto import (PROTOCOL, RESERVED_KEYS, TTL, Kthxbai, Kvpub, Kvset, Kvsync,
-                    format_absolute_ttl, parse_absolute_ttl, parse_properties,
-                    parse_relative_ttl, replace_property)
+from .proto import (MAX_EPOCH_MS, MAX_SEQUENCE, MIN_EXPIRY_MS, PROTOCOL, RESERVED_KEYS,
+                    TTL, Kthxbai, Kvpub, Kvset, Kvsync, format_absolute_ttl,
+                    parse_absolute_ttl, parse_properties, parse_relative_ttl,
+                    replace_property)
 
 _DUMP_VERSION = 1
 _TTL_LINE = TTL + b"="   # cheap test before parsing any properties
@@ -71,7 +72,18 @@ class Entry:
 
     @classmethod
     def from_record(cls, record: list) -> "Entry":
+        """Inverse of `to_record`; `InvalidField` for anything `to_record` never makes
+        (a log or a checkpoint may come from disk or, bootstrapping, from a peer)."""
+        if type(record) is not list or len(record) != 5:
+            raise InvalidField("record", "must be [key, sequence, uuid, properties, body]",
+                               protocol=PROTOCOL)
         key, sequence, uuid, properties, body = record
+        if not (type(key) is type(uuid) is type(properties) is type(body) is bytes):
+            raise InvalidField("record", "key, uuid, properties and body must be bytes",
+                               protocol=PROTOCOL)
+        if type(sequence) is not int or not 0 <= sequence <= MAX_SEQUENCE:
+            raise InvalidField("record.sequence", f"{sequence!r} is not a sequence",
+                               protocol=PROTOCOL)
         return cls.stored(key, sequence, uuid, properties, body)
 
     @classmethod
@@ -90,7 +102,7 @@ def _stored_expiry(properties: bytes) -> int | None:
     try:
         value = dict(parse_properties(properties)).get(TTL)
         return None if value is None else parse_absolute_ttl(value)
-    except InvalidField:
+    except ProtocolError:
         return None
 
 
@@ -191,8 +203,9 @@ class CloneMap:
     # ----------------------------------------------------------------- updates
     def apply(self, update: Kvset, now: float) -> Kvpub:
         """A client's KVSET: store it (an empty body deletes) under the next sequence
-        and return the KVPUB to publish. Raises `InvalidField` for a reserved or empty
-        key or an unreadable ttl; nothing changes then."""
+        and return the KVPUB to publish. Raises `ProtocolError` for a reserved or empty
+        key, an unreadable or out-of-range ttl, or a sequence at its maximum; nothing
+        changes then."""
         key, uuid, properties, body = update.key, update.uuid, update.properties, update.body
         if not key or key in RESERVED_KEYS:
             raise InvalidField("key", f"{key!r} is reserved by the protocol; use another "
@@ -201,6 +214,10 @@ class CloneMap:
         expires_ms = None
         if body and _TTL_LINE in properties:
             stored, expires_ms = _absolute_ttl(properties, now)
+        if self.sequence >= MAX_SEQUENCE:
+            raise InvalidField("sequence", f"the map's sequence is at its maximum "
+                               f"({MAX_SEQUENCE}): no update can be numbered",
+                               protocol=PROTOCOL)
         self.sequence = sequence = self.sequence + 1
         self._store(Entry(key, sequence, uuid, stored, body, expires_ms))
         return Kvpub(key, sequence, uuid, properties, body)
@@ -217,7 +234,7 @@ class CloneMap:
         if update.body and _TTL_LINE in properties:
             try:
                 properties, expires_ms = _absolute_ttl(properties, now)
-            except InvalidField:
+            except ProtocolError:
                 properties = update.properties
         self.sequence = update.sequence
         entry = Entry(update.key, update.sequence, update.uuid, properties, update.body,
@@ -227,11 +244,12 @@ class CloneMap:
 
     def expire(self, now: float) -> list[Kvpub]:
         """Delete every entry whose ttl has passed; return their delete KVPUBs (empty
-        body, original UUID, absolute ttl), each with its own new sequence."""
+        body, original UUID, absolute ttl), each with its own new sequence (none once
+        the sequence is at its maximum: nothing could be published)."""
         now_ms = to_epoch_ms(now)
         deletes = []
         heap = self._expiries
-        while heap and heap[0][0] <= now_ms:
+        while heap and heap[0][0] <= now_ms and self.sequence < MAX_SEQUENCE:
             _, sequence, key = heapq.heappop(heap)
             entry = self._entries.get(key)
             if entry is None or entry.sequence != sequence:
@@ -282,23 +300,46 @@ class CloneMap:
         try:
             version, sequence, records = msgpack.unpackb(data)
             if version == _DUMP_VERSION:
+                if type(sequence) is not int or not 0 <= sequence <= MAX_SEQUENCE:
+                    raise ValueError(f"the sequence {sequence!r} is not one")
                 return cls(sequence, map(Entry.from_record, records),
                            track_changes=track_changes)
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:   # InvalidField too
             raise InvalidField("snapshot", f"not a CHP map dump: {exc}",
                                protocol=PROTOCOL) from None
         raise InvalidField("snapshot.version", f"unknown CHP map dump version {version!r}",
                            protocol=PROTOCOL)
 
 
+def check_update(update: Kvset) -> None:
+    """What `CloneMap.apply` refuses whatever the map holds (a reserved or empty key,
+    an unreadable or out-of-range ttl): `ProtocolError` naming the field. A replicated
+    server asks before it puts a KVSET in the log."""
+    if not update.key or update.key in RESERVED_KEYS:
+        raise InvalidField("key", f"{update.key!r} is reserved by the protocol; use another "
+                           "key", protocol=PROTOCOL)
+    if update.body and _TTL_LINE in update.properties:
+        value = dict(parse_properties(update.properties)).get(TTL)
+        if value is not None:
+            parse_relative_ttl(value)
+
+
 def _absolute_ttl(properties: bytes, now: float) -> tuple[bytes, int | None]:
-    """Stored properties and expiry for a relative ttl received at `now`."""
+    """Stored properties and expiry for a relative ttl received at `now`. An expiry
+    before 1973 is stored as `MIN_EXPIRY_MS` (past either way): an earlier one would
+    read back as seconds, and a map loaded from a dump would expire it at another
+    time than the map that stored it. One past 64-bit epoch milliseconds raises
+    `InvalidField` (a ttl is bounded, but `now` of a replicated map is whatever its
+    leaders stamped)."""
     value = dict(parse_properties(properties)).get(TTL)
     seconds = None if value is None else parse_relative_ttl(value)
     if seconds is None:
         return properties, None
-    expires_ms = to_epoch_ms(now) + round(seconds * 1000)
+    expires_ms = max(to_epoch_ms(now) + round(seconds * 1000), MIN_EXPIRY_MS)
+    if expires_ms > MAX_EPOCH_MS:
+        raise InvalidField("properties.ttl", f"{value[:32]!r} seconds from {now!r} is past "
+                           "what an expiry can hold", protocol=PROTOCOL)
     return replace_property(properties, TTL, format_absolute_ttl(expires_ms)), expires_ms
 
 
-__all__ = ["CloneMap", "Entry", "to_epoch_ms"]
+__all__ = ["CloneMap", "Entry", "check_update", "to_epoch_ms"]

@@ -80,6 +80,14 @@ MIN_SEQUENCE = -(1 << 63)
 # An absolute ttl at or above this is epoch milliseconds (C peer), below it epoch
 # seconds (Python peer): 1e11 s is the year 5138, 1e11 ms is 1973.
 _MS_THRESHOLD = 10 ** 11
+#: The longest ttl a KVSET may ask for, either way (about 31,700 years): its expiry,
+#: counted from any clock of this era, then fits the signed 64-bit epoch milliseconds
+#: we store and emit, as the C peer reads them.
+MAX_TTL_SECONDS = 10 ** 12
+#: The range of an absolute ttl (epoch milliseconds, a signed 64-bit integer).
+MIN_EPOCH_MS, MAX_EPOCH_MS = -(1 << 63), (1 << 63) - 1
+#: The earliest expiry whose stored form (integer ms) reads back as milliseconds.
+MIN_EXPIRY_MS = _MS_THRESHOLD
 _DECIMAL = re.compile(rb"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
@@ -110,6 +118,14 @@ class Limits:
     max_body_bytes: int = 16 << 20
     max_bulk_entries: int = 65536     # entries in one KVBULK
     max_bulk_bytes: int = 16 << 20    # one KVBULK column frame (keys, values...); < 2 GiB
+
+    def __post_init__(self) -> None:
+        """Checked here, not where a socket option or an Arrow offset overflows later."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if type(value) is not int or not 1 <= value < 1 << 31:
+                raise ValueError(f"Limits.{f.name}: {value!r} is not an integer in "
+                                 f"1..{(1 << 31) - 1}")
 
     @property
     def max_frame_bytes(self) -> int:
@@ -337,20 +353,32 @@ def _decimal(value: bytes, what: str) -> float:
 
 def parse_relative_ttl(value: bytes) -> float | None:
     """A KVSET's ttl: seconds from now as decimal text; 0 means no ttl (both peers).
-    A negative ttl expires at once, as it does on both peers."""
+    A negative ttl expires at once, as it does on both peers. Beyond
+    ±`MAX_TTL_SECONDS` it is refused (`InvalidField`): no expiry could be stored."""
     seconds = _decimal(value, "number of seconds")
+    if not -MAX_TTL_SECONDS <= seconds <= MAX_TTL_SECONDS:
+        raise InvalidField("properties.ttl", f"{value[:32]!r} seconds is out of range: at "
+                           f"most {MAX_TTL_SECONDS} either way (leave the ttl out for no "
+                           "expiry)", protocol=PROTOCOL)
     return None if seconds == 0 else seconds
 
 
 def parse_absolute_ttl(value: bytes) -> int | None:
     """A stored ttl, in epoch milliseconds: integer epoch ms (C peer) or float epoch
-    seconds (Python peer). 0 means no ttl."""
+    seconds (Python peer, which prints large ones as ``1e+308``). 0 means no ttl. One
+    outside a signed 64-bit count of milliseconds raises `InvalidField`."""
     number = _decimal(value, "epoch time")
     if number == 0:
         return None
-    if number >= _MS_THRESHOLD and b"." not in value:
-        return int(value)
-    return round(number * 1000)
+    if number >= _MS_THRESHOLD and value.lstrip(b"+").isdigit():
+        epoch_ms = int(value)
+    else:
+        epoch_ms = round(number * 1000) if abs(number) < MAX_EPOCH_MS else None
+    if epoch_ms is None or not MIN_EPOCH_MS <= epoch_ms <= MAX_EPOCH_MS:
+        raise InvalidField("properties.ttl", f"{value[:32]!r} is out of range: an expiry "
+                           "is epoch milliseconds within a signed 64-bit integer",
+                           protocol=PROTOCOL)
+    return epoch_ms
 
 
 def format_absolute_ttl(epoch_ms: int) -> bytes:
@@ -681,7 +709,8 @@ __all__ = [
     "BULK_FRAMES", "BULK_ROUTING_PREFIX", "BULK_VERSION", "BstarState", "BstarStatus",
     "Channel", "DEFAULT_LIMITS", "HUGZ", "ICANHAZ", "Icanhaz", "KTHXBAI", "KVBULK",
     "KVMSG_FRAMES", "KvBulk", "KvMsg", "Kthxbai", "Kvpub", "Kvset", "Kvsync", "Hugz",
-    "Limits", "MAX_SEQUENCE", "MESSAGE_TYPES", "Message", "PROTOCOL", "ProtocolError",
+    "Limits", "MAX_EPOCH_MS", "MAX_SEQUENCE", "MAX_TTL_SECONDS", "MESSAGE_TYPES",
+    "MIN_EPOCH_MS", "MIN_EXPIRY_MS", "Message", "PROTOCOL", "ProtocolError",
     "RESERVED_KEYS", "TTL", "UUID_LENGTH", "decode", "decode_bulk", "encode", "encode_bulk",
     "format_absolute_ttl",
     "format_properties", "from_json", "pack_sequence", "parse_absolute_ttl",

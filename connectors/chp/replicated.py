@@ -66,13 +66,14 @@ from consensus.runtime import ConfigError as FarmConfigError
 from consensus.runtime import FarmClient, FarmError
 from consensus.storage import SnapshotStore, StorageError
 from consensus.storage.files import DirectoryLock
-from consensus.wire.errors import InvalidField, ProtocolError
+from consensus.wire.errors import ProtocolError
 
 from . import bootstrap, resume
 from .address import parse_address
 from .errors import ConfigError, DataDirError
 from .farmlink import Barrier, Entries, FarmLink
-from .proto import PROTOCOL, RESERVED_KEYS, Channel, Icanhaz, decode, encode
+from .kvmap import check_update
+from .proto import Channel, Icanhaz, decode, encode
 from .replicated_map import (DEDUP_WINDOW, HISTORY, ReplicatedMap, encode_kvset,
                              encode_tick)
 from .server import CloneServer, ServerConfig
@@ -288,10 +289,10 @@ class ReplicatedServer(CloneServer):
     def _on_collector(self) -> None:
         name = self.farm.map_name
         for update in self._drain(self.collector, Channel.COLLECTOR, "collector"):
-            if not update.key or update.key in RESERVED_KEYS:
-                self._reject("collector", InvalidField(
-                    "key", f"{update.key!r} is reserved by the protocol; use another key",
-                    protocol=PROTOCOL))
+            try:
+                check_update(update)   # what no map would apply never enters the log
+            except ProtocolError as exc:
+                self._reject("collector", exc)
                 continue
             origin = b"" if update.uuid else self._origin + _ORIGIN.pack(next(self._origins))
             if not self.link.submit(encode_kvset(name, update, origin)):

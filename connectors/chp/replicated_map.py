@@ -54,7 +54,7 @@ from consensus.wire.errors import InvalidField, LimitExceeded, ProtocolError
 from . import resume
 from .kvmap import CloneMap, Entry
 from .proto import (DEFAULT_LIMITS, PROTOCOL, UUID_LENGTH, Hugz, Kthxbai, Kvpub, Kvset,
-                    Kvsync, Limits)
+                    Kvsync, Limits, parse_properties)
 
 RECORD_MAGIC = b"GFCHP\x01"
 DEDUP_WINDOW = 131_072      # (UUID, key) pairs remembered: ~3 MiB of digests
@@ -157,6 +157,10 @@ def decode_record(data: bytes, map_name: str,
         raise _bad("uuid", f"must be 16 bytes or empty, got {len(uuid)}")
     if len(origin) > MAX_ORIGIN:
         raise _bad("origin", f"at most {MAX_ORIGIN} bytes, got {len(origin)}")
+    try:   # as on a collector: a KVPUB of ours must decode at every client
+        parse_properties(properties, limits)
+    except ProtocolError as exc:
+        raise _bad("properties", exc.reason) from None
     return KvsetRecord(key, uuid, properties, value, origin)
 
 
@@ -298,9 +302,17 @@ class ReplicatedMap:
         if name != self.name:
             raise InvalidField("checkpoint.map", f"the checkpoint is of map {name!r}, not "
                                f"{self.name!r}", protocol=PROTOCOL)
+        for field, value in (("applied", applied), ("clock", clock)):
+            if type(value) is not int or not 0 <= value < 1 << 64:
+                raise InvalidField(f"checkpoint.{field}", f"{value!r} is not a u64",
+                                   protocol=PROTOCOL)
+        if type(dumped) is not bytes or type(seen) is not list or \
+                not all(type(s) is bytes and len(s) == _DIGEST for s in seen):
+            raise InvalidField("checkpoint", "the map must be bytes and the applied "
+                               f"identities {_DIGEST}-byte digests", protocol=PROTOCOL)
         self.map = CloneMap.load(dumped, track_changes=True)
-        self.applied_index, self.clock_ms = int(applied), int(clock)
-        self._seen = OrderedDict((bytes(s), None) for s in seen[-self.dedup_window:])
+        self.applied_index, self.clock_ms = applied, clock
+        self._seen = OrderedDict((s, None) for s in seen[-self.dedup_window:])
         self._history.clear()
 
 

@@ -22,9 +22,10 @@ Pure helpers; `replica.Replica` (client side) and `replicated_map.ReplicatedMap`
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from consensus.wire.errors import InvalidField
+from consensus.wire.errors import ProtocolError
 
 from .proto import format_properties, parse_properties
 
@@ -63,12 +64,16 @@ def _properties(raw: bytes) -> dict[bytes, bytes]:
         return {}
     try:
         return dict(parse_properties(raw))
-    except InvalidField:
+    except ProtocolError:
         return {}
 
 
+_SEQUENCE = re.compile(rb"-?[0-9]{1,19}")
+
+
 def _integer(value: bytes | None) -> int | None:
-    if value is None or not value.lstrip(b"-").isdigit() or len(value) > 20:
+    """A sequence as decimal text (``--1`` or 30 digits are none)."""
+    if value is None or not _SEQUENCE.fullmatch(value):
         return None
     return int(value)
 

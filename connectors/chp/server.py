@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -97,9 +98,16 @@ class ServerConfig:
             raise ConfigError(f"--fsync: {self.fsync!r} is not always, batch or never")
         for name in ("hugz_interval", "bstar_heartbeat", "peer_timeout", "pending_horizon",
                      "sync_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"--{name.replace('_', '-')}: must be positive, got "
-                                  f"{getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ConfigError(f"--{name.replace('_', '-')}: must be a positive number "
+                                  f"of seconds, got {value!r}")
+        for name, least, most in (("snapshot_every", 1, None), ("max_batch", 1, None),
+                                  ("publisher_hwm", 0, (1 << 31) - 1)):
+            value = getattr(self, name)
+            if type(value) is not int or value < least or most is not None and value > most:
+                raise ConfigError(f"{name}: must be an integer in {least}.."
+                                  f"{most or 'any'}, got {value!r}")
         if self.peer_timeout <= self.bstar_heartbeat:
             raise ConfigError("--peer-timeout must be longer than --bstar-heartbeat "
                               f"({self.peer_timeout} <= {self.bstar_heartbeat})")

@@ -20,7 +20,8 @@ consumer following our producer; our consumer repairing from a C producer by FET
 """
 from connectors.dafka.config import ConfigError, DafkaConfig, load_config, tower_endpoints
 from connectors.dafka.consumer import Consumer, ConsumerRecord
-from connectors.dafka.node import TowerUnreachable, deterministic_address, new_address
+from connectors.dafka.node import (NodeFailed, TowerUnreachable, deterministic_address,
+                                   new_address)
 from connectors.dafka.producer import BackpressureTimeout, Producer
 from connectors.dafka.reader import NoStoreError, StoreClient
 from connectors.dafka.store import Store
@@ -28,6 +29,6 @@ from connectors.dafka.tower import Tower
 
 __all__ = [
     "BackpressureTimeout", "ConfigError", "Consumer", "ConsumerRecord", "DafkaConfig",
-    "NoStoreError", "Producer", "Store", "StoreClient", "Tower", "TowerUnreachable",
-    "deterministic_address", "load_config", "new_address", "tower_endpoints",
+    "NoStoreError", "NodeFailed", "Producer", "Store", "StoreClient", "Tower",
+    "TowerUnreachable", "deterministic_address", "load_config", "new_address", "tower_endpoints",
 ]

@@ -16,16 +16,38 @@ import threading
 import time
 from dataclasses import replace
 
-from connectors.dafka.config import (ConfigError, DafkaConfig, load_config, parse_zpl,
-                                     tower_endpoints)
+from connectors.dafka.config import (MAX_COUNT, MAX_SECONDS, ConfigError, DafkaConfig,
+                                     load_config, parse_zpl, tower_endpoints)
 from connectors.dafka.consumer import Consumer, ConsumerRecord
-from connectors.dafka.node import TowerUnreachable
+from connectors.dafka.node import NodeFailed, TowerUnreachable
 from connectors.dafka.producer import BackpressureTimeout, Producer
+from connectors.dafka.proto import MAX_SEQUENCE
 from connectors.dafka.store import Store
 from connectors.dafka.tower import Tower
 from consensus.storage import StorageError
 
 COMMANDS = ("tower", "store", "produce", "consume")
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds >= 0 (0 turns the wait off where the option says so)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in "
+                                         f"0..{MAX_SECONDS:g}")
+    return value
+
+
+def _whole(least: int, most: int):
+    def parse(text: str) -> int:
+        if not text.isdigit() or not least <= int(text) <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in "
+                                             f"{least}..{most}")
+        return int(text)
+    return parse
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +65,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beacon-address", metavar="HOST",
                         help="host this node announces (beacon/address; default: the "
                              "tower uses the address it sees the node connect from)")
-    parser.add_argument("--beacon-interval", type=float, metavar="SECONDS")
-    parser.add_argument("--beacon-timeout", type=float, metavar="SECONDS")
+    parser.add_argument("--beacon-interval", type=_seconds, metavar="SECONDS")
+    parser.add_argument("--beacon-timeout", type=_seconds, metavar="SECONDS")
     parser.add_argument("--verbose", action="store_true")
 
 
@@ -68,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     store.add_argument("--data-dir", metavar="DIR", help="data directory (store/db)")
     store.add_argument("--fsync", choices=("always", "batch", "never"),
                        help="store/fsync (default batch: one fsync per drain, then ACK)")
-    store.add_argument("--exit-with-parent", type=int, metavar="PID",
+    store.add_argument("--exit-with-parent", type=_whole(1, 1 << 22), metavar="PID",
                        help="stop (cleanly) once the parent process PID is gone, e.g. "
                             "a program that started this store and died")
     store.add_argument("--no-bulk", action="store_true",
@@ -81,11 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("topic")
     produce.add_argument("--address", metavar="UUID",
                          help="partition address (32 uppercase hex), default random")
-    produce.add_argument("--start-sequence", type=int, default=0, metavar="N")
-    produce.add_argument("--ack-timeout", type=float, default=30.0, metavar="SECONDS",
+    produce.add_argument("--start-sequence", type=_whole(0, MAX_SEQUENCE), default=0,
+                         metavar="N")
+    produce.add_argument("--ack-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                          help="at end of input wait this long for store ACKs (0: don't)")
-    produce.add_argument("--head-interval", type=float, metavar="SECONDS")
-    produce.add_argument("--max-unacked", type=int, metavar="N")
+    produce.add_argument("--head-interval", type=_seconds, metavar="SECONDS")
+    produce.add_argument("--max-unacked", type=_whole(1, MAX_COUNT), metavar="N")
 
     consume = commands.add_parser("consume", help="print one record per line")
     _common(consume)
@@ -94,8 +117,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="start at offset 0 of every partition (offset reset earliest)")
     consume.add_argument("--json", action="store_true",
                          help="one JSON object per line: topic, partition, offset, value")
-    consume.add_argument("--count", type=int, metavar="N", help="exit after N records")
-    consume.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+    consume.add_argument("--count", type=_whole(1, MAX_COUNT), metavar="N",
+                         help="exit after N records")
+    consume.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS",
                          help="exit when no record arrived for this long")
     return parser
 
@@ -131,15 +155,18 @@ def _until_signal() -> threading.Event:
     return stop
 
 
-PARENT_CHECK = 0.5   # seconds between checks of --exit-with-parent
+PARENT_CHECK = 0.5   # seconds between checks of --exit-with-parent and of the nodes
 
 
-def _wait(stop: threading.Event, parent: int | None) -> None:
+def _wait(stop: threading.Event, parent: int | None, store: Store) -> None:
     """Until a signal, or until `parent` is no longer our parent process (it died and
     we were re-parented): polling getppid works for any parent, where Linux's
-    PR_SET_PDEATHSIG fires when the *thread* that started us exits."""
-    while not stop.wait(None if parent is None else PARENT_CHECK):
-        if os.getppid() != parent:
+    PR_SET_PDEATHSIG fires when the *thread* that started us exits. A node of the
+    store whose thread died raises `NodeFailed`: the process exits rather than linger."""
+    while not stop.wait(PARENT_CHECK):
+        store.writer.check()
+        store.reader.check()
+        if parent is not None and os.getppid() != parent:
             _say(f"dafka store: parent process {parent} is gone (--exit-with-parent); "
                  f"stopping")
             return
@@ -171,8 +198,10 @@ def run_store(args: argparse.Namespace) -> int:
     store = Store(config, bulk=not args.no_bulk).start()
     _say(f"dafka store: writer {store.writer.address} at {store.writer.endpoint}, reader "
          f"{store.reader.address} at {store.reader.endpoint}, data in {store.data_dir}")
-    _wait(stop, args.exit_with_parent)
-    store.stop()
+    try:
+        _wait(stop, args.exit_with_parent, store)
+    finally:
+        store.stop()
     if config.verbose:
         print(json.dumps(store.stats), file=sys.stderr)
     return 0
@@ -249,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TowerUnreachable, OSError, ValueError, StorageError) as exc:
         print(f"garlicfarm dafka {args.command}: {exc}", file=sys.stderr)
         return 2
+    except NodeFailed as exc:
+        print(f"garlicfarm dafka {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

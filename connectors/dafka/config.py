@@ -10,14 +10,21 @@ its XPUB (where nodes listen, C default 5557) is the next port unless given expl
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from connectors.dafka import proto
+
 
 class ConfigError(ValueError):
     """A bad option value or config file; the message names the option."""
+
+
+MAX_SECONDS = 86_400.0 * 365      # a timer option longer than a year is a mistake
+MAX_COUNT = (1 << 31) - 1         # ZeroMQ's high-water marks are C ints
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,24 @@ class DafkaConfig:
         if not self.tower_sub or not self.tower_pub:
             raise ConfigError("beacon/sub_address and beacon/pub_address (--tower) need "
                               "at least one tower endpoint each")
-        for name in ("beacon_interval", "beacon_timeout", "head_interval"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.max_unacked < 1 or self.high_watermark < 0:
-            raise ConfigError("producer/max_unacked must be >= 1 and high_watermark >= 0")
+        for name, option in (("beacon_interval", "beacon/interval (--beacon-interval)"),
+                             ("beacon_timeout", "beacon/timeout (--beacon-timeout)"),
+                             ("head_interval", "producer/head_interval (--head-interval)"),
+                             ("tower_wait", "node/tower_wait")):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
+                raise ConfigError(f"{option}: {value!r} is not a number of seconds in "
+                                  f"0 < S <= {MAX_SECONDS}")
+        for name, option, least in (("max_unacked", "producer/max_unacked (--max-unacked)", 1),
+                                    ("high_watermark", "high_watermark", 0)):
+            value = getattr(self, name)
+            if type(value) is not int or not least <= value <= MAX_COUNT:
+                raise ConfigError(f"{option}: {value!r} is not a whole number in "
+                                  f"{least}..{MAX_COUNT}")
+        if self.beacon_host and not proto.is_host(self.beacon_host):
+            raise ConfigError(f"beacon/address (--beacon-address): {self.beacon_host!r} is "
+                              "not a host name or address (peers connect to "
+                              "tcp://HOST:PORT)")
         if self.offset_reset not in ("latest", "earliest"):
             raise ConfigError(f"consumer/offset/reset must be latest or earliest, got "
                               f"{self.offset_reset!r}")
@@ -72,8 +92,8 @@ class DafkaConfig:
 
 def tower_endpoints(spec: str) -> tuple[str, str]:
     """``tcp://host:5556`` -> (XSUB ``tcp://host:5556``, XPUB ``tcp://host:5557``)."""
-    match = re.fullmatch(r"(tcp://[^/]+):(\d+)", spec.strip())
-    if not match:
+    match = re.fullmatch(r"(tcp://[^/]+):(\d{1,5})", spec.strip())
+    if not match or not 0 < int(match.group(2)) < 65535:
         raise ConfigError(f"--tower {spec!r}: expected tcp://HOST:PORT (the tower's beacon "
                           f"port; its publisher is PORT+1)")
     host, port = match.group(1), int(match.group(2))
@@ -118,9 +138,23 @@ def _number(values: dict[str, str], key: str, default: float) -> float:
     if key not in values:
         return default
     try:
-        return float(values[key])
+        number = float(values[key])
     except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
         raise ConfigError(f"{key} = {values[key]!r}: a number is expected") from None
+    return number
+
+
+def _whole(values: dict[str, str], keys: tuple[str, ...], default: int) -> int:
+    """The first of `keys` set, as a whole number (``1e6`` counts, ``1.5`` does not)."""
+    for key in keys:
+        if key in values:
+            number = _number(values, key, default)
+            if not number.is_integer():
+                raise ConfigError(f"{key} = {values[key]!r}: a whole number is expected")
+            return int(number)
+    return default
 
 
 def config_from_zpl(values: dict[str, str], base: DafkaConfig = DafkaConfig()) -> DafkaConfig:
@@ -129,8 +163,6 @@ def config_from_zpl(values: dict[str, str], base: DafkaConfig = DafkaConfig()) -
         return tuple(e.strip() for e in values[key].split(",") if e.strip()) \
             if key in values else current
 
-    hwm = next((values[k] for k in ("producer/high_watermark", "consumer/high_watermark",
-                                    "store/high_watermark") if k in values), None)
     return replace(
         base,
         tower_sub=endpoints("beacon/sub_address", base.tower_sub),
@@ -139,9 +171,10 @@ def config_from_zpl(values: dict[str, str], base: DafkaConfig = DafkaConfig()) -
         beacon_timeout=_ms(values, "beacon/timeout", base.beacon_timeout),
         beacon_host=values.get("beacon/address", base.beacon_host),
         bind=values.get("node/bind", base.bind),
-        high_watermark=int(float(hwm)) if hwm is not None else base.high_watermark,
+        high_watermark=_whole(values, ("producer/high_watermark", "consumer/high_watermark",
+                                       "store/high_watermark"), base.high_watermark),
         head_interval=_ms(values, "producer/head_interval", base.head_interval),
-        max_unacked=int(_number(values, "producer/max_unacked", base.max_unacked)),
+        max_unacked=_whole(values, ("producer/max_unacked",), base.max_unacked),
         offset_reset=values.get("consumer/offset/reset", base.offset_reset),
         store_db=values.get("store/db", base.store_db),
         store_fsync=values.get("store/fsync", base.store_fsync),

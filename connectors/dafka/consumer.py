@@ -161,11 +161,16 @@ class Consumer(Node):
 
     def poll(self, timeout: float | None = 1.0, max_records: int = 100_000
              ) -> list[ConsumerRecord]:
-        """Up to `max_records` delivered records; waits up to `timeout` s for the first."""
+        """Up to `max_records` delivered records; waits up to `timeout` s for the first.
+        Once every delivered record is taken, raises `NodeFailed` if the consumer's
+        thread died (no more would ever come)."""
         with self._ready_cond:
             if not self._ready and timeout != 0:
-                self._ready_cond.wait_for(lambda: self._ready or self._stopping, timeout)
+                self._ready_cond.wait_for(
+                    lambda: self._ready or self._stopping or self._error is not None, timeout)
             ready = self._ready
+            if not ready:
+                self.check()
             n = min(len(ready), max_records)
             out = [ready.popleft() for _ in range(n)]
         if self._paused and len(self._ready) < self.max_pending // 2:
@@ -182,6 +187,10 @@ class Consumer(Node):
 
     def stop(self) -> None:
         super().stop()
+        with self._ready_cond:
+            self._ready_cond.notify_all()
+
+    def _crashed(self) -> None:
         with self._ready_cond:
             self._ready_cond.notify_all()
 

@@ -9,6 +9,7 @@ get the time as an argument.
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -23,12 +24,17 @@ from connectors.dafka.beacon import BeaconChannel
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.sockets import iter_messages
 
+log = logging.getLogger("garlicfarm.dafka.node")
 _NAMESPACE = uuid.UUID("5f1c2a4e-7d1b-4c2e-9a57-6461666b6121")  # garlicfarm/dafka
 _wake_ids = itertools.count()
 
 
 class TowerUnreachable(RuntimeError):
     """No tower welcomed the node in time."""
+
+
+class NodeFailed(RuntimeError):
+    """The node's thread died; raised by the next call that needs it (`Node.check`)."""
 
 
 def new_address() -> str:
@@ -220,16 +226,25 @@ class Node:
         try:
             while not self._stopping:
                 self.step()
-        except BaseException as exc:  # noqa: BLE001 - reported by `error`, not lost
+        except BaseException as exc:  # noqa: BLE001 - raised by `check`, not lost
             if not self._stopping:
                 self._error = exc
                 self.stats["loop_crashed"] += 1
-                raise
+                log.error("dafka %s %s: the node's thread failed", self.ROLE, self.address,
+                          exc_info=exc)
+                self._crashed()
 
     @property
     def error(self) -> BaseException | None:
         """The exception that ended the node's thread, if any."""
         return self._error
+
+    def check(self) -> None:
+        """Raise `NodeFailed` if the node's thread died: nothing it did (deliver,
+        acknowledge, answer FETCH, beacon) happens any more."""
+        if self._error is not None:
+            raise NodeFailed(f"dafka {self.ROLE} {self.address}: its thread failed "
+                             f"({self._error!r}); stop it and start a new one") from self._error
 
     def step(self, timeout: float | None = None) -> None:
         """Wait for traffic or the next timer (at most `timeout` s), handle it."""
@@ -275,8 +290,12 @@ class Node:
             self._welcomed.set()
             self._beacon_burst(now)
         for endpoint in connect:
-            for sub in self._subs:
-                sub.connect(endpoint)
+            try:
+                for sub in self._subs:
+                    sub.connect(endpoint)
+            except zmq.ZMQError:   # a tower announced what libzmq refuses: not a peer
+                self.stats["peers_refused"] += 1
+                continue
             self.peers_connected.add(endpoint)
             self._peer_connected(endpoint)
 
@@ -350,6 +369,9 @@ class Node:
     def _peer_connected(self, endpoint: str) -> None:
         """A new peer publisher was connected."""
 
+    def _crashed(self) -> None:
+        """The node's thread is dying (`error` is set): wake whoever waits on it."""
+
     def _extra_sockets(self) -> list[zmq.Socket]:
         return []
 
@@ -357,4 +379,5 @@ class Node:
         """Sockets are closed; release other resources."""
 
 
-__all__ = ["FetchFilter", "Node", "TowerUnreachable", "deterministic_address", "new_address"]
+__all__ = ["FetchFilter", "Node", "NodeFailed", "TowerUnreachable", "deterministic_address",
+           "new_address"]

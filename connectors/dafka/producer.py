@@ -135,6 +135,7 @@ class Producer(Node):
         unacked = self.unacked
         records = unacked.records
         send = self.pub.send
+        self.check()   # with the thread gone, nothing would be acknowledged or re-sent
         with self._lock:
             seq = unacked.next
             try:
@@ -156,6 +157,7 @@ class Producer(Node):
     def _wait_for_room(self, needed: int, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self.unacked) + needed > self.config.max_unacked:
+            self.check()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise BackpressureTimeout(
@@ -165,9 +167,19 @@ class Producer(Node):
             self._lock.wait(left)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until a store ACKed every published record; False on timeout."""
+        """Wait until a store ACKed every published record; False on timeout,
+        `NodeFailed` if the producer's thread died first."""
         with self._lock:
-            return self._lock.wait_for(lambda: len(self.unacked) == 0, timeout)
+            self._lock.wait_for(lambda: len(self.unacked) == 0 or self._error is not None,
+                                timeout)
+            if len(self.unacked) == 0:
+                return True
+        self.check()
+        return False
+
+    def _crashed(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
 
     def close(self, timeout: float | None = 0.0) -> None:
         """Stop. With a `timeout`, first wait that long for outstanding ACKs (the C

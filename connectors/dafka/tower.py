@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import zmq
 
 from connectors.dafka import proto
+from connectors.dafka.config import ConfigError
 from consensus.wire.errors import ProtocolError
 
 
@@ -40,6 +41,9 @@ class Tower:
         remote nodes can reach the nodes that share the tower's host. None: the host the
         XSUB is bound to, or for a wildcard bind the host's first non-loopback address
         (the C tower's first interface)."""
+        if advertise_host is not None and not proto.is_host(advertise_host):
+            raise ConfigError(f"--advertise-host: {advertise_host!r} is not a host name or "
+                              "address (nodes connect to tcp://HOST:PORT)")
         self.sub_bind = sub_bind
         self.pub_bind = pub_bind
         self.advertise_host = advertise_host
@@ -70,6 +74,8 @@ class Tower:
         self.sub_endpoint = self.xsub.getsockopt(zmq.LAST_ENDPOINT).decode()
         if self.advertise_host is None:
             bound = urlsplit(self.sub_bind.replace("*", "0.0.0.0")).hostname or ""
+            if ":" in bound and bound != "::":
+                bound = f"[{bound}]"   # an IPv6 address, as in an endpoint
             self.advertise_host = (_first_interface() if bound in ("0.0.0.0", "::")
                                    else bound) or "127.0.0.1"
         return self

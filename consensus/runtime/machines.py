@@ -38,6 +38,7 @@ from consensus.wire.errors import ProtocolError
 DEDUP_CAPACITY = 65_536
 BATCHES_KEPT_PER_QUERY = 100_000
 ALLOCATIONS_KEPT = 100_000
+MAX_COUNTER = (1 << 63) - 1
 SNAPSHOT_VERSION = 2           #: 2: requests as [id, [index, term, result, error]]
 _READABLE_VERSIONS = (1, 2)    #: 1: requests as [id, index, term, result, error]
 
@@ -188,6 +189,9 @@ class Ledger:
         if start is not None:
             return start
         start = self.counters.get(key, 0)
+        if start + count > MAX_COUNTER:   # a snapshot (msgpack) holds signed 64 bits
+            raise CommandError(f"count: {count} more after {start} would pass the "
+                               f"counter's limit {MAX_COUNTER} (key {key!r})")
         self.counters[key] = start + count
         self.allocations[owner] = start
         while len(self.allocations) > ALLOCATIONS_KEPT:

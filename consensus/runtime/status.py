@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+import msgpack
+
 FRESHNESS_INTERVALS = 3
 
 
@@ -42,14 +44,20 @@ def status_json(*, cluster: str, date_ms: int, node_id: int, config: dict[str, A
 
 def parse_status(data: bytes) -> dict[str, Any] | None:
     """The status object, or None when the bytes are not a Garlic Farm status (not JSON,
-    or no integer ``id`` and ``date``)."""
+    nested too deep, no integer ``id`` and ``date``, or holding what a snapshot cannot:
+    an integer past 64 bits, a lone surrogate). The machine keeps what this returns in
+    its snapshots, so a status it accepts must never make a snapshot fail."""
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(obj, dict):
         return None
-    if not isinstance(obj.get("id"), int) or not isinstance(obj.get("date"), int):
+    if type(obj.get("id")) is not int or type(obj.get("date")) is not int:
+        return None
+    try:
+        msgpack.packb(obj, use_bin_type=True)
+    except (ValueError, TypeError, OverflowError):   # UnicodeEncodeError is a ValueError
         return None
     return obj
 

@@ -1,0 +1,147 @@
+"""The farm's state machine against random and mutated committed entries (issue 13
+item 3): applying never raises, two members fed the same entries hold the same snapshot
+bytes, a member restored from a snapshot replays the rest to the same state, and a bad
+command is refused with the same outcome everywhere."""
+from __future__ import annotations
+
+import json
+
+import msgpack
+from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+from consensus.raft import Entry, EntryType
+from consensus.runtime.envelope import HEAD, MAGIC, VERSION, CommandKind, encode_command
+from consensus.runtime.errors import ErrorCode
+from consensus.runtime.machines import FarmStateMachine
+
+PROPERTIES = settings(max_examples=300, deadline=None,
+                      suppress_health_check=[HealthCheck.too_slow])
+U64 = (1 << 64) - 1
+
+ints = st.one_of(st.integers(min_value=-(1 << 63), max_value=U64),
+                 st.sampled_from([0, 1, -1, U64, (1 << 63) - 1, -(1 << 63)]))
+scalars = st.one_of(ints, st.text(max_size=6), st.binary(max_size=6), st.none(),
+                    st.booleans(), st.floats())
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4),
+    st.dictionaries(st.one_of(st.text(max_size=4), ints), inner, max_size=4)), max_leaves=12)
+queries = st.sampled_from(["q1", "q2"])
+batches = st.one_of(st.integers(min_value=0, max_value=4), ints)
+rids = st.binary(min_size=1, max_size=3)
+
+
+def command(kind: CommandKind, *args) -> bytes:
+    return encode_command(kind, b"r", *args)
+
+
+commands = st.one_of(
+    st.builds(lambda r, k, v: encode_command(CommandKind.KV_PUT, r, k, v), rids,
+              st.sampled_from(["a", "b"]), st.text(max_size=5)),
+    st.builds(lambda r, k, v: encode_command(CommandKind.KV_APPEND, r, k, v), rids,
+              st.sampled_from(["a", "b"]), st.text(max_size=5)),
+    st.builds(lambda r, k, e, v: encode_command(CommandKind.KV_CAS, r, k, e, v), rids,
+              st.sampled_from(["a", "b"]), st.one_of(st.none(), st.text(max_size=3)),
+              st.text(max_size=3)),
+    st.builds(lambda r, q, b, p, a: encode_command(CommandKind.STAGE, r, q, b, p, a, "t",
+                                                   b"x"), rids, queries, batches, ints, ints),
+    st.builds(lambda r, q, b, s, m: encode_command(CommandKind.COMMIT, r, q, b, s, m), rids,
+              queries, batches, st.lists(st.integers(min_value=1, max_value=U64), max_size=3),
+              st.dictionaries(st.text(max_size=4), values, max_size=3)),
+    st.builds(lambda r, q, b: encode_command(CommandKind.ABORT, r, q, b), rids, queries,
+              batches),
+    st.builds(lambda r, k, c, q, b: encode_command(CommandKind.ALLOCATE, r, k, c, q, b), rids,
+              st.sampled_from(["s", "t"]), st.integers(min_value=1, max_value=U64), queries,
+              batches),
+    st.builds(lambda r, recs: encode_command(CommandKind.JOURNAL, r, recs), rids,
+              st.lists(st.binary(max_size=4), max_size=3)),
+    st.builds(lambda r, args: encode_command(CommandKind.KV_PUT, r, *args), rids,
+              st.lists(values, max_size=4)))
+statuses = st.one_of(
+    st.builds(lambda i, d, v: json.dumps({"id": i, "date": d, "raft": v}).encode(),
+              st.one_of(st.integers(min_value=0, max_value=5), st.integers()),
+              st.one_of(st.integers(min_value=0, max_value=10 ** 13), st.integers()),
+              values.filter(lambda v: not isinstance(v, bytes))
+              .map(lambda v: v if not isinstance(v, dict) else {str(k): x for k, x in
+                                                                v.items()})
+              .filter(lambda v: _jsonable(v))),
+    st.sampled_from([
+        b'{"id": 1, "date": 1, "x": "\\ud800"}',                  # a lone surrogate
+        b'{"id": 100000000000000000000000000000, "date": 1}',     # past 64 bits
+        b'{"id": 1, "date": 1, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",   # deep
+        b'{"id": 1, "date": 1, "x": ' + b"[" * 600 + b"]" * 600 + b"}",
+        b'{"id": 2, "date": 1e999}', b"{", b'{"id": true, "date": 1}']))
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def mutate(data: bytes, at: int, byte: int) -> bytes:
+    return data[:at] + bytes([byte]) + data[at + 1:]
+
+
+entry_data = st.one_of(
+    commands, statuses, st.binary(max_size=30),
+    st.binary(max_size=30).map(lambda b: bytes([MAGIC, VERSION]) + bytes(8) + b),
+    st.tuples(commands, st.integers(min_value=0, max_value=60),
+              st.integers(min_value=0, max_value=255)).map(lambda t: mutate(*t)),
+    st.tuples(commands, st.integers(min_value=HEAD.size, max_value=60)).map(
+        lambda t: t[0][:t[1]]))
+
+logs = st.lists(st.tuples(entry_data, st.sampled_from([EntryType.APPLICATION,
+                                                       EntryType.APPLICATION,
+                                                       EntryType.NOOP])), max_size=25)
+
+
+def apply_all(machine: FarmStateMachine, log, start: int = 1) -> list:
+    outcomes = []
+    for index, (data, kind) in enumerate(log, 1):
+        if index >= start:
+            outcome = machine.apply(Entry(1, index, kind, data))
+            outcomes.append(None if outcome is None else
+                            (outcome.request_id, outcome.index, outcome.result,
+                             outcome.error, outcome.duplicate))
+            machine.verdict(Entry(1, index, kind, data))
+    return outcomes
+
+
+@PROPERTIES
+@given(logs)
+@example([(command(CommandKind.ALLOCATE, "s", U64, "q", 0), EntryType.APPLICATION),
+          (encode_command(CommandKind.ALLOCATE, b"x", "s", U64, "q", 1),
+           EntryType.APPLICATION)])                        # a counter past 64 bits
+@example([(b'{"id": 100000000000000000000000000000, "date": 1}', EntryType.APPLICATION)])
+@example([(b'{"id": 1, "date": 1, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+           EntryType.APPLICATION)])                        # RecursionError
+@example([(b'{"id": 1, "date": 1, "x": "\\ud800"}', EntryType.APPLICATION)])
+def test_any_committed_entries_apply_and_members_agree(log):
+    first, second = FarmStateMachine(), FarmStateMachine()
+    assert apply_all(first, log) == apply_all(second, log)
+    snapshot = first.snapshot()
+    assert snapshot == second.snapshot()
+    for query in (["kv_keys"], ["statuses"], ["publisher"], ["last_batch", "q1"],
+                  ["batch_status", "q1", 0], ["applied"]):
+        first.query(msgpack.packb(query))
+    middle = len(log) // 2
+    partial = FarmStateMachine()
+    apply_all(partial, log[:middle])
+    restarted = FarmStateMachine()
+    restarted.restore(partial.snapshot())
+    apply_all(restarted, log, start=middle + 1)
+    assert restarted.snapshot() == snapshot
+
+
+def test_a_counter_that_would_pass_64_bits_is_refused_everywhere():
+    machine = FarmStateMachine()
+    big = (1 << 63) - 1
+    ok = machine.apply(Entry(1, 1, EntryType.APPLICATION,
+                             encode_command(CommandKind.ALLOCATE, b"a", "s", big, "q", 0)))
+    assert ok.result == 0 and ok.error is None
+    refused = machine.apply(Entry(1, 2, EntryType.APPLICATION,
+                                  encode_command(CommandKind.ALLOCATE, b"b", "s", 1, "q", 1)))
+    assert refused.error[0] == int(ErrorCode.FAILED) and "count" in refused.error[1]
+    machine.snapshot()
