@@ -19,6 +19,7 @@ peer's address.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -71,7 +72,7 @@ def accept_stream(sock: socket.socket, security: Security, wire: str,
         try:
             sock = context.wrap_socket(sock, server_side=True)
         except OSError as exc:
-            raise Refusal(f"TLS handshake failed: {exc}") from None
+            raise Refusal(_tls_failure(exc)) from None
     data = b""
     while len(data) < 4:
         chunk = _read(sock, deadline)
@@ -93,6 +94,18 @@ def accept_stream(sock: socket.socket, security: Security, wire: str,
         else f"unknown first byte 0x{data[0]:02x}")
     raise Refusal(f"{what}, but this node speaks --wire {wire} (clients must use the Garlic "
                   f"Farm handshake)")
+
+
+def _tls_failure(exc: OSError) -> str:
+    text = str(exc)
+    if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in text.upper().replace(" ", "_"):
+        return ("TLS handshake refused: the client presented no TLS client certificate, and "
+                "this node requires one signed by its --tls-ca (give the client --tls-cert "
+                f"and --tls-key, or run the node with --tls-client-cert optional): {exc}")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"TLS handshake refused: the client's certificate does not verify against "
+                f"this node's --tls-ca ({exc.verify_message or exc})")
+    return f"TLS handshake failed: {exc}"
 
 
 def _handshake(sock: socket.socket, data: bytes, security: Security,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -108,6 +109,8 @@ class Connection:
     tls_key: str | None = None
     proxy: str | None = None
     timeout: float = 10.0
+    tls: bool = False
+    insecure_skip_tls_verify: bool = False
 
     def change_timeouts(self) -> tuple[float, float]:
         """For a membership change: (seconds to reach the leader, seconds the leader
@@ -122,7 +125,8 @@ class Connection:
         from consensus.runtime import FarmClient
         kwargs = dict(cluster=self.cluster, username=self.username, password=self.password,
                       tls_ca=self.tls_ca, tls_cert=self.tls_cert, tls_key=self.tls_key,
-                      proxy=self.proxy, timeout=self.timeout)
+                      proxy=self.proxy, timeout=self.timeout, tls=self.tls,
+                      insecure_skip_tls_verify=self.insecure_skip_tls_verify)
         kwargs.update(overrides)
         return FarmClient(",".join(self.endpoints), **kwargs)
 
@@ -139,9 +143,17 @@ def connection_parser() -> argparse.ArgumentParser:
     g.add_argument("--password", help="its password (default: $GARLICFARM_PASSWORD)")
     g.add_argument("--credentials", metavar="FILE",
                    help="file of username:password lines; the first is used")
-    g.add_argument("--tls-ca", metavar="FILE", help="CA the members' certificates chain to")
-    g.add_argument("--tls-cert", metavar="FILE", help="client certificate (with --tls-key)")
+    g.add_argument("--tls-ca", metavar="FILE", help="CA the members' certificates chain to "
+                                                    "(TLS; host names are not checked)")
+    g.add_argument("--tls-cert", metavar="FILE", help="client certificate (with --tls-key; "
+                                                      "TLS; nodes with a tls-ca require one)")
     g.add_argument("--tls-key", metavar="FILE", help="its private key")
+    g.add_argument("--tls", action="store_true",
+                   help="TLS even without --tls-ca/--tls-cert: the members' certificates are "
+                        "verified against the system trust store and their host names")
+    g.add_argument("--insecure-skip-tls-verify", action="store_true",
+                   help="TLS WITHOUT verifying the members' certificates (unsafe: anyone in "
+                        "between can pose as the farm); prints a warning")
     g.add_argument("--proxy", metavar="http://HOST:PORT", help="HTTP CONNECT proxy")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds per call, retries included (default: 10)")
@@ -180,9 +192,18 @@ def resolve_connection(args: argparse.Namespace,
     timeout = 10.0 if timeout is None else float(timeout)
     if timeout <= 0:
         raise UsageError("--timeout", f"must be positive seconds, got {timeout}")
+    insecure = bool(args.insecure_skip_tls_verify) or _truthy(
+        from_file.get("insecure_skip_tls_verify"),
+        f"--config {args.config}: insecure-skip-tls-verify")
     return Connection(endpoints, pick("cluster") or "farm", username, password,
                       pick("tls_ca"), pick("tls_cert"), pick("tls_key"), pick("proxy"),
-                      timeout)
+                      timeout, bool(args.tls), insecure)
+
+
+def _truthy(value: Any, where: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise UsageError(where, f"{value!r} is not true or false")
 
 
 def _credentials(args: argparse.Namespace, from_file: Mapping[str, Any],
@@ -810,6 +831,19 @@ def command_main(name: str, argv: Sequence[str], out: TextIO | None = None,
     """Run one admin command; print errors as one line naming what to fix."""
     out = out or sys.stdout
     err = err or sys.stderr
+    # Warnings of the library (TLS without verification) go to the user, on stderr.
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(f"garlicfarm {name}: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("garlicfarm")
+    logger.addHandler(handler)
+    try:
+        return _command(name, argv, out, err)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _command(name: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     try:
         parser = build_parser(name)
         try:

@@ -45,7 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "ours)")
     p.add_argument("--tls-cert", help="PEM certificate: accept and dial TLS only")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
-    p.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
+    p.add_argument("--tls-ca", help="PEM CA that peers' and clients' certificates must "
+                   "chain to (client certificates are then required); peers are verified "
+                   "against it (without it: the system trust store and host names)")
+    p.add_argument("--tls-client-cert", choices=("required", "optional"),
+                   help="with --tls-ca: whether clients must present a certificate "
+                   "(default required; a presented one must chain to --tls-ca either way)")
+    p.add_argument("--insecure-skip-tls-verify", action="store_true",
+                   help="dial peers with TLS WITHOUT verifying their certificates (unsafe: "
+                   "anyone in between can pose as a peer); logged as a warning")
     p.add_argument("--proxy", help="http://HOST:PORT: dial peers through HTTP CONNECT")
     p.add_argument("--fsync", choices=("always", "batch", "never"),
                    help="always: every append; batch (default): once per Ready (group "

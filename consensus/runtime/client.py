@@ -75,7 +75,13 @@ class FarmClient:
                  wire: str = "garlicfarm", tls_ca: str | None = None,
                  tls_cert: str | None = None, tls_key: str | None = None,
                  proxy: str | None = None, timeout: float = 10.0,
-                 connect_timeout: float = 0.5, answer_timeout: float = 1.0) -> None:
+                 connect_timeout: float = 0.5, answer_timeout: float = 1.0, *,
+                 tls: bool = False, insecure_skip_tls_verify: bool = False) -> None:
+        """TLS: with `tls_ca` the nodes' certificates must chain to it; with `tls=True`,
+        `tls_cert` or neither CA given, they are verified against the system trust store
+        and the endpoint's host name; `insecure_skip_tls_verify=True` skips verifying
+        them (logged as a warning). `tls_cert`/`tls_key`: our client certificate (nodes
+        with a tls-ca require one)."""
         if wire != "garlicfarm":
             raise ConfigError("wire", "clients always speak the Garlic Farm handshake and its "
                               "extensions; the node's --wire only concerns its peers")
@@ -87,7 +93,8 @@ class FarmClient:
         self.timeout = timeout
         self.answer_timeout = answer_timeout
         self.security = Security(cluster=cluster, username=username, password=password,
-                                 tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, proxy=proxy)
+                                 tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, proxy=proxy,
+                                 use_tls=tls, insecure_skip_tls_verify=insecure_skip_tls_verify)
         if username is None:
             raise ConfigError("username", "the farm authenticates clients: give a username "
                               "and password")
@@ -99,6 +106,7 @@ class FarmClient:
         self._pipe = WritePipe(self)            # the calls' writes, in the caller's thread
         self._async: WritePipe | None = None    # append_async's, in a thread of its own
         self._closed = False
+        self._refused: FarmError | None = None  # the last refusal at a handshake (404, TLS)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -143,8 +151,9 @@ class FarmClient:
             link = Link(endpoint, self.security, bound, self._client_id)
         except AuthenticationError:
             raise
-        except ProtocolMismatch:
+        except ProtocolMismatch as exc:
             directory.mismatched(endpoint)
+            self._refused = exc
             raise
         except Unavailable:
             if time.monotonic() - started >= bound * 0.9:
@@ -154,7 +163,20 @@ class FarmClient:
             raise
         directory.connected(endpoint, link.connect_seconds)
         directory.learn(link.welcome)
+        self._refused = None
         return link
+
+    def _explained(self, exc: FarmError, since: FarmError | None) -> FarmError:
+        """A call that ran out of time while a member refused us at the handshake (a
+        wrong cluster name: 404; a certificate refused) says what the member answered,
+        not only that no member served it."""
+        refused = self._refused
+        if refused is None or refused is since or not isinstance(exc, Unavailable):
+            return exc
+        better = ProtocolMismatch(f"{refused} (no member of {', '.join(self.endpoints)} "
+                                  f"served the request in time)")
+        better.maybe_applied = exc.maybe_applied
+        return better
 
     def _link(self, endpoint: str, deadline: float) -> Link:
         """The calls' connection to `endpoint` (kept between calls; hold `_lock`)."""
@@ -219,6 +241,7 @@ class FarmClient:
         patience = self.answer_timeout if patience is None else patience
         last: Exception | None = None
         uncertain = False           # a request went out and got no definite answer
+        before = self._refused
         with self._lock:
             for candidate in self._attempts(deadline, leader, endpoint):
                 try:
@@ -263,6 +286,11 @@ class FarmClient:
         foreign = self.directory.foreign_leader()
         if foreign is not None and endpoint is None and leader:
             raise _final(Unavailable(foreign_leader_text(foreign)), uncertain)
+        refused = last if isinstance(last, ProtocolMismatch) else \
+            self._refused if self._refused is not before else None
+        if refused is not None:
+            raise _final(ProtocolMismatch(f"{refused} (no member of {', '.join(self.endpoints)}"
+                                          f" served the request in time)"), uncertain)
         if isinstance(last, NotLeaderError) and endpoint is None:
             raise _final(Unavailable(f"no leader answered within the timeout (last: {last})"),
                          uncertain)
@@ -307,13 +335,14 @@ class FarmClient:
         their WriteResults in order (the first failure is raised)."""
         deadline = time.monotonic() + self.timeout
         writes = [self._pending(rid, data, deadline) for rid, data in payloads]
+        before = self._refused
         with self._lock:
             if self._closed:
                 raise FarmError("this FarmClient is closed")
             self._pipe.run(writes)
         for w in writes:
             if w.error is not None:
-                raise w.error
+                raise self._explained(w.error, before)
         return [w.result for w in writes]
 
     def _write(self, kind: CommandKind, *args: Any, request_id: bytes | None = None) -> Any:

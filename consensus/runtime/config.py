@@ -76,6 +76,8 @@ class NodeConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
+    tls_client_cert: str | None = None          #: with tls_ca: "required" (default), "optional"
+    insecure_skip_tls_verify: bool = False      #: dial peers without verifying them (unsafe)
     proxy: str | None = None
     fsync: str = "batch"
     observer: bool = False                      #: this node starts as an observer
@@ -122,6 +124,12 @@ class NodeConfig:
         for name in ("snapshot_interval", "retain_entries", "election_ticks", "segment_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")
+        if self.tls_ca and not self.tls_cert:
+            raise ConfigError("--tls-ca", "a node checks certificates against --tls-ca only "
+                              "when it has one itself: give --tls-cert and --tls-key too")
+        if self.insecure_skip_tls_verify and not self.tls_cert:
+            raise ConfigError("--insecure-skip-tls-verify", "concerns the TLS a node dials its "
+                              "peers with, which it does only with --tls-cert/--tls-key")
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 
@@ -137,6 +145,8 @@ class NodeConfig:
 
     def security(self) -> Security:
         tls = dict(tls_cert=self.tls_cert, tls_key=self.tls_key, tls_ca=self.tls_ca,
+                   tls_client_cert=self.tls_client_cert,
+                   insecure_skip_tls_verify=self.insecure_skip_tls_verify,
                    proxy=self.proxy, cluster=self.cluster)
         if self.credentials:
             return Security.from_file(self.credentials, **tls)
@@ -165,6 +175,9 @@ class NodeConfig:
                                                f"--{option.replace('_', '-')}")
         if "status_entries" in kwargs:
             kwargs["status_entries"] = _switch(kwargs["status_entries"], "status-entries")
+        if "insecure_skip_tls_verify" in kwargs:
+            kwargs["insecure_skip_tls_verify"] = _switch(kwargs["insecure_skip_tls_verify"],
+                                                         "insecure-skip-tls-verify")
         for name in ("data_dir", "credentials", "tls_cert", "tls_key", "tls_ca"):
             if kwargs.get(name):
                 kwargs[name] = os.path.expanduser(str(kwargs[name]))

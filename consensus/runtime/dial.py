@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -44,13 +45,56 @@ def _remaining(deadline: float, what: str) -> float:
     return left
 
 
-def _recv(sock: socket.socket, deadline: float, what: str) -> bytes:
+# TLS alerts a node sends when it refuses our client certificate (TLS 1.3 reports them
+# after the handshake, at our first read; TLS 1.2 during it)
+_CLIENT_CERT_ALERTS = ("CERTIFICATE_REQUIRED", "UNKNOWN_CA", "BAD_CERTIFICATE",
+                       "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE",
+                       "CERTIFICATE_EXPIRED", "CERTIFICATE_REVOKED", "ACCESS_DENIED")
+
+
+def tls_refusal(exc: OSError, target: str, security: Security | None) -> Exception | None:
+    """What a TLS failure means, as the error to raise (None: not a TLS refusal).
+
+    The node refused our client certificate (or our lack of one): AuthenticationError,
+    like refused credentials. The node's certificate did not verify on our side:
+    ProtocolMismatch naming how we verified and the options that change it."""
+    if not isinstance(exc, ssl.SSLError):
+        return None
+    reason = str(getattr(exc, "reason", "") or "")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = f"certificate verify failed: {exc.verify_message or exc}"
+        if security is not None and security.tls_ca is not None:
+            return ProtocolMismatch(
+                f"TLS with {target}: the node's certificate did not verify against --tls-ca "
+                f"{security.tls_ca} ({why}): give the CA that signed the nodes' "
+                f"certificates (tls.ca)")
+        return ProtocolMismatch(
+            f"TLS with {target}: the node's certificate did not verify against the system "
+            f"trust store and the host name {target.rsplit(':', 1)[0]} ({why}; no --tls-ca "
+            f"given): give --tls-ca with the CA that signed the nodes' certificates (a "
+            f"farm's own CA is usual), or, knowing that anyone between us and the node could "
+            f"then pose as it, --insecure-skip-tls-verify")
+    if "ALERT" in reason and any(alert in reason for alert in _CLIENT_CERT_ALERTS):
+        mine = "presented none" if security is None or security.tls_cert is None else \
+            f"presented {security.tls_cert}"
+        return AuthenticationError(
+            f"{target} refused our TLS client certificate ({reason}; we {mine}): the "
+            f"node's tls-ca requires a client certificate signed by the farm's CA: give "
+            f"--tls-cert and --tls-key (tls.cert / tls.key) with one")
+    return None
+
+
+def _recv(sock: socket.socket, deadline: float, what: str, target: str = "",
+          security: Security | None = None) -> bytes:
     sock.settimeout(_remaining(deadline, what))
     try:
         return sock.recv(65536)
     except socket.timeout:
         raise Unavailable(f"timed out {what}") from None
     except OSError as exc:
+        refusal = tls_refusal(exc, target, security)
+        if refusal is not None:
+            raise refusal from None
         raise Unavailable(f"the connection broke while {what}: {exc}") from None
 
 
@@ -105,8 +149,18 @@ def open_stream(host: str, port: int, security: Security, deadline: float) -> so
             sock = context.wrap_socket(sock, server_hostname=host)
         except OSError as exc:
             sock.close()
-            raise ProtocolMismatch(f"TLS with {target} failed: {exc} (check --tls-ca, and "
-                                   f"that the node has --tls-cert)") from None
+            refusal = tls_refusal(exc, target, security)
+            if refusal is not None:
+                raise refusal from None
+            if isinstance(exc, (TimeoutError, ssl.SSLEOFError, ssl.SSLZeroReturnError)) or \
+                    not isinstance(exc, ssl.SSLError):
+                # slow or gone (a loaded or stopping node), not a node that speaks no TLS
+                raise Unavailable(f"the TLS handshake with {target} did not finish "
+                                  f"({exc or type(exc).__name__}): the node is slow or "
+                                  f"stopping, or it has no --tls-cert (a node without TLS "
+                                  f"closes TLS connections)") from None
+            raise ProtocolMismatch(f"TLS with {target} failed: {exc} (check that the node "
+                                   f"has --tls-cert, and --tls-ca)") from None
     return sock
 
 
@@ -134,7 +188,8 @@ def _marker_connect(sock: socket.socket, node_id: int, endpoint: str, deadline: 
     _send(sock, marker.encode(marker.ConnectRequest(node_id)), endpoint)
     decoder = marker.MarkerDecoder()
     while True:
-        data = _recv(sock, deadline, f"waiting for {endpoint} to accept the marker connection")
+        data = _recv(sock, deadline, f"waiting for {endpoint} to accept the marker connection",
+                     endpoint)
         if not data:
             raise ProtocolMismatch(f"{endpoint} closed the marker connection: it refused "
                                    f"node id {node_id} (check --id and --peers)")
@@ -174,7 +229,8 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
                     raise AuthenticationError(f"{target}: {exc.reason}") from None
                 raise ProtocolMismatch(f"{target}: {exc.reason}") from None
             if isinstance(event, NeedData):
-                initiator.receive_data(_recv(sock, deadline, f"handshaking with {target}"))
+                initiator.receive_data(_recv(sock, deadline, f"handshaking with {target}",
+                                             target, security))
             elif isinstance(event, Reconnect):
                 sock.close()
                 sock = open_stream(host, port, security, deadline)

@@ -7,14 +7,24 @@ holds ``username:password`` lines (``#`` starts a comment); the first line is th
 the node presents. Digest challenges are cached per (host, cluster) for an hour, so a
 reconnect skips the challenge round trip.
 
-**TLS** (``--tls-cert/--tls-key``, optional ``--tls-ca``): when a node has a certificate,
-it accepts only TLS connections and dials its peers with TLS. With ``--tls-ca`` the
-peer's certificate must chain to that CA (clients: the node's; nodes: a client
-certificate is checked when one is presented). Host names are not checked: nodes are
-named by id and address, and loopback test certificates name no host.
+**TLS**, one model for nodes and clients (docs/operations.md, "TLS and proxies"):
+
+* Accepting (a node with ``--tls-cert/--tls-key``): only TLS. With ``--tls-ca`` every
+  connection, a peer's or a client's, must present a certificate that chains to that CA
+  (``--tls-client-cert optional`` accepts connections without one; one that is
+  presented must still chain to the CA). Without ``--tls-ca`` no client certificate is
+  asked for (the digest handshake still authenticates everyone).
+* Dialing (clients, and nodes dialing their peers): TLS when a CA, a certificate,
+  ``tls=True`` (``--tls``) or ``--insecure-skip-tls-verify`` is given. The node's
+  certificate is always verified: against ``--tls-ca`` when given (host names are not
+  checked: the farm's own CA signs only the farm's members, which are named by id and
+  address), otherwise against the system trust store **and** the endpoint's host name
+  (a public CA signs anyone's name). ``--insecure-skip-tls-verify`` alone skips the
+  verification; it is logged as a warning every time a context is made.
 """
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import threading
@@ -23,6 +33,10 @@ from dataclasses import dataclass, field
 from consensus.runtime.errors import ConfigError
 from consensus.wire.handshake import (DEFAULT_CLUSTER, CredentialCache, NonceStore,
                                       handshake_path)
+
+log = logging.getLogger("garlicfarm.security")
+
+CLIENT_CERT_MODES = ("required", "optional")
 
 
 def read_credentials_file(path: str) -> list[tuple[str, str]]:
@@ -58,6 +72,10 @@ class Security:
     tls_key: str | None = None
     tls_ca: str | None = None
     proxy: str | None = None        #: "host:port" of an HTTP CONNECT proxy for dialing
+    tls_client_cert: str | None = None  #: accepting with tls_ca: "required" (default) or
+    #: "optional" client certificates
+    use_tls: bool = False           #: dial with TLS even without a CA or certificate
+    insecure_skip_tls_verify: bool = False  #: dial without verifying the node (unsafe)
 
     def __post_init__(self) -> None:
         try:
@@ -75,6 +93,17 @@ class Security:
                              ("--tls-ca", self.tls_ca)):
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(option, f"{path} is not a readable file")
+        if self.tls_client_cert is not None:
+            if self.tls_client_cert not in CLIENT_CERT_MODES:
+                raise ConfigError("--tls-client-cert", f"{self.tls_client_cert!r} is not "
+                                  f"{' or '.join(CLIENT_CERT_MODES)}")
+            if self.tls_ca is None or self.tls_cert is None:
+                raise ConfigError("--tls-client-cert", "client certificates are checked "
+                                  "against --tls-ca by a node with --tls-cert/--tls-key: "
+                                  "give those too, or drop --tls-client-cert")
+        if self.insecure_skip_tls_verify and self.tls_ca is not None:
+            raise ConfigError("--insecure-skip-tls-verify", "a --tls-ca is given to verify "
+                              "the nodes with: drop one of the two")
         if self.proxy is not None:
             self.proxy = parse_proxy(self.proxy)
         # digest stores, shared by the threads that dial and accept (not thread-safe
@@ -97,7 +126,14 @@ class Security:
     # -- TLS ----------------------------------------------------------------------------------
     @property
     def tls(self) -> bool:
-        return self.tls_cert is not None or self.tls_ca is not None
+        """Whether we dial with TLS (see the module docstring)."""
+        return self.tls_cert is not None or self.tls_ca is not None or self.use_tls \
+            or self.insecure_skip_tls_verify
+
+    @property
+    def client_certs_required(self) -> bool:
+        """Whether a node accepting connections requires a client certificate."""
+        return self.tls_ca is not None and self.tls_client_cert != "optional"
 
     def server_context(self) -> ssl.SSLContext | None:
         if self.tls_cert is None:
@@ -107,7 +143,8 @@ class Security:
             ctx.load_cert_chain(self.tls_cert, self.tls_key)
             if self.tls_ca is not None:
                 ctx.load_verify_locations(self.tls_ca)
-                ctx.verify_mode = ssl.CERT_OPTIONAL
+                ctx.verify_mode = ssl.CERT_REQUIRED if self.client_certs_required \
+                    else ssl.CERT_OPTIONAL
             self._server_context = ctx
         return self._server_context
 
@@ -116,12 +153,21 @@ class Security:
             return None
         if self._client_context is None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            ctx.check_hostname = False
-            if self.tls_ca is not None:
-                ctx.load_verify_locations(self.tls_ca)
-                ctx.verify_mode = ssl.CERT_REQUIRED
-            else:
+            if self.insecure_skip_tls_verify:
+                ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
+                log.warning("TLS WITHOUT VERIFICATION (--insecure-skip-tls-verify): the "
+                            "nodes' certificates are NOT verified; anyone between us and "
+                            "them can pose as the farm and read the digest exchange and "
+                            "the data. Give --tls-ca instead")
+            elif self.tls_ca is not None:
+                ctx.check_hostname = False      # the farm's own CA: named by id and address
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(self.tls_ca)
+            else:
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.check_hostname = True       # a public CA signs anyone's name
+                ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
             if self.tls_cert is not None:
                 ctx.load_cert_chain(self.tls_cert, self.tls_key)
             self._client_context = ctx

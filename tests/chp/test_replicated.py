@@ -259,7 +259,10 @@ def test_a_replicated_server_reaches_a_tls_farm(servers, monkeypatch, certificat
            "--tls-ca", certificates["ca.pem"])
     with LocalCluster(1, extra_args=tls) as farm:
         monkeypatch.setenv("GARLICFARM_PASSWORD", farm.password)
-        server = start_chp(servers, farm, 1, "--farm-tls-ca", certificates["ca.pem"])
+        # the nodes' tls-ca requires a client certificate of the farm's CA
+        server = start_chp(servers, farm, 1, "--farm-tls-ca", certificates["ca.pem"],
+                           "--farm-tls-cert", certificates["node.pem"], "--farm-tls-key",
+                           certificates["node.key"])
         with CloneClient(server.address, server_timeout=2.0) as client:
             client.wait_synced(30)
             assert client.set("/tls", "yes", confirm=True, timeout=20).sequence == 1

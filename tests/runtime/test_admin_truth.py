@@ -278,3 +278,20 @@ def _answers_at(farm, endpoint: str) -> bool:
             return bool(client.ping(endpoint))
     except FarmError:
         return False
+
+
+def test_the_client_says_what_the_node_answered(farm):
+    """A wrong cluster name: every member answers 404; the error says so (it was
+    "Unavailable ... check that a majority of the voters runs")."""
+    from consensus.runtime import FarmClient, ProtocolMismatch
+    with FarmClient(farm.endpoints, cluster="wrong", username=farm.username,
+                    password=farm.password, timeout=2) as client:
+        with pytest.raises(ProtocolMismatch) as write:
+            client.append([b"x"])
+        with pytest.raises(ProtocolMismatch) as call:
+            client.ping()
+    for info in (write, call):
+        message = str(info.value)
+        assert "/GarlicFarm/wrong/1/websocket (404 Not Found)" in message, message
+        assert "check the cluster option ('wrong')" in message
+        assert "majority" not in message

@@ -36,7 +36,8 @@ def test_a_tls_farm(certificates):
     args = ["--tls-cert", certificates["node.pem"], "--tls-key", certificates["node.key"],
             "--tls-ca", certificates["ca.pem"]]
     with LocalCluster(3, extra_args=args, status_interval=5.0) as farm:
-        with farm.client(tls_ca=certificates["ca.pem"], timeout=20) as client:
+        with farm.client(tls_ca=certificates["ca.pem"], tls_cert=certificates["node.pem"],
+                         tls_key=certificates["node.key"], timeout=20) as client:
             wait_until(lambda: _leader(client), 30, message="a leader over TLS")
             index, _ = client.append([b"over tls"])
             for node_id in farm.node_ids:
