@@ -201,3 +201,23 @@ def test_client_certificates_can_be_made_optional(pki):
             client.append([b"no client certificate"])
         with pytest.raises(AuthenticationError, match="refused our TLS client certificate"):
             ping(farm, tls_ca=pki["ca"], **client_cert(pki, "stranger"))
+
+
+def test_nodes_without_tls_ca_verify_their_peers_too(pki, monkeypatch):
+    """Nodes dial their peers as clients do: without a tls-ca, a peer's certificate must
+    verify against the system trust store (here it cannot: the farm's CA is not there);
+    --insecure-skip-tls-verify is the loud way round."""
+    cert = ["--tls-cert", pki["node"], "--tls-key", pki["node"].replace(".pem", ".key")]
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with LocalCluster(2, cluster="peers", extra_args=cert, status_interval=5.0) as farm:
+        wait_until(lambda: b"did not verify against the system trust store" in
+                   open(farm.log_path(1), "rb").read(), 20, message="node 1 to refuse node 2")
+        with FarmClient(farm.endpoints, cluster="peers", username=farm.username,
+                        password=farm.password, timeout=1, tls_ca=pki["ca"]) as client:
+            assert client.ping()["leader"] is None            # no vote crossed
+    with LocalCluster(2, cluster="peers", extra_args=cert + ["--insecure-skip-tls-verify"],
+                      status_interval=5.0) as farm:
+        with farm.client(tls_ca=pki["ca"], timeout=30) as client:
+            wait_until(lambda: _leader(client), 30, message="a leader")
+        assert b"TLS WITHOUT VERIFICATION" in open(farm.log_path(1), "rb").read()
