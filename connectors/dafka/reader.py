@@ -215,13 +215,48 @@ class StoreClient(Node):
         while not done():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise NoStoreError(
-                    f"{len(self.ready_stores)} of {count} Dafka store(s) reachable via "
-                    f"the towers {', '.join(self.config.tower_sub)} after {timeout:g} s;"
-                    f" is `garlicfarm dafka store` running there?")
+                raise NoStoreError(self._missing_stores(count, timeout))
             # `discovered` also turns true with time alone: short steps.
             self.step(min(left, 0.01) if every else left)
         return set(self.ready_stores)
+
+    def _missing_stores(self, count: int, timeout: float) -> str:
+        """Why `wait_for_stores` gave up: how many of the deployment's stores are ready,
+        out of those that gave a sign of life (their subscription to us, or their
+        STORE-HELLO), and what each of the others lacks. `count` is how many were asked
+        for, not how many there are: a store that never answered our beacon cannot be
+        counted, and then the message says that none answered."""
+        ready, heard = self.ready_stores, self.subscribed_readers | self.hello_readers
+        towers = ", ".join(self.config.tower_sub)
+        if not heard:
+            return (f"no Dafka store reachable via the towers {towers} after {timeout:g} s:"
+                    f" none answered our beacon ({count} needed); is `garlicfarm dafka "
+                    "store` running there, with the deployment's beacon interval and "
+                    "timeout?")
+        text = (f"{len(ready)} of the {len(heard)} Dafka store(s) that answered through the "
+                f"towers {towers} reachable after {timeout:g} s")
+        if len(ready) < count:
+            text += f" ({count} needed)"
+        else:
+            silent = [sender for sender in (self.beacon.table.senders.values()
+                                            if self.beacon else ())
+                      if sender not in self.peer_subscriptions
+                      and sender not in self.hello_readers]
+            text += (f", but {len(silent)} peer(s) beaconed without saying what they are"
+                     " (a store among them would be left out)" if silent else
+                     ", but the discovery of every store did not settle")
+        announced = ({sender: endpoint for endpoint, sender in
+                      self.beacon.table.senders.items()} if self.beacon else {})
+        for reader in sorted(heard - ready):
+            if reader in self.subscribed_readers:
+                text += (f"; store reader {reader} subscribed to us, but its publisher at "
+                         f"{announced.get(reader, 'the endpoint it announced')} does not "
+                         "answer: check the store's beacon/address (--beacon-address) and "
+                         "node/bind (--bind)")
+            else:
+                text += (f"; store reader {reader} answered, but does not subscribe to "
+                         f"our publisher at {self.endpoint}: can it reach this host?")
+        return text
 
     def heads(self, topic: str = "", *, exact: bool = True, min_stores: int = 1,
               timeout: float = 10.0, settle: float = 0.25, fallback: float = 0.5

@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.dafka import DafkaConfig, Producer, deterministic_address
+from connectors.dafka import DafkaConfig, NoStoreError, Producer, deterministic_address
 
 from ..connection import FarmConnection
 from ..errors import GarlicFarmSparkError
@@ -38,6 +38,27 @@ from .ledger import change_index, decided, load_index
 log = logging.getLogger("pyspark_farm.dafka")
 VALUE_SCHEMA = pa.schema([("value", pa.binary())])
 FILLER = b""
+
+
+SPECULATION = "spark.speculation"
+
+
+def refuse_speculation() -> None:
+    """Fail the running task when the query runs with speculative execution: a second
+    live attempt of a task could fill with empty records the range the first one is
+    publishing (docs/exactly-once.md, "Limits"). Spark hands the Python worker that
+    makes the writer only the options; a task of a SQL query carries the session's
+    spark.* settings as local properties. Called before a task publishes anything."""
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    value = context.getLocalProperty(SPECULATION) if context is not None else None
+    if value is not None and value.strip().lower() == "true":
+        raise GarlicFarmSparkError(
+            f"the dafka sink does not write with {SPECULATION}=true: a speculative copy of "
+            "a task could fill with empty records the sequences the first attempt is "
+            f"publishing. Start the Spark session with {SPECULATION}=false (the default; "
+            "it cannot be changed while the session runs) to write to Dafka. Nothing of "
+            "this batch was published.")
 
 
 def sink_partition(query_id: str, topic: str, task_partition: int) -> str:
@@ -102,6 +123,7 @@ class DafkaSinkBackend:
     ack_timeout: float = 60.0
 
     def stage(self, tag: TaskTag, values: Iterator[pa.Array]) -> StagedOutput:
+        refuse_speculation()
         address = sink_partition(tag.query_id, self.topic, tag.partition)
         spool = Spool()
         try:
@@ -149,7 +171,14 @@ class DafkaSinkBackend:
                 time.sleep(self.config.beacon_interval)   # a store coming back: rediscovery
 
     def _stored_head(self, address: str) -> int:
-        stores = open_store_client(self.config, self.ack_timeout)
+        try:
+            stores = open_store_client(self.config, self.ack_timeout)
+        except NoStoreError as exc:
+            raise GarlicFarmSparkError(
+                f"Dafka partition {self.topic}/{address}: a failed attempt left sequences "
+                f"to fill, which needs every store's head first: {exc}. Check that the "
+                "stores run and that the option tower names the deployment's towers; "
+                f"ackTimeout ({self.ack_timeout:g} s) bounds the wait.") from None
         try:
             heads = stores.heads(self.topic, timeout=self.ack_timeout)
         finally:
