@@ -12,9 +12,11 @@ install: $(STAMP)
 $(STAMP): setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# compat: the checkout goes on sys.path, so Spark's lookup of `pyspark_*` modules
-	# (pkgutil.iter_modules) finds pyspark_farm from any directory, not only this one.
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]' --config-settings editable_mode=compat
+	# A plain editable install: setup.py's package_dir {"": "."} makes setuptools put the
+	# checkout on sys.path (a .pth file), so Spark's lookup of `pyspark_*` modules
+	# (pkgutil.iter_modules) finds pyspark_farm from any directory (docs/development.md).
+	# [spark]: PySpark 4.x and pandas < 3, which the runtime provides elsewhere.
+	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
 	@touch $(STAMP)
 
 test: $(STAMP)

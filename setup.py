@@ -12,9 +12,13 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["consensus*", "connectors*", "pyspark_farm*"]),
+    package_dir={"": "."},
+    # PySpark is the runtime's (Databricks, a Spark distribution): it is not a requirement,
+    # and nothing here pins an upper bound that would make pip replace a runtime's PySpark,
+    # pandas or pyarrow. `pip install 'garlicfarm[spark]'` brings PySpark for a laptop or CI.
+    # Importing pyspark_farm without PySpark 4.x fails naming the supported versions
+    # (pyspark_farm/compat.py, docs/compatibility.md).
     install_requires=[
-        # 4.2 brought the admission-control API of the Python data source.
-        "pyspark>=4.2,<5",
         "pyarrow>=15",
         "numpy>=1.24",  # bulk reads: Dafka and CHP bulk codecs, the storage CRC fold
         "pandas>=2.0",  # pyspark's Arrow paths need it on the workers
@@ -25,6 +29,10 @@ setup(
         "rich>=13",
     ],
     extras_require={
+        # PySpark 4.0 to 4.x (tested: 4.0, 4.1, 4.2, 4.3). pandas below 3: PySpark 4.2+
+        # warns "does not yet fully support pandas >= 3.0.0" (a FutureWarning) on every
+        # start with pandas 3, and 4.0 / 4.1 were released before it.
+        "spark": ["pyspark>=4.0,<5", "pandas>=2.0,<3"],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",

@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     # spark-submit decides the master and resources; nothing to register: Spark finds the
-    # garlicfarm format in the installed package. Batch reads of the log push `index`
-    # filters into the source, which Spark allows only with this setting.
+    # garlicfarm format in the installed package. Reads work in any session; with this
+    # setting, batch reads of the log push `index` filters into the source
+    # (docs/compatibility.md).
     spark = (SparkSession.builder.appName("orders-to-farm")
              .config("spark.sql.python.filterPushdown.enabled", "true")
              .getOrCreate())

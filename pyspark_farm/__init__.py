@@ -7,9 +7,10 @@ docs/exactly-once.md.
 """
 from __future__ import annotations
 
+from .compat import PYSPARK_VERSION  # first: one clear error without a supported PySpark
 from .datasource import GarlicFarmDataSource
 from .errors import (DataLossError, EnvironmentSetupError, GarlicFarmSparkError, OptionError,
-                     SchemaError)
+                     SchemaError, UnsupportedPySparkError)
 from .local_farm import LocalFarm
 from .session import spark_session
 
@@ -18,4 +19,4 @@ DefaultSource = GarlicFarmDataSource
 
 __all__ = ["DefaultSource", "GarlicFarmDataSource", "LocalFarm", "spark_session",
            "GarlicFarmSparkError", "OptionError", "SchemaError", "DataLossError",
-           "EnvironmentSetupError"]
+           "EnvironmentSetupError", "UnsupportedPySparkError", "PYSPARK_VERSION"]

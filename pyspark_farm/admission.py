@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              ReadMinRows)
+from .compat import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 
 
 @dataclass(frozen=True)
@@ -35,9 +34,12 @@ class Limits:
             return ReadMinRows(self.min_rows)
         return ReadAllAvailable()
 
-    def under(self, limit: ReadLimit) -> "Limits":
+    def under(self, limit: ReadLimit | None) -> "Limits":
         """The limits to apply when Spark asks with `limit`: ReadAllAvailable means none
-        (Trigger.Once and friends must read everything)."""
+        (Trigger.Once and friends must read everything); None (PySpark before 4.2 passes
+        no limit) means these options' own."""
+        if limit is None:
+            return self
         if isinstance(limit, ReadAllAvailable):
             return Limits(max_trigger_delay=self.max_trigger_delay)
         if isinstance(limit, ReadMaxRows):

@@ -95,3 +95,8 @@ class CommitConflict(GarlicFarmSparkError):
 
 class EnvironmentSetupError(GarlicFarmSparkError, RuntimeError):
     """The machine is missing something Spark needs (Java, a worker interpreter...)."""
+
+
+class UnsupportedPySparkError(GarlicFarmSparkError, ImportError):
+    """PySpark is missing, or a version garlicfarm does not support: raised on importing
+    pyspark_farm, naming the supported versions and how to install one."""

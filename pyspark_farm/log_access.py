@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
+
+from .compat import ReadLimit
 
 from .admission import choose_end
 from .errors import DataLossError

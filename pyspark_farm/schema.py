@@ -8,6 +8,7 @@ StructType exactly (`arrow_schema`), or Spark refuses the batch.
 """
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -99,5 +100,8 @@ def open_ipc(payload: bytes, index: int, what: str) -> pa.Table:
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
-    """The exact Arrow schema Spark expects of batches for `schema`."""
-    return to_arrow_schema(schema, timezone="UTC")
+    """The exact Arrow schema Spark expects of batches for `schema` (timestamps in UTC:
+    PySpark 4.3 takes `timezone`, 4.0 to 4.2 `timestamp_utc`)."""
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)

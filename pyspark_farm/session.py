@@ -5,8 +5,9 @@
   connect back". `ensure_worker_python` points it at this interpreter when unset, and
   fails with the variable to set when it names an interpreter that cannot import us.
 * PySpark needs Java 17: `ensure_java` says so before Spark prints a JVM stack trace.
-* Batch reads push `index` filters into the source, which Spark only allows with
-  `spark.sql.python.filterPushdown.enabled` (off by default): `spark_session` turns it on.
+* Batch reads push `index` / `key` filters into the source where Spark allows it, with
+  `spark.sql.python.filterPushdown.enabled` (off by default): `spark_session` turns it
+  on. Without it reads work the same, Spark filtering the rows (docs/compatibility.md).
 """
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Iterator, Protocol, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
-                                    WriterCommitMessage)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from .compat import DataSourceStreamArrowWriter
 from .errors import CommitConflict, GarlicFarmSparkError
 from .value_formats import encode_values
 

@@ -19,7 +19,8 @@ from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
 from .capture import CaptureSettings
 from .rows import CHP_COLUMNS_DDL
 from .sink import MARKER_PREFIX, ChpBatchWriter, ChpSinkBackend, ChpStreamWriter, check_input
-from .source import ChpMapReader, ChpSourceSettings, ChpStreamReader, MapSettings, ValueColumns
+from .source import (ChpMapReader, ChpSourceSettings, ChpStreamReader, MapSettings, ValueColumns,
+                     map_reader)
 
 COLUMNS = KindColumns(CHP_COLUMNS_DDL)
 
@@ -115,8 +116,8 @@ def stream_reader(options: Mapping[str, str], schema_: StructType) -> ChpStreamR
 def batch_reader(options: Mapping[str, str], schema_: StructType) -> ChpMapReader:
     """The current map, from the server (farm options are not needed)."""
     values = _map_values(options)
-    return ChpMapReader(MapSettings(values["endpoint"], values["subtree"].encode(),
-                                    values["serverTimeout"], _columns(values, schema_)))
+    return map_reader(MapSettings(values["endpoint"], values["subtree"].encode(),
+                                  values["serverTimeout"], _columns(values, schema_)))
 
 
 def _backend(options: Mapping[str, str], schema_: StructType, *, markers: bool

@@ -21,13 +21,13 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualNullSafe,
-                                    EqualTo, Filter, In, InputPartition, StringStartsWith)
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from connectors.chp.client import read_snapshot
 
 from ..admission import Limits
+from ..compat import (EqualNullSafe, EqualTo, Filter, In, ReadLimit, StartTracker,
+                      StringStartsWith, SupportsTriggerAvailableNow, pushdown_allowed)
 from ..log_access import LogPartition, LogPlanner, PieceReader, log_end
 from ..value_formats import value_decoder
 from .capture import Capture, CaptureSettings, obtain, release
@@ -108,7 +108,8 @@ def read_changes(settings: ChpSourceSettings, partition: InputPartition
 
 # --- the stream -----------------------------------------------------------------------------
 
-class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class ChpStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
+                      SupportsTriggerAvailableNow):
     """Micro-batches over the capture's chunks; the capture runs beside it."""
 
     def __init__(self, settings: ChpSourceSettings) -> None:
@@ -146,7 +147,12 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True   # the target is fixed once the capture is known
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """The end of the next micro-batch. PySpark before 4.2 passes neither argument:
+        the start is the end of the batch Spark last planned, the limits this source's
+        options (docs/compatibility.md)."""
+        if start is None:
+            start = self.next_start()
         begin, capture_id, since = parse_offset(start, "start offset")
         capture = self.capture(capture_id, since)
         if self._available_now and self._target is None:
@@ -163,7 +169,9 @@ class ChpStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailab
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, capture_id, _ = parse_offset(start, "start offset")
         stop, _, _ = parse_offset(end, "end offset")
-        return self.plan_batch(begin, stop, query_id=capture_id)
+        planned = self.plan_batch(begin, stop, query_id=capture_id)
+        self.note_end(end)
+        return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_changes(self.settings, partition)
@@ -235,16 +243,13 @@ class ChpMapPartition(InputPartition):
 
 
 class ChpMapReader(DataSourceReader):
-    """`spark.read`: the current map under `subtree` (narrowed by key filters)."""
+    """`spark.read`: the current map under `subtree`. This class takes no filters (Spark
+    filters the rows it reads); `ChpPushdownReader` narrows the snapshot by key filters
+    where the session allows it (`map_reader`)."""
 
     def __init__(self, settings: MapSettings) -> None:
         self.settings = settings
         self.filter = KeyFilter(settings.subtree)
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        for condition in filters:
-            self.filter.narrow(condition)
-            yield condition
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.filter.empty:
@@ -266,3 +271,20 @@ class ChpMapReader(DataSourceReader):
         if table.num_rows:
             for batch in table.sort_by("key").to_batches():
                 yield settings.columns.batch(batch)
+
+
+class ChpPushdownReader(ChpMapReader):
+    """The map reader with the snapshot narrowed by filters on `key` (=, IN, LIKE
+    'prefix%'); Spark still applies every filter to the rows (they are all returned)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for condition in filters:
+            self.filter.narrow(condition)
+            yield condition
+
+
+def map_reader(settings: MapSettings) -> ChpMapReader:
+    """The reader for `spark.read`: with pushFilters only where Spark may call it
+    (`compat.pushdown_allowed`), so a session without
+    spark.sql.python.filterPushdown.enabled reads too."""
+    return (ChpPushdownReader if pushdown_allowed() else ChpMapReader)(settings)

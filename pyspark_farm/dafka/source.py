@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from connectors.dafka import DafkaConfig, StoreClient
 
 from ..admission import Limits
+from ..compat import ReadLimit, StartTracker, SupportsTriggerAvailableNow
 from ..connection import FarmConnection
 from ..errors import GarlicFarmSparkError
 from ..value_formats import value_decoder
@@ -226,18 +226,24 @@ class _Planner:
                 for t in plan_tasks(key, ranges, OFFSETS_PER_TASK, counts.get(key))]
 
 
-class DafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class DafkaStreamReader(_Planner, StartTracker, DataSourceStreamReader,
+                        SupportsTriggerAvailableNow):
     """Micro-batches over Dafka partitions, with admission control."""
 
     def __init__(self, settings: DafkaSourceSettings) -> None:
         self.settings = settings
         self._target: Offsets | None = None       # Trigger.AvailableNow's ends
         self._last_batch_at = time.monotonic()     # for maxTriggerDelay
+        self._initial: dict | None = None
 
     def initialOffset(self) -> dict:
-        latest = self.latest()
-        return offsets_json({k: self.settings.starting.resolve(k, end)
-                             for k, end in latest.items()})
+        """Where a new query starts; the same each time this reader is asked (PySpark
+        before 4.2 asks after latestOffset has planned from it)."""
+        if self._initial is None:
+            latest = self.latest()
+            self._initial = offsets_json({k: self.settings.starting.resolve(k, end)
+                                          for k, end in latest.items()})
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.settings.limits.default_read_limit()
@@ -245,7 +251,12 @@ class DafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.latest()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """The end of the next micro-batch. PySpark before 4.2 passes neither argument:
+        the start is the end of the batch Spark last planned, the limits this source's
+        options (docs/compatibility.md)."""
+        if start is None:
+            start = self.next_start()
         starts = parse_offsets(start, "start offset")
         latest = self.latest() if self._target is None else {
             k: min(v, self._target[k]) if k in self._target else v
@@ -266,8 +277,10 @@ class DafkaStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         return offsets_json(self.latest())
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return self.tasks(parse_offsets(start, "start offset"),
-                          parse_offsets(end, "end offset"))
+        planned = self.tasks(parse_offsets(start, "start offset"),
+                             parse_offsets(end, "end offset"))
+        self.note_end(end)
+        return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_task(self.settings, getattr(partition, "task", None))

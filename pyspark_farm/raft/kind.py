@@ -16,6 +16,7 @@ from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
 from .rows import RAFT_COLUMNS_DDL
 from .sink import COMPRESSIONS, RaftSinkBackend
 from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader
+from .source import batch_reader as _batch_reader
 
 COLUMNS = KindColumns(RAFT_COLUMNS_DDL)
 
@@ -65,7 +66,7 @@ def stream_reader(options: Mapping[str, str], schema_: StructType) -> RaftStream
 
 
 def batch_reader(options: Mapping[str, str], schema_: StructType) -> RaftBatchReader:
-    return RaftBatchReader(_settings(options, schema_, streaming=False))
+    return _batch_reader(_settings(options, schema_, streaming=False))
 
 
 def _backend(options: Mapping[str, str], schema_: StructType

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualNullSafe,
-                                    EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
-                                    InputPartition, LessThan, LessThanOrEqual)
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from ..admission import Limits
+from ..compat import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
+                      LessThan, LessThanOrEqual, ReadLimit, StartTracker,
+                      SupportsTriggerAvailableNow, pushdown_allowed)
 from ..connection import FarmConnection
 from ..log_access import LogPartition, LogPlanner, PieceReader, first_index, log_end
 from ..offsets import OffsetSpec, index_of, offset_json
@@ -67,16 +67,22 @@ def read_partition(settings: RaftSourceSettings, partition: InputPartition
         reader.close()
 
 
-class RaftStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
+                       SupportsTriggerAvailableNow):
     """Micro-batches over the committed log, with admission control."""
 
     def __init__(self, settings: RaftSourceSettings) -> None:
         self.settings = settings
+        self._initial: dict | None = None
 
     def initialOffset(self) -> dict:
-        client = self.client()
-        start = self.settings.starting.resolve(first_index(client), log_end(client))
-        return offset_json(self.checked_start(start))
+        """Where a new query starts; the same each time this reader is asked (PySpark
+        before 4.2 asks after latestOffset has planned from it)."""
+        if self._initial is None:
+            client = self.client()
+            start = self.settings.starting.resolve(first_index(client), log_end(client))
+            self._initial = offset_json(self.checked_start(start))
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.settings.limits.default_read_limit()
@@ -84,14 +90,22 @@ class RaftStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvaila
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = log_end(self.client())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """The end of the next micro-batch. PySpark before 4.2 passes neither argument:
+        the start is the end of the batch Spark last planned, the limits this source's
+        options (docs/compatibility.md)."""
+        if start is None:
+            start = self.next_start()
         return offset_json(self.next_end(index_of(start, "start offset"), limit))
 
     def reportLatestOffset(self) -> dict:
         return offset_json(log_end(self.client()))
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return self.plan_batch(index_of(start, "start offset"), index_of(end, "end offset"))
+        planned = self.plan_batch(index_of(start, "start offset"),
+                                  index_of(end, "end offset"))
+        self.note_end(end)
+        return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.settings, partition)
@@ -104,17 +118,13 @@ class RaftStreamReader(LogPlanner, DataSourceStreamReader, SupportsTriggerAvaila
 
 
 class RaftBatchReader(LogPlanner, DataSourceReader):
-    """`spark.read`: the committed log between startingOffsets and endingOffsets, with
-    filters on `index` narrowing what is read."""
+    """`spark.read`: the committed log between startingOffsets and endingOffsets. This
+    class takes no filters (Spark filters the rows it reads); `RaftPushdownReader` adds
+    pushdown of `index` filters where the session allows it (`batch_reader`)."""
 
     def __init__(self, settings: RaftSourceSettings) -> None:
         self.settings = settings
         self.bounds = IndexBounds()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        for condition in filters:
-            if not self.bounds.narrow(condition):
-                yield condition
 
     def partitions(self) -> Sequence[InputPartition]:
         client = self.client()
@@ -129,6 +139,22 @@ class RaftBatchReader(LogPlanner, DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.settings, partition)
+
+
+class RaftPushdownReader(RaftBatchReader):
+    """The batch reader with filters on `index` narrowing what is read."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for condition in filters:
+            if not self.bounds.narrow(condition):
+                yield condition
+
+
+def batch_reader(settings: RaftSourceSettings) -> RaftBatchReader:
+    """The reader for `spark.read`: with pushFilters only where Spark may call it
+    (`compat.pushdown_allowed`), so a session without
+    spark.sql.python.filterPushdown.enabled reads too."""
+    return (RaftPushdownReader if pushdown_allowed() else RaftBatchReader)(settings)
 
 
 class IndexBounds:

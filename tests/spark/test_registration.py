@@ -12,6 +12,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
 import pyspark_farm
+import pyspark_farm.compat
 from pyspark_farm.errors import EnvironmentSetupError
 from pyspark_farm.session import PUSHDOWN_CONF, ensure_worker_python
 
@@ -19,39 +20,49 @@ pytestmark = pytest.mark.spark
 
 RAFT_COLUMNS = ["cluster", "index", "term", "type", "value", "timestamp"]
 
-# A user's first program: a plain SparkSession in a new process (its own JVM, so no data
-# source lookup cached by the test session), `register` made to fail, the format used
-# for a write and a read in executors. Batch reads need Python filter pushdown on
-# (docs/options.md): without it Spark refuses the read, naming the setting.
+# A user's first program: a plain SparkSession (no garlicfarm conf: what a notebook
+# gives) in a new process (its own JVM, so no data source lookup cached by the test
+# session), `register` made to fail, the format used for a write and reads in executors.
+# Batch reads work without spark.sql.python.filterPushdown.enabled (Spark then filters the
+# rows: the plan keeps the `index` condition); with it on, the condition is pushed into
+# the source (the plan's Filter no longer has it).
 FRESH_PROCESS = textwrap.dedent("""
-    import json, sys
+    import contextlib, io, json, sys
     from pyspark.sql import SparkSession
     from pyspark.sql.datasource import DataSourceRegistration
 
     def refuse(self, data_source):
         raise AssertionError("the data source was registered")
 
+    def plan(frame):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            frame.explain()
+        return out.getvalue()
+
     DataSourceRegistration.register = refuse
     options, start = json.loads(sys.argv[1]), int(sys.argv[2])
     imported_before = "pyspark_farm" in sys.modules
-    spark = (SparkSession.builder.master("local[1]").appName("zero-registration")
-             .config("spark.ui.enabled", "false").getOrCreate())
+    spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
+        conf_before = spark.conf.get("spark.sql.python.filterPushdown.enabled", None)
         (spark.createDataFrame([("first",), ("second",)], "value string")
          .write.format("garlicfarm").options(**options).mode("append").save())
         read = lambda: (spark.read.format("garlicfarm").options(**options)
                         .option("startingOffsets", json.dumps({"index": start})).load())
-        try:
-            read().collect()
-            refused = ""
-        except Exception as exc:
-            refused = str(exc)
+        text = lambda frame: sorted(bytes(r.value).decode() for r in frame.collect())
+        index = read().collect()[0]["index"]
+        result = {"values": text(read()), "columns": read().columns,
+                  "imported_before": imported_before, "conf_before": conf_before,
+                  "filtered": text(read().where(f"index = {index}")),
+                  "missed": text(read().where(f"index = {index + 1}")),
+                  "plan": plan(read().where(f"index = {index}"))}
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-        frame = read()
-        values = sorted(bytes(r.value).decode() for r in frame.collect())
-        print(json.dumps({"values": values, "columns": frame.columns, "refused": refused,
-                          "imported_before": imported_before}))
+        result["pushed_filtered"] = text(read().where(f"index = {index}"))
+        result["pushed_plan"] = plan(read().where(f"index = {index}"))
+        result["index"] = index
+        print(json.dumps(result))
     finally:
         spark.stop()
 """)
@@ -85,8 +96,16 @@ def test_format_resolves_without_register_in_a_new_process(farm, tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["values"] == ["first", "second"] and result["columns"] == RAFT_COLUMNS
     assert result["imported_before"] is False
-    assert "DATA_SOURCE_PUSHDOWN_DISABLED" in result["refused"]
-    assert PUSHDOWN_CONF in result["refused"]
+    assert result["conf_before"] in (None, "false")   # a stock session: pushdown off
+    assert result["filtered"] == ["first", "second"] and result["missed"] == []
+    # Pushdown off: Spark filters the rows itself, the plan's Filter has `= index`.
+    assert f"= {result['index']})" in result["plan"], result["plan"]
+    assert result["pushed_filtered"] == ["first", "second"]
+    # Pushdown on (PySpark 4.1+): the source took the condition, the Filter lost it.
+    if pyspark_farm.compat.HAS_FILTER_PUSHDOWN:
+        assert f"= {result['index']})" not in result["pushed_plan"], result["pushed_plan"]
+    else:
+        assert f"= {result['index']})" in result["pushed_plan"], result["pushed_plan"]
 
 
 @pytest.mark.parametrize("options,needle", [
