@@ -38,9 +38,9 @@ from ..connection import FarmConnection
 from ..errors import DataLossError, GarlicFarmSparkError
 from ..log_access import PieceReader, entry_sizes, log_end
 from ..planning import Piece
+from ..schema import PayloadError
 from .changelog import Change, Changelog
-from .rows import (CHANGELOG_CONTENT, decode_payload, encode_payloads, snapshot_table,
-                   table_changes)
+from .rows import CHANGELOG_CONTENT, encode_payloads, payload_changes, snapshot_table
 
 if TYPE_CHECKING:
     from consensus.runtime import FarmClient
@@ -261,7 +261,7 @@ class Capture:
                             self.capture_id, batch, exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 2.0)
-        if outcome.duplicate and outcome.metadata.get("chp", {}).get("token") != token:
+        if outcome.duplicate and chp_metadata(outcome.metadata).get("token") != token:
             raise CaptureConflict(
                 f"chunk {batch} of the chp capture {query_id} was written by another capture: "
                 "two queries run with one checkpoint? Stop one of them.")
@@ -291,8 +291,7 @@ class Capture:
             for piece in pieces:
                 for visible in reader.read([piece]):
                     for payload in visible.records:
-                        for change in table_changes(decode_payload(payload, visible.index)):
-                            changelog.replay(change)
+                        replay(changelog, payload, visible.index, self.capture_id)
         except DataLossError:
             if self.settings.fail_on_data_loss:
                 raise
@@ -303,13 +302,42 @@ class Capture:
             reader.close()
         if last_chunk is not None:
             status = farm.batch_status(self.capture_id, last_chunk)
-            recorded = (status.metadata.get("chp") or {}).get("last") if status else None
+            recorded = recorded_last(status.metadata if status else None)
             if recorded is not None and changelog.has_history:
                 changelog.last = recorded
         self.chunks_written = 0 if last_chunk is None else last_chunk + 1
         log.info("chp capture %s resumed: %d keys known, chunk %d next", self.capture_id,
                  len(changelog.known), self.chunks_written)
         return changelog, self.chunks_written
+
+
+def replay(changelog: Changelog, payload: bytes, index: int, capture_id: str) -> None:
+    """Feed the changes of one committed chunk payload back into the changelog's
+    memory. A payload the capture never writes (not Arrow, other columns, a null in a
+    change) is skipped and logged, the same way at every restart: failing on it would
+    stop the capture at each restart for good, since the chunk stays committed."""
+    try:
+        changes = payload_changes(payload, index)
+    except PayloadError as exc:
+        log.warning("chp capture %s: skipped a chunk payload it cannot read (%s)",
+                    capture_id, exc)
+        return
+    for change in changes:
+        changelog.replay(change)
+
+
+def chp_metadata(metadata: object) -> dict:
+    """The ``chp`` part of a chunk commit's metadata ({} when it has none that is a
+    map: a commit under the capture's id by another writer)."""
+    chp = metadata.get("chp") if isinstance(metadata, dict) else None
+    return chp if isinstance(chp, dict) else {}
+
+
+def recorded_last(metadata: object) -> int | None:
+    """The sequence a chunk's commit recorded as emitted last (``chp.last``), or None
+    when its metadata holds none that is a sequence."""
+    last = chp_metadata(metadata).get("last")
+    return last if type(last) is int else None
 
 
 _running: dict[str, Capture] = {}

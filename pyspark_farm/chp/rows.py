@@ -263,8 +263,25 @@ def decode_payload(payload: bytes, index: int) -> pa.Table:
 
 
 def table_changes(table: pa.Table) -> Iterable[Change]:
-    """The changes in a decoded payload (for rebuilding the capture's memory)."""
+    """The changes in a decoded payload (for rebuilding the capture's memory);
+    `PayloadError` at a row the capture never writes (a null key, sequence, UUID, value
+    or flag)."""
     for row in table.to_pylist():
+        if None in (row["key"], row["sequence"], row["uuid"], row["value"], row["deleted"]):
+            raise PayloadError(f"a chp capture payload has a row with a null column: "
+                               f"{ {k: v for k, v in row.items() if v is None} }")
         props = dict(row["properties"] or ())
         yield Change(row["key"].encode(), row["sequence"], row["uuid"], b"", row["value"],
                      row["deleted"], props.get(RESYNC_PROPERTY))
+
+
+def payload_changes(payload: bytes, index: int) -> list[Change]:
+    """The changes of a capture payload committed at log `index`, all checked (Arrow's
+    full validation included: the bytes may be anyone's), or `PayloadError`."""
+    try:
+        table = decode_payload(payload, index)
+        table.validate(full=True)
+        return list(table_changes(table))
+    except (pa.ArrowException, UnicodeDecodeError) as exc:   # (a column name not UTF-8)
+        raise PayloadError(f"log index {index}: Arrow refuses a chp capture payload "
+                           f"({exc})") from None

@@ -27,13 +27,33 @@ Each change is a compare-and-set of the whole value by the I/O edge (`ledger.py`
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import GarlicFarmSparkError
 
+log = logging.getLogger("pyspark_farm.dafka.index")
+
 INDEX_VERSION = 1
+#: Sequences are u64 and 2^64-1 means "before 0" to Dafka: `next` stays at or below it.
+MAX_NEXT = (1 << 64) - 1
 Range = tuple[int, int]
+
+
+def _sequence(value: Any, what: str) -> int:
+    """`value` if it is a position in a partition (an int in 0..MAX_NEXT), else
+    `ValueError` naming `what`."""
+    if type(value) is not int or not 0 <= value <= MAX_NEXT:
+        raise ValueError(f"{what} {value!r} is not a sequence in 0..{MAX_NEXT}")
+    return value
+
+
+def _range(start: Any, stop: Any, what: str) -> Range:
+    start, stop = _sequence(start, f"{what} start"), _sequence(stop, f"{what} stop")
+    if start > stop:
+        raise ValueError(f"{what} [{start}, {stop}) runs backwards")
+    return start, stop
 
 
 class PartitionIndexError(GarlicFarmSparkError):
@@ -82,20 +102,32 @@ class PartitionIndex:
 
     @classmethod
     def from_json(cls, text: str, key: str) -> "PartitionIndex":
+        """The index `to_json` wrote, checked: every number a sequence, every range
+        forwards and below ``next`` (anything else was not written by this code, and
+        publishing at its sequences could overwrite committed records)."""
         try:
             raw = json.loads(text)
             if raw.get("v") != INDEX_VERSION:
                 raise ValueError(f"version {raw.get('v')!r}, expected {INDEX_VERSION}")
-            pending = tuple(Pending(int(s), int(e), int(b), str(d), bool(f))
-                            for s, e, b, d, f in raw["pending"])
+            query, topic = raw["query"], raw["topic"]
+            if type(query) is not str or type(topic) is not str:
+                raise ValueError("query and topic must be strings")
+            nxt = _sequence(raw["next"], "next")
+            pending = tuple(_pending(item, nxt, filled=True) for item in raw["pending"])
             last = raw.get("last")
-            return cls(str(raw["query"]), str(raw["topic"]), int(raw["next"]),
-                       tuple((int(s), int(e)) for s, e in raw["committed"]), pending,
-                       None if last is None else Pending(int(last[0]), int(last[1]),
-                                                         int(last[2]), str(last[3])))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise PartitionIndexError(f"the farm's key {key!r} is not a garlicfarm Dafka partition "
-                              f"index ({exc}); was it written by another program?") from None
+            committed = []
+            for item in raw["committed"]:
+                if type(item) is not list or len(item) != 2:
+                    raise ValueError(f"{item!r:.80} is not a committed [start, stop]")
+                committed.append(_range(item[0], item[1], "a committed range"))
+                if committed[-1][1] > nxt:
+                    raise ValueError(f"a committed range ends after next {nxt}")
+            return cls(query, topic, nxt, tuple(committed), pending,
+                       None if last is None else _pending(last, nxt, filled=False))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            raise PartitionIndexError(f"the farm's key {key!r} is not a garlicfarm Dafka "
+                                      f"partition index ({exc}); was it written by another "
+                                      "program?") from None
 
     # -- allocation (a task attempt) -----------------------------------------------------------
     def allocate(self, batch: int, digest: str, count: int) -> tuple["PartitionIndex", int]:
@@ -103,6 +135,10 @@ class PartitionIndex:
         the range that same output had before unless it was filled, else a fresh one."""
         if count <= 0:
             raise ValueError("allocate at least one sequence")
+        if self.next + count > MAX_NEXT:
+            raise PartitionIndexError(f"partition {self.topic}: {count} more sequences after "
+                                      f"{self.next} pass Dafka's last ({MAX_NEXT - 1}): "
+                                      "write to another partition")
         for p in (self.last, *self.pending):
             if p is None:
                 continue
@@ -197,8 +233,38 @@ def index_key(topic: str, partition: str) -> str:
 
 def commit_ranges(metadata: Mapping | None, topic: str) -> dict[str, Range] | None:
     """{partition: (start, stop)} of a batch commit's metadata, None when the commit is
-    not a Dafka sink commit of `topic`."""
-    found = (metadata or {}).get("dafka")
+    not a Dafka sink commit of `topic`. A partition whose range is not one the sink
+    writes is left out (logged): the commit is in the ledger for good, and every reader
+    must read it the same way, without failing on it at each retry."""
+    found = metadata.get("dafka") if isinstance(metadata, Mapping) else None
     if not isinstance(found, dict) or found.get("topic") != topic:
         return None
-    return {p: (int(r[0]), int(r[1])) for p, r in found.get("partitions", {}).items()}
+    partitions = found.get("partitions", {})
+    if not isinstance(partitions, dict):
+        log.warning("a Dafka sink commit of %r holds partitions %.80r, not a map: no "
+                    "partition counts as committed", topic, partitions)
+        return {}
+    ranges = {}
+    for partition, item in partitions.items():
+        try:
+            if type(partition) is not str or type(item) is not list or len(item) < 2:
+                raise ValueError(f"{item!r:.80} is not [start, stop, ...]")
+            ranges[partition] = _range(item[0], item[1], "the range")
+        except ValueError as exc:
+            log.warning("a Dafka sink commit of %r: partition %.40r left out (%s)", topic,
+                        partition, exc)
+    return ranges
+
+
+def _pending(item: Any, nxt: int, *, filled: bool) -> Pending:
+    """A pending (or last committed) range of an index value, checked."""
+    if type(item) is not list or len(item) != (5 if filled else 4):
+        raise ValueError(f"{item!r:.80} is not [start, stop, batch, digest"
+                         f"{', filled' if filled else ''}]")
+    start, stop = _range(item[0], item[1], "a pending range")
+    if stop > nxt:
+        raise ValueError(f"a pending range ends after next {nxt}")
+    batch, digest = _sequence(item[2], "batch"), item[3]
+    if type(digest) is not str or filled and item[4] not in (0, 1):
+        raise ValueError(f"{item!r:.80}: the digest must be a string and filled 0 or 1")
+    return Pending(start, stop, batch, digest, bool(item[4]) if filled else False)
