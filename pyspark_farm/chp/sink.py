@@ -21,6 +21,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from connectors.chp.client import CloneClient, Update
+from connectors.chp.proto import MAX_TTL_SECONDS
 
 from ..errors import GarlicFarmSparkError, SchemaError
 from ..sink import (CommitOutcome, FarmBatchWriter, FarmStreamWriter, StagedOutput,
@@ -81,11 +82,15 @@ def updates(batch: pa.RecordBatch, tag: TaskTag, first_row: int) -> Iterator[Upd
         if key is None or key == "" or key == b"":
             raise GarlicFarmSparkError(f"the chp sink got a row with an empty key (row {row} of "
                                        f"partition {tag.partition}): filter such rows out")
-        ttl = ttls[offset] if ttls is not None else None
+        ttl = float(ttls[offset]) if ttls is not None and ttls[offset] is not None else None
+        if ttl is not None and ttl > MAX_TTL_SECONDS:   # inf too; NaN and <= 0: no ttl
+            raise GarlicFarmSparkError(f"the chp sink got ttl {ttl!r} for key {key!r} (row "
+                                       f"{row} of partition {tag.partition}): a ttl is at "
+                                       f"most {MAX_TTL_SECONDS} seconds; use null for none")
         yield Update(_as_bytes(key), b"" if value is None else _as_bytes(value),
                      row_uuid(tag.query_id, tag.batch_id, tag.partition, row),
                      [(n, v) for n, v in (props[offset] or ())] if props is not None else (),
-                     float(ttl) if ttl is not None and float(ttl) > 0 else None)
+                     ttl if ttl is not None and ttl > 0 else None)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The chp capture's journal against hostile committed chunks (issue 13 item 3): what a
 restarted capture replays into its memory - the Arrow payloads of its committed chunks
 and their commits' metadata - never raises; a payload it never writes is skipped the
-same way at every restart, and two captures fed the same chunks remember the same."""
+same way at every restart, and two captures fed the same chunks remember the same. And
+the chp sink refuses a ttl no server could store, naming the row."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -10,8 +11,12 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pyspark_farm.chp.capture import recorded_last, replay
 from pyspark_farm.chp.changelog import Change, Changelog
+from connectors.chp.proto import MAX_TTL_SECONDS
 from pyspark_farm.chp.rows import CHP_SCHEMA, encode_payloads, payload_changes
+from pyspark_farm.chp.sink import updates as sink_updates
+from pyspark_farm.errors import GarlicFarmSparkError
 from pyspark_farm.schema import PayloadError
+from pyspark_farm.sink import TaskTag
 
 PROPERTIES = settings(max_examples=200, deadline=None,
                       suppress_health_check=[HealthCheck.too_slow])
@@ -82,3 +87,15 @@ def test_a_payload_is_its_changes_or_a_payload_error(payload):
     ({"chp": None}, None), ([1, 2], None), (None, None), ({"chp": {"last": True}}, None)])
 def test_a_recorded_last_sequence_is_read_only_when_it_is_one(metadata, last):
     assert recorded_last(metadata) == last
+
+
+def test_the_sink_refuses_a_ttl_no_server_could_store_naming_the_row():
+    """A ttl column of 1e300 or infinity used to reach the servers (and kill them)."""
+    batch = pa.RecordBatch.from_pydict({"key": ["a", "b", "c", "d"], "value": ["1"] * 4,
+                                        "ttl": [5.0, None, float("nan"), -1.0]})
+    assert [u.ttl for u in sink_updates(batch, TaskTag("q", 0, 3, 0), 0)] == \
+        [5.0, None, None, None]
+    for ttl in (1e300, float("inf"), MAX_TTL_SECONDS + 1):
+        poison = pa.RecordBatch.from_pydict({"key": ["k"], "value": ["v"], "ttl": [ttl]})
+        with pytest.raises(GarlicFarmSparkError, match="row 7 of partition 3.*at most"):
+            list(sink_updates(poison, TaskTag("q", 0, 3, 0), 7))
