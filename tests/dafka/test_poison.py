@@ -9,10 +9,12 @@ from dataclasses import replace
 
 import pytest
 import zmq
+from hypothesis import given, settings, strategies as st
 
 from connectors.dafka import (ConfigError, Consumer, DafkaConfig, NodeFailed, Producer, Store,
                               Tower, new_address, proto)
 from connectors.dafka.config import config_from_zpl
+from connectors.dafka.consumer import OffsetTracker
 from tests.dafka.conftest import with_config
 from tests.dafka.test_nodes import collect, offsets
 from tests.support import wait_until
@@ -130,3 +132,29 @@ def test_tower_endpoints_and_hosts_are_checked():
     for endpoint in HOSTILE_ENDPOINTS:
         with pytest.raises(proto.ProtocolError):
             proto.decode([b"B", new_address().encode(), endpoint])
+
+
+events = st.lists(st.tuples(st.sampled_from(["record", "head"]), st.sampled_from(["t", "u"]),
+                            st.sampled_from(["A" * 32, "B" * 32]),
+                            st.one_of(st.integers(min_value=0, max_value=proto.MAX_SEQUENCE),
+                                      st.sampled_from([0, 1, proto.MAX_SEQUENCE,
+                                                       proto.MAX_SEQUENCE - 1]))),
+                  max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events, st.booleans())
+def test_a_consumer_follows_any_sequences_with_fetches_it_can_send(seen, earliest):
+    """Every u64 a RECORD or HEAD may carry: what the consumer asks for is a FETCH the
+    codec encodes (a FETCH past the last sequence would kill its thread)."""
+    tracker = OffsetTracker(earliest, max_ahead=8)
+    delivered: list = []
+    for kind, subject, address, sequence in seen:
+        fetch = (tracker.on_record(subject, address, sequence, b"", delivered)
+                 if kind == "record" else tracker.on_head(subject, address, sequence))
+        if fetch is not None:
+            proto.encode(proto.Fetch(address, "C" * 32, subject, fetch,
+                                     proto.fetch_count(fetch)))
+    for key in tracker.positions():
+        offsets = [r.offset for r in delivered if (r.topic, r.partition) == key]
+        assert offsets == sorted(set(offsets))   # in order, none twice
