@@ -492,9 +492,12 @@ class Zguide:
         self.procs, self.dir = procs, directory
         self.count = 0
 
-    def run(self, script: str, *args: str, env: dict | None = None) -> Proc:
+    def run(self, script: str, *args: str, env: dict | None = None,
+            stdin=subprocess.DEVNULL) -> Proc:
+        """`script` (a file of the peer's folder, or a path) with ZGUIDE on sys.path."""
         self.count += 1
         name = f"zguide-{Path(script).stem}-{self.count}"
         return self.procs.spawn(name, [sys.executable, "-u", str(ZGUIDE / script), *args],
-                                env={"PYTHONPATH": str(ZGUIDE), **(env or {})}, cwd=self.dir)
+                                env={"PYTHONPATH": str(ZGUIDE), **(env or {})}, cwd=self.dir,
+                                stdin=stdin)
 
