@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import struct
 import threading
@@ -119,8 +120,10 @@ class FarmOptions:
                                      ("--checkpoint-every", self.checkpoint_every, 1)):
             if not isinstance(value, int) or value < least:
                 raise ConfigError(f"{option}: must be an integer >= {least}, got {value!r}")
-        if not self.farm_timeout > 0:
-            raise ConfigError(f"--farm-timeout: must be positive, got {self.farm_timeout!r}")
+        if not isinstance(self.farm_timeout, (int, float)) or \
+                not 0 < self.farm_timeout < math.inf:
+            raise ConfigError(f"--farm-timeout: must be a positive number of seconds, got "
+                              f"{self.farm_timeout!r}")
         self.bootstrap = [parse_address(p, "--bootstrap") if isinstance(p, str) else p
                           for p in self.bootstrap]
         self.client().close()   # the endpoints and credentials are checked here

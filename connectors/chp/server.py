@@ -106,8 +106,9 @@ class ServerConfig:
                                   ("publisher_hwm", 0, (1 << 31) - 1)):
             value = getattr(self, name)
             if type(value) is not int or value < least or most is not None and value > most:
-                raise ConfigError(f"{name}: must be an integer in {least}.."
-                                  f"{most or 'any'}, got {value!r}")
+                bound = f" and at most {most}" if most is not None else ""
+                raise ConfigError(f"{name}: must be a whole number of at least {least}"
+                                  f"{bound}, got {value!r}")
         if self.peer_timeout <= self.bstar_heartbeat:
             raise ConfigError("--peer-timeout must be longer than --bstar-heartbeat "
                               f"({self.peer_timeout} <= {self.bstar_heartbeat})")

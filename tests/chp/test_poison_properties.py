@@ -2,7 +2,8 @@
 machines (issue 13 item 3): the replicated map applies anything without raising and
 replicas agree; the map, a server's apply paths (collector, pending list, following an
 active) and a client's replica refuse bad values with a `ProtocolError` and nothing
-else; the ttl and resume parsers never raise anything but `ProtocolError`."""
+else; the ttl and resume parsers never raise anything but `ProtocolError`; server
+options out of range are refused naming them."""
 from __future__ import annotations
 
 import msgpack
@@ -10,12 +11,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from connectors.chp import proto, resume
+from connectors.chp.errors import ConfigError
 from connectors.chp.kvmap import CloneMap, Entry, check_update
 from connectors.chp.pending import PendingUpdates
 from connectors.chp.proto import Channel, Kthxbai, Kvpub, Kvset, Kvsync
 from connectors.chp.replica import Replica
+from connectors.chp.replicated import FarmOptions
 from connectors.chp.replicated_map import (RECORD_MAGIC, ReplicatedMap, encode_kvset,
                                            encode_tick)
+from connectors.chp.server import ServerConfig
 from consensus.wire.errors import ProtocolError
 
 PROPERTIES = settings(max_examples=300, deadline=None,
@@ -230,3 +234,17 @@ def test_entries_from_a_log_or_checkpoint_are_checked():
                    [b"k", 1 << 63, b"", b"", b"v"], [b"k", 1, b"", b""]):
         with pytest.raises(ProtocolError):
             Entry.from_record(record)
+
+
+@pytest.mark.parametrize("options, named", [
+    (dict(hugz_interval=float("inf")), "--hugz-interval"),
+    (dict(peer_timeout=float("nan")), "--peer-timeout"),
+    (dict(max_batch=0), "max_batch"), (dict(publisher_hwm=1 << 40), "publisher_hwm"),
+])
+def test_server_options_out_of_range_are_refused_naming_them(options, named):
+    with pytest.raises(ConfigError, match=named):
+        ServerConfig(**options).validate()
+    with pytest.raises(ValueError, match="Limits.max_body_bytes"):
+        proto.Limits(max_body_bytes=1 << 40)
+    with pytest.raises(ConfigError, match="--farm-timeout"):
+        FarmOptions("127.0.0.1:9", farm_timeout=float("inf")).validate()
