@@ -41,6 +41,9 @@ setup(
             "nbclient>=0.10",
             "nbformat>=5.9",
             "ipykernel>=6.29",
+            # tests/interop runs the zguide's Python Clone examples (../shared/peers):
+            # their servers use pyzmq's tornado event loop (tested: tornado 6.6.1).
+            "tornado>=6.1",
         ],
         "bench": ["pysyncobj>=0.3.12"],
     },
