@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -34,6 +35,8 @@ from consensus.runtime.envelope import Command, CommandKind, decode_command, is_
 from consensus.runtime.errors import ErrorCode
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.errors import ProtocolError
+
+log = logging.getLogger("garlicfarm.machines")
 
 DEDUP_CAPACITY = 65_536
 BATCHES_KEPT_PER_QUERY = 100_000
@@ -275,7 +278,12 @@ class FarmStateMachine:
                 self.status_index[status["id"]] = entry.index
             return None
         if self.app is not None:
-            self.app.apply(entry)
+            try:
+                self.app.apply(entry)
+            except Exception:   # noqa: BLE001 - a committed entry never stops a replica
+                log.exception("the application state machine raised applying entry %d "
+                              "(term %d); the entry is skipped here, as on every member "
+                              "whose machine is deterministic", entry.index, entry.term)
         return None
 
     def apply_command(self, entry: Entry, command: Command) -> Outcome:

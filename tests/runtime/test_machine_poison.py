@@ -145,3 +145,32 @@ def test_a_counter_that_would_pass_64_bits_is_refused_everywhere():
                                   encode_command(CommandKind.ALLOCATE, b"b", "s", 1, "q", 1)))
     assert refused.error[0] == int(ErrorCode.FAILED) and "count" in refused.error[1]
     machine.snapshot()
+
+
+class _Fussy:
+    """An application machine that raises on some entries (a bug of the application's)."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+
+    def apply(self, entry) -> None:
+        if entry.data.startswith(b"boom"):
+            raise ValueError("the application cannot take this entry")
+        self.seen.append(entry.data)
+
+    def snapshot(self) -> bytes:
+        return b"\n".join(self.seen)
+
+    def restore(self, data: bytes) -> None:
+        self.seen = data.split(b"\n") if data else []
+
+    def query(self, query: bytes) -> bytes:
+        return b""
+
+
+def test_an_application_machine_that_raises_does_not_stop_the_replica(caplog):
+    machine = FarmStateMachine(_Fussy())
+    for index, data in enumerate([b"one", b"boom!", b"two"], start=1):
+        machine.apply(Entry(1, index, EntryType.APPLICATION, data))
+    assert machine.app.seen == [b"one", b"two"] and machine.applied == 3
+    assert "raised applying entry 2" in caplog.text
