@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.interop.support import PEERS, DafkaPeers, MixedCluster, Processes, Zguide
+from tests.interop import support
+from tests.interop.support import DafkaPeers, MixedCluster, Processes, Zguide
 
 
 @pytest.fixture(autouse=True)
 def _peers_present() -> None:
-    if not PEERS.is_dir():
-        pytest.skip(f"the reference peers are not there: {PEERS} is absent (CI provides "
-                    f"it as ../shared/peers beside the clone)")
+    if not support.PEERS.is_dir():
+        pytest.skip(f"the reference peers are not there: {support.PEERS} is absent (CI "
+                    f"provides it as ../shared/peers beside the clone)")
 
 
 @pytest.fixture

@@ -172,7 +172,8 @@ class JRaftNode:
     def start(self, peers: str | None = None) -> "JRaftNode":
         """run-node.sh (returns once the client port accepts); `peers` only the first
         time (ID:RAFTPORT,...), later starts restart from the saved state."""
-        argv = [str(JRAFT / "run-node.sh"), str(self.id), str(self.dir), str(self.client_port)]
+        argv = ["bash", str(JRAFT / "run-node.sh"), str(self.id), str(self.dir),
+                str(self.client_port)]
         done = subprocess.run(argv + ([peers] if peers else []), capture_output=True,
                               text=True, timeout=90, env={**os.environ, "JRAFT_WAIT": "60"})
         pid_file = self.dir / "node.pid"
@@ -431,7 +432,7 @@ class DafkaPeers:
         """A node config from mkcfg.sh (beacon sub/pub and address 127.0.0.1), with fast
         beacons and heads, and consumers starting from the earliest offset."""
         sub, pub = (t.rsplit(":", 1)[1] for t in towers)
-        argv = [str(DAFKA / "mkcfg.sh"), sub, pub] + ([str(store_db)] if store_db else [])
+        argv = ["sh", str(DAFKA / "mkcfg.sh"), sub, pub] + ([str(store_db)] if store_db else [])
         text = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         assert "    address = 127.0.0.1" in text, text
         text = text.replace("beacon\n", f"beacon\n    interval = {C_BEACON_MS}\n"
