@@ -17,8 +17,9 @@ from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-# 1.5-3 s: above JRaft's 1.5 s heartbeat, below its 3 s shortest election timeout, so
-# that when both a JRaft node and one of ours could campaign, ours does first.
+# 1.5-3 s, below JRaft's shortest election timeout (3 s): when a JRaft node and one of
+# ours could both campaign, ours does first. Only where our nodes lead: as followers of
+# a JRaft leader (1.5 s heartbeats) ours get 300 ticks (3-6 s).
 FARM_ELECTION = ("--election-ticks", "150")
 
 
