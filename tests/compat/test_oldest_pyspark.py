@@ -1,0 +1,65 @@
+"""The Spark smoke suite (tests/spark/test_smoke.py) on the oldest supported PySpark, in a
+venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark]'` plus pytest, made by this
+test when missing (about 450 MB downloaded once; then reused while it still holds PySpark
+4.0 and this checkout). `GARLICFARM_OLDEST_VENV` names another place for it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OLDEST = "4.0"
+VENV = Path(os.environ.get("GARLICFARM_OLDEST_VENV", ROOT / f".venv-pyspark{OLDEST}"))
+PROBE = ("import pyspark, pyspark_farm, pytest, pytest_timeout; "
+         "print(pyspark.__version__); print(pyspark_farm.__file__)")
+
+
+def _probe(python: Path) -> list[str] | None:
+    if not python.exists():
+        return None
+    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True,
+                          cwd="/", timeout=120, check=False)
+    return done.stdout.split() if done.returncode == 0 else None
+
+
+def _ready(python: Path) -> bool:
+    found = _probe(python)
+    return bool(found) and found[0].startswith(OLDEST + ".") and \
+        Path(found[1]).resolve().is_relative_to(ROOT)
+
+
+@pytest.fixture(scope="module")
+def oldest_python() -> Path:
+    python = VENV / "bin" / "python"
+    if not _ready(python):
+        if not python.exists():
+            made = subprocess.run([sys.executable, "-m", "venv", str(VENV)],
+                                  capture_output=True, text=True, timeout=120, check=False)
+            assert made.returncode == 0, made.stderr
+        installed = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", f"pyspark=={OLDEST}.*", "-e",
+             f"{ROOT}[spark]", "pytest>=8", "pytest-timeout>=2.3"],
+            capture_output=True, text=True, timeout=900, check=False)
+        assert installed.returncode == 0, installed.stderr[-3000:]
+    found = _probe(python)
+    assert found and found[0].startswith(OLDEST + "."), found
+    return python
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_smoke_suite_passes_on_the_oldest_pyspark(oldest_python):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYSPARK_GATEWAY", "PYTEST_", "SPARK_"))}
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(oldest_python)
+    done = subprocess.run(
+        [str(oldest_python), "-m", "pytest", "tests/spark/test_smoke.py", "-q",
+         "-p", "no:cacheprovider", "-W", "error::FutureWarning:pyspark.*"],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=1200, check=False)
+    report = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 0, report
+    assert "3 passed" in done.stdout, report
