@@ -400,6 +400,17 @@ class FarmStateMachine:
     }
 
     # -- snapshots -----------------------------------------------------------------------------
+    def _restore_foreign(self, data: bytes, index: int) -> None:
+        log.error("a snapshot at index %d is not a garlicfarm snapshot (%d bytes: another "
+                  "implementation's, e.g. a JRaft leader's): this node's kv map, sink ledger "
+                  "and statuses start empty there; the entries after it apply as usual",
+                  index, len(data))
+        app = self.app
+        self.__init__(app)
+        self.applied = index
+        if app is not None:
+            app.restore(data)
+
     def snapshot(self) -> bytes:
         state = {"v": SNAPSHOT_VERSION, "applied": self.applied, "kv": self.kv,
                  "requests": self.requests.dump(), "ledger": self.ledger.dump(),
@@ -408,10 +419,22 @@ class FarmStateMachine:
                  "app": self.app.snapshot() if self.app is not None else None}
         return msgpack.packb(state, use_bin_type=True)
 
-    def restore(self, data: bytes) -> None:
-        state = msgpack.unpackb(data, raw=False, strict_map_key=False)
-        if not isinstance(state, dict) or state.get("v") not in _READABLE_VERSIONS:
-            raise ValueError("not a farm state machine snapshot (or another version)")
+    def restore(self, data: bytes, index: int = 0) -> None:
+        """The state of a snapshot taken at `index`. A snapshot that is not ours (a JRaft
+        leader's, e.g. dmprinter's, in a mixed cluster) holds no farm state: the built-in
+        machines start empty there, the application machine (if any) gets the bytes, and
+        an error says so; the node goes on (docs/protocol.md). One of ours of an unknown
+        version is refused."""
+        try:
+            state = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except Exception:   # noqa: BLE001 - msgpack raises ExtraData, ValueError, ...
+            state = None
+        if not isinstance(state, dict) or "v" not in state:
+            self._restore_foreign(data, index)
+            return
+        if state.get("v") not in _READABLE_VERSIONS:
+            raise ValueError(f"a farm state machine snapshot of version {state.get('v')!r}: "
+                             f"this node reads versions {_READABLE_VERSIONS}; upgrade it")
         self.applied = state["applied"]
         self.kv = dict(state["kv"])
         self.requests = RequestLog()

@@ -64,7 +64,7 @@ class FarmNode:
         self.machine = self.new_machine()
         snapshot = self.storage.snapshot()
         if snapshot is not None:
-            self.machine.restore(snapshot.data)
+            self.machine.restore(snapshot.data, snapshot.index)
         self._snapshot_index = snapshot.index if snapshot is not None else 0
         self.addresses: dict[int, str] = {**config.peers, **config.observers,
                                           config.id: config.endpoint}
@@ -290,7 +290,7 @@ class FarmNode:
                 self._on_soft_state(rd.soft_state)
             if rd.snapshot is not None:
                 storage.install_snapshot(rd.snapshot)
-                self.machine.restore(rd.snapshot.data)
+                self.machine.restore(rd.snapshot.data, rd.snapshot.index)
                 self._snapshot_index = rd.snapshot.index
                 self.service.on_restored(rd.snapshot.index)
             if rd.entries and storage.append(rd.entries):

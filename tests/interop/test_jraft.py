@@ -198,10 +198,6 @@ def test_snapshot_from_a_farm_leader_to_a_lagging_jraft_follower(mixed, procs):
     assert not set(range(held + 1, snap_index + 1)) & set(commits)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a garlicfarm follower exits when a JRaft leader sends it a snapshot "
-    "(FarmStateMachine.restore raises on dmprinter's snapshot bytes: msgpack "
-    "ExtraData), and the installed snapshot makes every restart fail the same way"))
 def test_snapshot_from_a_jraft_leader_to_a_lagging_farm_follower(mixed):
     """JRaft snapshots every 5,000 entries and compacts; our follower, down meanwhile,
     is sent the snapshot when it returns, then the entries after it. (Down for fewer

@@ -174,3 +174,25 @@ def test_an_application_machine_that_raises_does_not_stop_the_replica(caplog):
         machine.apply(Entry(1, index, EntryType.APPLICATION, data))
     assert machine.app.seen == [b"one", b"two"] and machine.applied == 3
     assert "raised applying entry 2" in caplog.text
+
+
+def test_a_snapshot_that_is_not_ours_starts_the_built_ins_empty_at_its_index(caplog):
+    """A JRaft leader's snapshot (dmprinter's bytes) in a mixed cluster: the node goes on,
+    the application machine gets the bytes; one of ours of an unknown version is refused."""
+    machine = FarmStateMachine(_Fussy())
+    machine.apply(Entry(1, 1, EntryType.APPLICATION, b"one"))
+    machine.kv["k"] = "v"
+    machine.restore(b'{"jraft": "dmprinter state"} and more', 4800)
+    assert (machine.applied, machine.kv, machine.app.seen) == \
+        (4800, {}, [b'{"jraft": "dmprinter state"} and more'])
+    assert "is not a garlicfarm snapshot" in caplog.text
+    ours = FarmStateMachine()
+    ours.apply(Entry(1, 1, EntryType.APPLICATION, b"x"))
+    future = msgpack.unpackb(ours.snapshot(), raw=False, strict_map_key=False)
+    future["v"] = 99
+    try:
+        FarmStateMachine().restore(msgpack.packb(future, use_bin_type=True), 1)
+    except ValueError as exc:
+        assert "version 99" in str(exc)
+    else:
+        raise AssertionError("a snapshot of an unknown version of ours was taken")
