@@ -15,8 +15,9 @@ $(STAMP): setup.py
 	# A plain editable install: setup.py's package_dir {"": "."} makes setuptools put the
 	# checkout on sys.path (a .pth file), so Spark's lookup of `pyspark_*` modules
 	# (pkgutil.iter_modules) finds pyspark_farm from any directory (docs/development.md).
-	# [spark]: PySpark 4.x and pandas < 3, which the runtime provides elsewhere.
-	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
+	# [spark]: PySpark 4.x and pandas < 3, which the runtime provides elsewhere;
+	# [connect]: the Spark Connect client's packages (tests/spark/test_connect.py).
+	$(BIN)/python -m pip install --quiet -e '.[spark,connect,test,bench]'
 	@touch $(STAMP)
 
 test: $(STAMP)

@@ -33,6 +33,8 @@ setup(
         # warns "does not yet fully support pandas >= 3.0.0" (a FutureWarning) on every
         # start with pandas 3, and 4.0 / 4.1 were released before it.
         "spark": ["pyspark>=4.0,<5", "pandas>=2.0,<3"],
+        # Spark Connect clients (SparkSession.builder.remote(...)): grpcio and friends.
+        "connect": ["pyspark[connect]>=4.0,<5"],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
