@@ -17,11 +17,10 @@ from .test_raft_paper import of_type
 pytestmark = pytest.mark.timeout(30)
 
 
-def test_no_append_announces_a_commit_beyond_the_entries_it_vouches_for():
-    """A follower behind a compacted log gets heartbeats at prev 0: their commit index
-    must be what they vouch for, never the leader's whole commit index (JRaft trusts it
-    when lastLogIndex is 0, raises its commit past its log and refuses every snapshot)."""
-    cluster = Cluster([1, 2, 3], replace(OPTIONS, max_entries_per_message=2))
+def leader_compacted_past_node_2(options) -> tuple[Cluster, object]:
+    """Node 1 leads, wrote 20 entries while node 2 was cut off, then compacted them all
+    into a snapshot; the network is healed."""
+    cluster = Cluster([1, 2, 3], options)
     leader = cluster.elect(1)
     cluster.isolate(2)
     leader.propose_many([b"%d" % i for i in range(20)])
@@ -31,6 +30,14 @@ def test_no_append_announces_a_commit_beyond_the_entries_it_vouches_for():
                                      leader.configuration, b"state"))
     storage.compact(leader.commit_index)
     cluster.heal()
+    return cluster, leader
+
+
+def test_no_append_announces_a_commit_beyond_the_entries_it_vouches_for():
+    """A follower behind a compacted log gets heartbeats at prev 0: their commit index
+    must be what they vouch for, never the leader's whole commit index (JRaft trusts it
+    when lastLogIndex is 0, raises its commit past its log and refuses every snapshot)."""
+    cluster, leader = leader_compacted_past_node_2(replace(OPTIONS, max_entries_per_message=2))
     seen = []
     cluster.drop = lambda m: seen.append(m) or False
     cluster.tick(OPTIONS.retry * 4)
@@ -44,17 +51,7 @@ def test_no_append_announces_a_commit_beyond_the_entries_it_vouches_for():
 def refusing_follower_run(respond) -> list:
     """A leader whose follower 2 answers every InstallSnapshot with `respond(msg)`; the
     snapshots sent to it over 200 ticks."""
-    snapshot_options = replace(OPTIONS, snapshot_chunk_bytes=1 << 20)
-    cluster = Cluster([1, 2, 3], snapshot_options)
-    leader = cluster.elect(1)
-    cluster.isolate(2)
-    leader.propose_many([b"x"] * 30)
-    cluster.deliver()
-    storage: MemoryStorage = leader.log.storage
-    storage.create_snapshot(Snapshot(leader.commit_index, leader.term,
-                                     leader.configuration, b"state"))
-    storage.compact(leader.commit_index)
-    cluster.heal()
+    cluster, _ = leader_compacted_past_node_2(replace(OPTIONS, snapshot_chunk_bytes=1 << 20))
     sent = []
 
     def intercept(msg) -> bool:
