@@ -53,6 +53,7 @@ class LocalCluster:
         self.voter_ids = list(range(1, nodes + 1))
         self.observer_ids = list(range(nodes + 1, nodes + observers + 1))
         self._sockets: dict[int, socket.socket] = {}
+        self._retired: dict[int, str] = {}      # node id -> its endpoint (port closed)
         self._procs: dict[int, subprocess.Popen] = {}
         self._args: dict[int, list[str]] = {}
         self._logs: dict[int, Any] = {}
@@ -72,6 +73,8 @@ class LocalCluster:
                         if i in self._sockets)
 
     def endpoint_of(self, node_id: int) -> str:
+        if node_id in self._retired:
+            return self._retired[node_id]
         return f"127.0.0.1:{self._sockets[node_id].getsockname()[1]}"
 
     def log_path(self, node_id: int) -> str:
@@ -168,7 +171,22 @@ class LocalCluster:
         proc = self._procs.get(node_id)
         if proc is not None and proc.poll() is None:
             raise RuntimeError(f"node {node_id} is still running: stop or kill it first")
+        if node_id in self._retired:
+            raise RuntimeError(f"node {node_id} is retired: it cannot start again")
         self._start(node_id, self._args[node_id])
+
+    def retire(self, node_id: int) -> None:
+        """Stop a node for good (SIGTERM if it runs) and close its listening socket: its
+        port refuses connections from now on, as a machine taken out of the farm would
+        (a stopped node's port otherwise still accepts, held here for a restart). It
+        cannot be restarted; its id is not given out again."""
+        if node_id not in self._sockets:
+            raise ValueError(f"node {node_id} has no socket here (retired already?)")
+        if node_id in self._procs:
+            self.stop(node_id)
+        endpoint = self.endpoint_of(node_id)
+        self._sockets.pop(node_id).close()
+        self._retired[node_id] = endpoint
 
     def pause(self, node_id: int) -> None:
         """SIGSTOP: the process keeps its sockets but does nothing (a stalled node)."""
@@ -189,8 +207,8 @@ class LocalCluster:
               observer: bool = False) -> int:
         """Start an extra node that is not in the initial configuration (it waits to be
         added with add_server / update_voters / update_observers); its id."""
-        node_id = node_id or max(self._sockets) + 1
-        if node_id in self._procs:
+        node_id = node_id or max([*self._sockets, *self._retired]) + 1
+        if node_id in self._procs or node_id in self._retired:
             raise ValueError(f"node {node_id} exists already")
         self._bind(node_id)
         args = self._common_args(node_id)

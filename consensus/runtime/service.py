@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from consensus.raft import (Entry, EntryType, MembershipChangeError, NotLeader, ProposalDropped,
-                            PullStatus, ReadStatus, Role)
+from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
+                            ProposalDropped, PullStatus, ReadStatus, Role)
 from consensus.runtime import extensions as ext
 from consensus.runtime.envelope import (HEAD, decode_command, described, header_of,
                                         is_command, journal_request_id, request_id_of,
@@ -161,9 +161,12 @@ class Service:
             conn.extensions = True
             conn.client_id = wire.client_id
             raft = self.node.raft
+            config = raft.configuration     # the endpoints of its members only: a client
+            members = config.members        # would try a removed node's for ever
+            config = Configuration(config.voters, config.outgoing, config.observers,
+                                   {m: a for m, a in config.addresses.items() if m in members})
             self._send(conn, ext.Welcome(*self._head(), self.node.id, self.node.config.cluster,
-                                         raft.leader_id, raft.role.value,
-                                         raft.configuration.encode()))
+                                         raft.leader_id, raft.role.value, config.encode()))
         elif kind == ExtType.CALL:
             self._call(conn, wire)
         elif kind == MessageType.CLIENT_REQUEST:

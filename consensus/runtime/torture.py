@@ -10,8 +10,11 @@ a recorded history, and a verdict.
    compare-and-sets on rotating keys, each recorded with invoke and completion times
    and outcome (ok / fail / info) as EDN lines (`--history`, written as they happen;
    nemesis lines are ``:process :nemesis`` and skipped by checkers).
-3. Inject faults one at a time (`torture_nemesis`) for `--duration` seconds.
-4. Heal everything, restart what is down, wait for a leader, read every key.
+3. Inject faults one at a time (`torture_nemesis`) for `--duration` seconds; membership
+   faults start fresh nodes (`LocalCluster.spawn`) and change the configuration with
+   the client API (`TortureFarm.membership_apply` / `membership_heal`).
+4. Heal everything (the configuration back to the original voters), restart what is
+   down, wait for a leader, read every key.
 5. Check: the history with the linearizability checker (kv model), and every
    acknowledged append against the final values (nothing lost, nothing twice).
 
@@ -39,13 +42,15 @@ from consensus.linearizability import CheckResult, History, KVModel, Verdict, ch
 
 from .admin import console_for, print_json, print_table
 from .faultproxy import ProxyNetwork
-from .torture_nemesis import Fault, Nemesis, NemesisLog
+from .torture_nemesis import MEMBERSHIP_SCHEMES, Action, Fault, Nemesis, NemesisLog
 from .torture_workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
                                audit_appends, final_reads)
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN, EXIT_SETUP = 0, 1, 2, 3
 EXPLAIN_LINES = 40          # of the checker's explanation in the text report
 DEFAULT_FAULTS = (Fault.KILL, Fault.PARTITION, Fault.RESTART)
+MEMBERSHIP_TIMEOUT = 60.0   # seconds one membership step may take (retries included)
+LEAVE_TIMEOUT = 20.0        # a removed node stops by itself within this (else SIGTERM)
 
 
 class TortureSetupError(Exception):
@@ -116,18 +121,29 @@ class TortureFarm:
             self.network = ProxyNetwork(self.node_ids)
         self._client_timeout = options.client_timeout
         self._reads = options.reads
+        self._wire = options.wire
         self._admin = None
+        self.spawned: list[int] = []        # nodes started by membership faults
+        self.retired: set[int] = set()      # ... and out of the farm for good
         if options.data_dir is not None:
             options.data_dir.mkdir(parents=True, exist_ok=True)
         self._cluster = LocalCluster(
             nodes=options.nodes, wire=options.wire, cluster=options.cluster,
             fsync=options.fsync, data_dir=None if options.data_dir is None
-            else str(options.data_dir), peer_address=self.network and self.network.link)
+            else str(options.data_dir),
+            peer_address=self._peer_address if self.network is not None else None)
         try:
             self.farm = self._cluster.__enter__()
         except BaseException:
             self._close_network()
             raise
+
+    def _peer_address(self, source: int, target: int, endpoint: str) -> str:
+        """Links between the original nodes go through the fault proxy; links to and
+        from the nodes of membership faults do not (the proxy's mesh is fixed)."""
+        if self.network is None or source not in self.node_ids or target not in self.node_ids:
+            return endpoint
+        return self.network.link(source, target, endpoint)
 
     def client(self, index: int) -> "TortureClient":
         """Client `index`, bound to a home member (round robin), as jepsen binds clients
@@ -184,6 +200,191 @@ class TortureFarm:
             self._admin = self.farm.client(timeout=1.0)
         return self._admin.get_servers().leader_id
 
+    # -- membership faults (torture_nemesis: Fault.MEMBERSHIP) -------------------------------
+    def membership_schemes(self) -> tuple[str, ...]:
+        return MEMBERSHIP_SCHEMES[self._wire]
+
+    def membership_apply(self, action: Action, down: set[int]) -> str:
+        """Start a membership fault (`Action.scheme`); what it did, in words."""
+        farm = self.farm
+        if action.scheme == "add-voter":
+            node = self._spawn()
+            self._until(f"AddServer n{node}", lambda c, v: c.add_server(
+                node, farm.endpoint_of(node), timeout=5.0), lambda v: node in v.voters)
+            return f"n{node} added as a voter (AddServer)"
+        if action.scheme == "observer":
+            node = self._spawn(observer=True)
+            self._add_observer(node)
+            self._until(f"promoting observer n{node} (joint consensus)",
+                        lambda c, v: c.update_voters(add={node: farm.endpoint_of(node)},
+                                                     timeout=5.0),
+                        lambda v: node in v.voters)
+            return f"n{node} added as an observer, promoted to a voter"
+        if action.scheme == "joint-kill":
+            node = self._spawn()
+            leader = self.leader_or_none()
+            change = threading.Thread(target=self._quietly, name="torture-joint", daemon=True,
+                                      args=(lambda c: c.update_voters(
+                                          add={node: farm.endpoint_of(node)}, timeout=5.0),))
+            change.start()
+            time.sleep(action.kill_after)
+            killed = ""
+            if leader is not None and leader in self.node_ids:
+                self.kill(leader)
+                down.add(leader)
+                killed = f", leader n{leader} killed"
+            change.join(MEMBERSHIP_TIMEOUT)
+            return f"joint change adding n{node} started{killed or ', no leader to kill'}"
+        raise ValueError(f"unknown membership scheme {action.scheme!r}")
+
+    def membership_heal(self, action: Action, down: set[int]) -> str:
+        """Undo a membership fault: the configuration as it was; what it did."""
+        farm = self.farm
+        node = self.spawned[-1]
+        if action.scheme == "add-voter":
+            self._remove_voter(node, leave=True)
+            self._retire(node)
+            return f"n{node} removed (RemoveServer) and stopped"
+        if action.scheme == "observer":
+            # demoted: a voter cannot become an observer in one configuration; it is
+            # removed (and stops), then comes back as an observer
+            self._remove_voter(node, leave=False)
+            farm.restart(node)
+            self._add_observer(node)
+            self._caught_up(node)
+            self._until(f"removing observer n{node}", lambda c, v: c.update_observers(
+                remove=[node], timeout=5.0), lambda v: not _member(v, node))
+            self._retire(node)
+            return f"n{node} demoted (removed, back as an observer, caught up), removed"
+        restarted = []
+        for killed in sorted(down):
+            farm.restart(killed)
+            down.discard(killed)
+            restarted.append(f"n{killed}")
+            if not self.wait_ready(killed, MEMBERSHIP_TIMEOUT):
+                raise RuntimeError(f"n{killed} did not rejoin within {MEMBERSHIP_TIMEOUT:g}s")
+        self._until(f"the joint change adding n{node}", lambda c, v: c.update_voters(
+            add={node: farm.endpoint_of(node)}, timeout=5.0), lambda v: node in v.voters)
+        self._remove_voter(node, leave=False)
+        self._retire(node)
+        return (f"{', '.join(restarted) or 'nothing'} restarted; n{node} a voter, then "
+                f"removed by joint consensus and stopped")
+
+    def membership_restore(self) -> None:
+        """The original voters and no one else; every node of a membership fault
+        stopped."""
+        view = self._until("reading the configuration", lambda c, v: None, lambda v: True)
+        for node in sorted(set(view.observers) - set(self.node_ids)):
+            self._until(f"removing observer n{node}", lambda c, v, n=node: c.update_observers(
+                remove=[n], timeout=5.0), lambda v, n=node: not _member(v, n))
+        for node in sorted((set(view.voters) | set(view.outgoing)) - set(self.node_ids)):
+            self._remove_voter(node, leave=False)
+        for node in self.spawned:
+            self._retire(node)
+
+    def leader_or_none(self) -> int | None:
+        try:
+            return self.leader()
+        except Exception:               # noqa: BLE001 - no leader known right now
+            return None
+
+    def _spawn(self, observer: bool = False) -> int:
+        node = self.farm.spawn(observer=observer)
+        self.spawned.append(node)
+        return node
+
+    def _add_observer(self, node: int) -> None:
+        self._until(f"adding observer n{node}", lambda c, v: c.update_observers(
+            add={node: self.farm.endpoint_of(node)}, timeout=5.0),
+            lambda v: node in v.observers)
+
+    def _remove_voter(self, node: int, *, leave: bool) -> None:
+        """Remove voter `node`: JRaft's RemoveServer (`leave`: the node is asked to
+        leave; a leader hands its leadership over first) or joint consensus; then wait
+        until it stopped by itself."""
+        def step(client, view) -> None:
+            if leave and view.leader_id == node:
+                target = min(i for i in self.node_ids if self.farm.running(i))
+                client.transfer_leader(target, timeout=5.0)
+            elif leave:
+                client.remove_server(node, timeout=5.0)
+            else:
+                client.update_voters(remove=[node], timeout=5.0)
+        self._until(f"removing voter n{node}", step, lambda v: not _member(v, node))
+        self._stopped(node)
+
+    def _stopped(self, node: int) -> None:
+        """A removed node stops by itself; one that did not within LEAVE_TIMEOUT (a
+        partition hid its removal from it) gets SIGTERM."""
+        deadline = time.monotonic() + LEAVE_TIMEOUT
+        while self.farm.running(node) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.farm.running(node):
+            self.farm.stop(node)
+
+    def _retire(self, node: int) -> None:
+        """A node of a membership fault, out of the configuration for good: once it
+        stopped, its port is closed (it refuses connections, as a machine taken away
+        would; clients that learned its endpoint move on at once)."""
+        if node in self.retired:
+            return
+        self._stopped(node)
+        self.farm.retire(node)
+        self.retired.add(node)
+
+    def _caught_up(self, node: int) -> None:
+        """Wait until `node` applied what the leader had committed (an observer that
+        came back pulls the log again)."""
+        from consensus.runtime import FarmError
+
+        endpoint = self.farm.endpoint_of(node)
+        deadline = time.monotonic() + MEMBERSHIP_TIMEOUT
+        with self.farm.client(timeout=5.0) as client:
+            target = None
+            while time.monotonic() < deadline:
+                try:
+                    if target is None:
+                        target = client.log_bounds()[1]
+                    if client.log_bounds(endpoint)[1] >= target:
+                        return
+                except FarmError:
+                    pass
+                time.sleep(0.05)
+        raise RuntimeError(f"observer n{node} did not catch up within {MEMBERSHIP_TIMEOUT:g}s")
+
+    def _quietly(self, step) -> None:
+        """A membership call whose outcome the nemesis checks later (the leader may die
+        under it)."""
+        from consensus.runtime import FarmError
+
+        try:
+            with self.farm.client(timeout=5.0) as client:
+                step(client)
+        except FarmError:
+            pass
+
+    def _until(self, what: str, step, done, timeout: float = MEMBERSHIP_TIMEOUT):
+        """Call `step(client, view)` (an idempotent membership call) until `done(view)`
+        holds in the leader's view and no joint configuration is in force; the view.
+        Refusals while another change runs, leader changes and timeouts are retried."""
+        from consensus.runtime import FarmError
+
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        with self.farm.client(timeout=5.0) as client:
+            while True:
+                try:
+                    view = client.get_servers()
+                    if done(view) and not view.outgoing:
+                        return view
+                    step(client, view)
+                except FarmError as exc:
+                    last = exc
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"{what} did not complete within {timeout:g}s (last "
+                                       f"error: {type(last).__name__}: {last})")
+                time.sleep(0.05)
+
     def close(self) -> None:
         if self._admin is not None:
             with contextlib.suppress(Exception):
@@ -200,6 +401,11 @@ class TortureFarm:
     def _close_network(self) -> None:
         if self.network is not None:
             self.network.close()
+
+
+def _member(view, node: int) -> bool:
+    """In the configuration (`view.members` also lists former members with a status)."""
+    return node in view.voters or node in view.outgoing or node in view.observers
 
 
 class TortureClient:
@@ -347,7 +553,7 @@ def result_document(result: TortureResult) -> dict[str, Any]:
                        sorted(result.clients.outcomes.items())},
         "errors": dict(result.clients.errors),
         "faults": [{"fault": r.action.fault.value, "what": r.action.description,
-                    "error": r.error} for r in result.faults.records],
+                    "error": r.error, "detail": r.detail} for r in result.faults.records],
         "notes": result.notes,
     }
 
@@ -466,13 +672,18 @@ def parse_options(argv: Sequence[str]) -> TortureOptions:
     for name in ("duration", "client_timeout", "recovery_timeout", "check_timeout"):
         if getattr(args, name) <= 0:
             raise TortureSetupError(f"--{name.replace('_', '-')}: must be positive seconds")
+    faults = parse_faults(args.faults)
+    if Fault.MEMBERSHIP in faults and not MEMBERSHIP_SCHEMES[args.wire]:
+        raise TortureSetupError(f"--faults membership: not on --wire {args.wire} (its "
+                                "leader cannot hand over leadership nor remove itself); "
+                                "use --wire garlicfarm or marker")
     if args.data_dir and os.path.isdir(args.data_dir) and os.listdir(args.data_dir):
         raise TortureSetupError(f"--data-dir: {args.data_dir} is not empty; a farm that "
                                 "starts from an earlier run's state would make its history "
                                 "meaningless: give a new or empty directory")
     return TortureOptions(
         nodes=args.nodes, wire=args.wire, duration=args.duration,
-        faults=parse_faults(args.faults), clients=args.clients,
+        faults=faults, clients=args.clients,
         history=Path(args.history) if args.history else None, seed=args.seed,
         keys=args.keys, ops_per_key=args.ops_per_key, quiet=_span(args.quiet, "--quiet"),
         hold=_span(args.hold, "--hold"), client_timeout=args.client_timeout,

@@ -10,7 +10,17 @@ Faults, aimed half the time at the current leader (where Raft bugs hide):
 - ``partition``: through the fault proxy: one node isolated, the leader in a minority,
   a random majority/minority split, a bridge (two sides that only one node reaches), or
   a one-way fault (the leader cannot send, or cannot hear);
-- ``delay``: every link of one node, or of all, holds each chunk 5-100 ms.
+- ``delay``: every link of one node, or of all, holds each chunk 5-100 ms;
+- ``membership``: configuration changes while the clients run, with a fresh node each
+  time (its links do not go through the fault proxy), in turn:
+  ``add-voter`` (AddServer, then RemoveServer: the node leaves and stops by itself),
+  ``observer`` (added as an observer, promoted to a voter by joint consensus, demoted:
+  removed, restarted as an observer and added again, then removed) and
+  ``joint-kill`` (a joint-consensus change adding a voter, the leader SIGKILLed at a
+  random moment of it, restarted after the hold; the change is then finished and undone
+  the same way). A change the farm refuses while another is under way is retried; one
+  that does not complete within `MEMBERSHIP_TIMEOUT` is a fault error. Each action
+  ends with the configuration as it started (the original voters, no observers).
 
 kill -9 of a process does not lose what it wrote without fsync (the page cache survives),
 so these faults test the protocol, not durability against power loss; the storage tests
@@ -37,6 +47,7 @@ class Fault(enum.Enum):
     PAUSE = "pause"
     PARTITION = "partition"
     DELAY = "delay"
+    MEMBERSHIP = "membership"
 
     @property
     def needs_network(self) -> bool:
@@ -46,7 +57,15 @@ class Fault(enum.Enum):
 # How often each kind is chosen, relative to the others enabled: a partition that cuts the
 # leader off is what shows a stale leader, a kill of the leader what shows a retried write
 # applied twice.
-WEIGHTS = {Fault.PARTITION: 3, Fault.KILL: 2, Fault.PAUSE: 2, Fault.RESTART: 1, Fault.DELAY: 1}
+WEIGHTS = {Fault.PARTITION: 3, Fault.KILL: 2, Fault.PAUSE: 2, Fault.RESTART: 1, Fault.DELAY: 1,
+           Fault.MEMBERSHIP: 2}
+
+# Membership schemes, taken in turn; which ones a wire can carry (observers and leader
+# transfers need the garlicfarm wire's extensions, AddServer JRaft's flow, joint
+# consensus our configuration entries).
+MEMBERSHIP_SCHEMES = {"garlicfarm": ("add-voter", "observer", "joint-kill"),
+                      "marker": ("joint-kill",),
+                      "jraft": ()}     # no leader transfer, no joint consensus
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,8 @@ class Action:
     delay: float = 0.0
     hold: float = 0.0
     description: str = ""
+    scheme: str = ""                    #: membership faults: which change
+    kill_after: float = 0.0             #: joint-kill: seconds into the change
 
 
 def _cross(a: Sequence[int], b: Sequence[int]) -> set[tuple[int, int]]:
@@ -112,12 +133,23 @@ def _partition(rng: random.Random, nodes: Sequence[int],
 
 
 def plan(rng: random.Random, faults: Sequence[Fault], nodes: Sequence[int],
-         leader: int | None, hold: tuple[float, float]) -> Action:
+         leader: int | None, hold: tuple[float, float], *,
+         schemes: Sequence[str] = (), turn: int = 0) -> Action:
     """The next fault: a kind from `faults` (partitions and kills, the richest, come
-    more often: `WEIGHTS`), its targets, how long it lasts."""
-    kinds = list(faults)
+    more often: `WEIGHTS`), its targets, how long it lasts. Membership faults take
+    `schemes` in turn (`turn` counts the membership faults so far)."""
+    kinds = [f for f in faults if f is not Fault.MEMBERSHIP or schemes]
     fault = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
     seconds = rng.uniform(*hold)
+    if fault is Fault.MEMBERSHIP:
+        scheme = schemes[turn % len(schemes)]
+        kill_after = rng.uniform(0.0, 0.3) if scheme == "joint-kill" else 0.0
+        what = {"add-voter": "add a voter, then remove it",
+                "observer": "add an observer, promote it, demote it, remove it",
+                "joint-kill": f"joint change adding a voter, leader killed after "
+                              f"{kill_after:.2f}s, undone likewise"}[scheme]
+        return Action(fault, hold=seconds, scheme=scheme, kill_after=kill_after,
+                      description=f"membership {scheme}: {what} (hold {seconds:.1f}s)")
     if fault is Fault.PARTITION:
         drops, text = _partition(rng, nodes, leader)
         return Action(fault, drops=frozenset(drops), hold=seconds,
@@ -151,6 +183,11 @@ class FarmControl(Protocol):
     def resume(self, node_id: int) -> None: ...
     def leader(self) -> int | None: ...
     def wait_ready(self, node_id: int, timeout: float) -> bool: ...
+    # membership faults (only when they are enabled)
+    def membership_schemes(self) -> Sequence[str]: ...
+    def membership_apply(self, action: Action, down: set[int]) -> str: ...
+    def membership_heal(self, action: Action, down: set[int]) -> str: ...
+    def membership_restore(self) -> None: ...
 
 
 @dataclass
@@ -161,6 +198,7 @@ class FaultRecord:
     started: float
     ended: float | None = None
     error: str | None = None
+    detail: str = ""                    #: what a membership fault did (nodes, the kill)
 
 
 @dataclass
@@ -202,6 +240,9 @@ class Nemesis:
         self.log = NemesisLog()
         self._down: set[int] = set()       # killed, to start again
         self._paused: set[int] = set()
+        self._membership_turn = 0
+        self._schemes: Sequence[str] = farm.membership_schemes() \
+            if Fault.MEMBERSHIP in faults else ()
 
     def start(self) -> None:
         self._thread.start()
@@ -217,6 +258,8 @@ class Nemesis:
         farm = self._farm
         steps += [(f"resume n{n}", lambda n=n: farm.resume(n)) for n in sorted(self._paused)]
         steps += [(f"restart n{n}", lambda n=n: farm.restart(n)) for n in sorted(self._down)]
+        if self._schemes:
+            steps.append(("restore the configuration", farm.membership_restore))
         for what, step in steps:
             try:
                 step()
@@ -228,18 +271,37 @@ class Nemesis:
     def _run(self) -> None:
         while not self._stop.wait(self._rng.uniform(*self._quiet)):
             action = plan(self._rng, self._faults, list(self._farm.node_ids),
-                          self._leader(), self._hold)
+                          self._leader(), self._hold, schemes=self._schemes,
+                          turn=self._membership_turn)
+            if action.fault is Fault.MEMBERSHIP:
+                self._membership_turn += 1
             record = FaultRecord(action, time.monotonic())
             self.log.records.append(record)
             self._note(action.fault.value, action.description)
             try:
-                self._apply(action)
+                record.detail = self._apply(action)
                 self._stop.wait(action.hold)
-                self._heal(action)
+                healed = self._heal(action)
+                record.detail = "; ".join(filter(None, (record.detail, healed)))
             except Exception as error:      # noqa: BLE001 - reported, the run goes on
                 record.error = f"{type(error).__name__}: {error}"
+                if action.fault is Fault.MEMBERSHIP:
+                    self._recover_membership(record)
             record.ended = time.monotonic()
             self._note("heal", action.description)
+
+    def _recover_membership(self, record: FaultRecord) -> None:
+        """After a membership fault that failed midway: start what it killed and put
+        the configuration back, so that the run goes on from the usual farm."""
+        try:
+            for node in sorted(self._down):
+                self._farm.restart(node)
+                self._down.discard(node)
+                self._farm.wait_ready(node, READY_TIMEOUT)
+            self._farm.membership_restore()
+        except Exception as error:          # noqa: BLE001 - reported with the verdict
+            record.error += f"; and restoring the configuration: {type(error).__name__}: " \
+                            f"{error}"
 
     def _leader(self) -> int | None:
         try:
@@ -247,7 +309,8 @@ class Nemesis:
         except Exception:                   # noqa: BLE001 - no leader known right now
             return None
 
-    def _apply(self, action: Action) -> None:
+    def _apply(self, action: Action) -> str:
+        """Apply the fault; what a membership fault did, in words ("" for others)."""
         farm, net = self._farm, self._farm.network
         if action.fault is Fault.KILL:
             for node in action.nodes:
@@ -265,11 +328,16 @@ class Nemesis:
             assert net is not None
             for a, b in sorted(action.drops):
                 net.drop(a, b)
+        elif action.fault is Fault.MEMBERSHIP:
+            return farm.membership_apply(action, self._down)
         else:
             assert net is not None
             net.delay(action.delay, action.nodes)
+        return ""
 
-    def _heal(self, action: Action) -> None:
+    def _heal(self, action: Action) -> str:
+        if action.fault is Fault.MEMBERSHIP:
+            return self._farm.membership_heal(action, self._down)
         if action.fault in (Fault.KILL, Fault.RESTART):
             for node in action.nodes:
                 if action.fault is Fault.KILL:
@@ -286,6 +354,7 @@ class Nemesis:
         elif action.fault.needs_network:
             assert self._farm.network is not None
             self._farm.network.heal()
+        return ""
 
 
 def connectivity(nodes: Sequence[int], drops: frozenset[tuple[int, int]]) -> dict[int, set[int]]:

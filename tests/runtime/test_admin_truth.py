@@ -155,6 +155,27 @@ def test_remove_server_of_a_dead_voter_needs_no_force(farm, node_toml):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"removed": voter, "as": "voter", "forced": False}
     assert voter not in servers(farm).members
+    # A client meeting the farm from now on is not told the removed node's endpoint
+    # (it used to be, from the configuration's addresses, and tried it for ever).
+    from consensus.raft import Configuration
+    from consensus.runtime.links import Link
+    with farm.client(timeout=5) as client:
+        link = Link(farm.endpoint_of(1), client.security, 5.0, b"w" * 16)
+        try:
+            config = Configuration.decode(link.welcome.configuration)
+        finally:
+            link.close()
+    assert set(config.addresses) == {1, 2, 3}, config.addresses
+    # LocalCluster.retire: the node's port refuses connections, as a machine taken away
+    # would (a stopped node's port is otherwise held open for a restart)
+    endpoint = farm.endpoint_of(voter)
+    farm.retire(voter)
+    import socket
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])), timeout=5)
+    with pytest.raises(RuntimeError, match="retired"):
+        farm.restart(voter)
+    assert farm.endpoint_of(voter) == endpoint and farm.spawn() > voter
 
 
 def test_ping_at_an_observer_names_the_leader_it_follows(farm, node_toml):

@@ -95,3 +95,29 @@ def test_stale_reads_are_caught():
     assert doc["linearizability"]["verdict"] == "not linearizable"
     assert doc["reasons"][0].startswith("not linearizable (keys ")
     assert "must take effect next" in doc["linearizability"]["explain"]
+
+
+def test_membership_faults_while_clients_run(tmp_path):
+    """Issue 19.6: voters added and removed (AddServer / RemoveServer), an observer
+    promoted and demoted, a joint-consensus change with its leader SIGKILLed, all while
+    the clients run, with kills and partitions in between: linearizable, nothing
+    acknowledged lost, and the farm back to its voters at the end."""
+    threads, children = threading.active_count(), child_processes()
+    code, doc = torture(["--nodes", "3", "--duration", "30", "--clients", "4",
+                         "--faults", "membership,kill,partition", "--seed", "19",
+                         "--quiet", "0.2:0.5", "--hold", "0.5:1.5",
+                         "--history", str(tmp_path / "run.edn")])
+    assert code == EXIT_PASS, (doc["reasons"], doc["faults"])
+    changes = [f for f in doc["faults"] if f["fault"] == "membership"]
+    schemes = [f["what"].split(":")[0].split()[1] for f in changes]
+    assert {"add-voter", "observer", "joint-kill"} <= set(schemes), doc["faults"]
+    assert all(f["error"] is None for f in doc["faults"]), doc["faults"]
+    joint = [f for f in changes if f["what"].startswith("membership joint-kill")]
+    assert any(", leader n" in f["detail"] and "killed" in f["detail"] for f in joint), joint
+    assert all("removed by joint consensus and stopped" in f["detail"] for f in joint)
+    observer = [f for f in changes if f["what"].startswith("membership observer")]
+    assert all("demoted" in f["detail"] for f in observer)
+    assert doc["linearizability"]["verdict"] == "linearizable"
+    assert not doc["appends"]["lost"] and not doc["appends"]["duplicated"]
+    assert doc["operations"].get("append:ok", 0) > 50
+    assert child_processes() == children and threading.active_count() == threads

@@ -304,10 +304,17 @@ def test_plans_of_every_kind_target_known_nodes():
     nodes = [1, 2, 3]
     kinds = Counter()
     leader_hits = 0
-    for _ in range(400):
-        action = plan(rng, list(Fault), nodes, 2, (0.5, 1.0))
+    schemes = ("add-voter", "observer", "joint-kill")
+    seen_schemes = []
+    for turn in range(400):
+        action = plan(rng, list(Fault), nodes, 2, (0.5, 1.0), schemes=schemes,
+                      turn=len(seen_schemes))
         kinds[action.fault] += 1
         assert set(action.nodes) <= set(nodes)
+        if action.fault is Fault.MEMBERSHIP:
+            seen_schemes.append(action.scheme)
+            assert action.description.startswith(f"membership {action.scheme}")
+            assert 0 <= action.kill_after <= 0.3
         if action.fault in (Fault.KILL, Fault.RESTART, Fault.PAUSE):
             assert len(action.nodes) == 1
             leader_hits += action.nodes == (2,)
@@ -316,6 +323,10 @@ def test_plans_of_every_kind_target_known_nodes():
         if action.fault is Fault.RESTART:
             assert action.hold == 0
     assert set(kinds) == set(Fault)
+    # Membership faults take the schemes in turn; without schemes there are none.
+    assert seen_schemes[:6] == list(schemes) * 2
+    assert all(plan(rng, list(Fault), nodes, 2, (0.5, 1.0)).fault is not Fault.MEMBERSHIP
+               for _ in range(100))
     # Half the node faults aim at the leader, the rest at random (1/3 of them too).
     node_faults = kinds[Fault.KILL] + kinds[Fault.RESTART] + kinds[Fault.PAUSE]
     assert 0.5 < leader_hits / node_faults < 0.85
