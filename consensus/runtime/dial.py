@@ -95,7 +95,11 @@ def _recv(sock: socket.socket, deadline: float, what: str, target: str = "",
         refusal = tls_refusal(exc, target, security)
         if refusal is not None:
             raise refusal from None
-        raise Unavailable(f"the connection broke while {what}: {exc}") from None
+        raise _Broke(f"the connection broke while {what}: {exc}") from None
+
+
+class _Broke(Unavailable):
+    """The connection was reset or broke (not a timeout)."""
 
 
 def _send(sock: socket.socket, data: bytes, target: str) -> None:
@@ -218,6 +222,7 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
     with security.cache_lock:
         request = initiator.start(time.monotonic())
     sock = open_stream(host, port, security, deadline)
+    answered = False            # a byte of the answer came (then a reset is a failure)
     try:
         _send(sock, request, target)
         while True:
@@ -229,8 +234,18 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
                     raise AuthenticationError(f"{target}: {exc.reason}") from None
                 raise ProtocolMismatch(f"{target}: {exc.reason}") from None
             if isinstance(event, NeedData):
-                initiator.receive_data(_recv(sock, deadline, f"handshaking with {target}",
-                                             target, security))
+                try:
+                    data = _recv(sock, deadline, f"handshaking with {target}", target,
+                                 security)
+                except _Broke as exc:
+                    if answered:
+                        raise
+                    raise ProtocolMismatch(
+                        f"{target} reset the connection instead of answering the Garlic "
+                        f"Farm handshake: it does not speak it (a JRaft node of a mixed "
+                        f"cluster, another service?) ({exc})") from None
+                answered = answered or bool(data)
+                initiator.receive_data(data)
             elif isinstance(event, Reconnect):
                 sock.close()
                 sock = open_stream(host, port, security, deadline)

@@ -228,6 +228,7 @@ class Directory:
         (three times the last successful attempt, never below the configured one)."""
         with self._lock:
             self._suspect.pop(endpoint, None)
+            self._foreign.discard(endpoint)
             self._timeouts = 0
             self.connect_timeout = max(self.base_timeout, min(10.0, 3 * seconds))
 

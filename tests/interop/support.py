@@ -172,6 +172,10 @@ class JRaftNode:
     def start(self, peers: str | None = None) -> "JRaftNode":
         """run-node.sh (returns once the client port accepts); `peers` only the first
         time (ID:RAFTPORT,...), later starts restart from the saved state."""
+        if self.proc is not None and not self.proc.running():
+            # killed: a zombie until PID 1 reaps it, which run-node.sh's `kill -0` would
+            # take for a running node
+            (self.dir / "node.pid").unlink(missing_ok=True)
         argv = ["bash", str(JRAFT / "run-node.sh"), str(self.id), str(self.dir),
                 str(self.client_port)]
         done = subprocess.run(argv + ([peers] if peers else []), capture_output=True,
@@ -342,9 +346,10 @@ class MixedCluster:
 
     def client(self, **kw):
         from consensus.runtime.client import FarmClient
-        options = dict(cluster="farm", username="farm", password=self.password, timeout=15.0)
+        options = dict(endpoints=[n.endpoint for n in self.farm.values()], cluster="farm",
+                       username="farm", password=self.password, timeout=15.0)
         options.update(kw)
-        return FarmClient([n.endpoint for n in self.farm.values()], **options)
+        return FarmClient(**options)
 
     @property
     def probe(self):

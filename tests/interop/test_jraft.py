@@ -237,3 +237,60 @@ def test_snapshot_from_a_jraft_leader_to_a_lagging_farm_follower(mixed):
         assert client.log_bounds(ours.endpoint)[0] > snap_index
         assert farm_messages(client, ours.endpoint)[index] == body.encode()
         assert last < index
+
+
+def test_a_restarted_jraft_follower_catches_up_from_a_compacting_farm_leader(mixed):
+    """Issue 13.1's reproduction: stop the JRaft follower, write 300 entries through our
+    leader (snapshots every 40, 5 entries kept), restart it. Our leader used to announce
+    its whole commit index to the empty-logged follower, which JRaft trusts; JRaft then
+    refused every snapshot and our leader resent at once, forever (88,021 requests in
+    40 s). Now JRaft installs the snapshot and commits what follows."""
+    cluster = mixed([3], [1, 2], ("--election-ticks", "150", "--snapshot-interval", "40",
+                                  "--retain-entries", "5", "--segment-bytes", "4096"))
+    cluster.start_jraft(3)
+    cluster.start_farm(1, 2)
+    jraft = cluster.jraft[3]
+    with cluster.client() as client:
+        index, _ = client.append([b"before-the-stop"])
+        wait_jraft_commit(jraft, index)
+        jraft.kill()
+        wait_until(lambda: not jraft.running(), 20, message="the JRaft node to die")
+        for batch in range(6):
+            client.append_many([[f"away-{batch}-{k}".encode()] for k in range(50)])
+        first = client.log_bounds(cluster.farm[1].endpoint)[0]
+        assert first > index + 1, "the leader's log must start past what JRaft holds"
+        jraft.start()
+        final, _ = client.append([b"after-the-restart"])
+        assert "after-the-restart" in wait_jraft_commit(jraft, final, 40)
+    leader_log = cluster.farm[1].log() + cluster.farm[2].log()
+    refused = leader_log.count("refused snapshot")
+    assert refused <= 4, f"our leader logged {refused} refused snapshots"
+
+
+def test_a_client_of_a_farm_follower_under_a_jraft_leader_backs_off_and_says_why(
+        mixed, monkeypatch):
+    """Issue 13.2's reproduction: FarmClient(<our follower>).append(...) while a JRaft
+    node leads: the members name a leader that does not speak the Garlic Farm handshake.
+    It opened 1,422 connections in 5 s; now a handful, and the error says why."""
+    from collections import Counter
+
+    from consensus.runtime import FarmError, links
+    attempts: Counter = Counter()
+    original = links.Link.__init__
+
+    def counting(self, endpoint, *args, **kwargs):
+        attempts[endpoint] += 1
+        return original(self, endpoint, *args, **kwargs)
+    monkeypatch.setattr(links.Link, "__init__", counting)
+    cluster = mixed([1], [2, 3], ("--election-ticks", "1000"))   # 10-20 s: JRaft leads
+    cluster.start_jraft(1)
+    cluster.start_farm(2, 3)
+    wait_until(lambda: (cluster.ping(2) or {}).get("leader") == 1, 40,
+               message=f"node 2 to follow the JRaft leader\n{cluster.describe()}")
+    ours = cluster.farm[2].endpoint
+    with cluster.client(endpoints=ours, timeout=5) as client:
+        with pytest.raises(FarmError) as failed:
+            client.append([b"x"])
+    assert "does not speak the Garlic Farm handshake" in str(failed.value)
+    assert cluster.jraft[1].endpoint in str(failed.value)
+    assert 1 <= attempts[ours] <= 10 and sum(attempts.values()) <= 40, attempts
