@@ -26,3 +26,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def count_link_attempts(monkeypatch) -> "Counter[str]":
+    """Every connection attempt of our FarmClients from now on, by endpoint (observed
+    where each one starts: `links.Link`), for tests that bound a client's retries."""
+    from collections import Counter
+
+    from consensus.runtime import links
+    attempts: Counter = Counter()
+    original = links.Link.__init__
+
+    def counting(self, endpoint, *args, **kwargs):
+        attempts[endpoint] += 1
+        return original(self, endpoint, *args, **kwargs)
+    monkeypatch.setattr(links.Link, "__init__", counting)
+    return attempts

@@ -13,7 +13,7 @@ import pytest
 
 from consensus.wire.jraft import MessageType
 from tests.interop.support import jraft_client_request
-from tests.support import wait_until
+from tests.support import count_link_attempts, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -272,16 +272,8 @@ def test_a_client_of_a_farm_follower_under_a_jraft_leader_backs_off_and_says_why
     """Issue 13.2's reproduction: FarmClient(<our follower>).append(...) while a JRaft
     node leads: the members name a leader that does not speak the Garlic Farm handshake.
     It opened 1,422 connections in 5 s; now a handful, and the error says why."""
-    from collections import Counter
-
-    from consensus.runtime import FarmError, links
-    attempts: Counter = Counter()
-    original = links.Link.__init__
-
-    def counting(self, endpoint, *args, **kwargs):
-        attempts[endpoint] += 1
-        return original(self, endpoint, *args, **kwargs)
-    monkeypatch.setattr(links.Link, "__init__", counting)
+    from consensus.runtime import FarmError
+    attempts = count_link_attempts(monkeypatch)
     cluster = mixed([1], [2, 3], ("--election-ticks", "1000"))   # 10-20 s: JRaft leads
     cluster.start_jraft(1)
     cluster.start_farm(2, 3)

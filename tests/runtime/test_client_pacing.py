@@ -8,23 +8,16 @@ from collections import Counter
 
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster, links
+from consensus.runtime import FarmError, LocalCluster
 from consensus.runtime.links import CONNECTS_PER_SECOND, Directory
+from tests.support import count_link_attempts
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def dialed(monkeypatch) -> Counter:
-    """Connection attempts by endpoint (observed at Link, where every attempt starts)."""
-    attempts: Counter = Counter()
-    original = links.Link.__init__
-
-    def counting(self, endpoint, *args, **kwargs):
-        attempts[endpoint] += 1
-        return original(self, endpoint, *args, **kwargs)
-    monkeypatch.setattr(links.Link, "__init__", counting)
-    return attempts
+    return count_link_attempts(monkeypatch)
 
 
 @pytest.mark.parametrize("call", ["append", "last_applied"])
