@@ -242,8 +242,10 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
                         raise
                     raise ProtocolMismatch(
                         f"{target} reset the connection instead of answering the Garlic "
-                        f"Farm handshake: it does not speak it (a JRaft node of a mixed "
-                        f"cluster, another service?) ({exc})") from None
+                        f"Farm handshake{'' if security.tls else ' in plain TCP'}: a node "
+                        f"that requires TLS{'' if security.tls else ' (give the TLS options)'}"
+                        f", a JRaft node of a mixed cluster, or another service ({exc})"
+                    ) from None
                 answered = answered or bool(data)
                 initiator.receive_data(data)
             elif isinstance(event, Reconnect):

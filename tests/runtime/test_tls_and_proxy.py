@@ -44,7 +44,7 @@ def test_a_tls_farm(certificates):
                 endpoint = farm.endpoint_of(node_id)
                 wait_until(lambda: client.log_bounds(endpoint)[1] >= index, 20)
         with farm.client(timeout=2) as plain:
-            with pytest.raises(Unavailable):
+            with pytest.raises(ProtocolMismatch, match="plain TCP: a node that requires TLS"):
                 plain.append([b"no tls"])
         wait_until(lambda: b"plain TCP to a node that requires TLS" in
                    open(farm.log_path(1), "rb").read(), 5)
