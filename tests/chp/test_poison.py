@@ -57,10 +57,11 @@ class Collector:
         self.ctx.destroy(linger=0)
 
 
-def poison_all(port: int) -> None:
+def poison_all(port: int, *after: list[bytes]) -> None:
+    """Every poison KVSET to the collector at `port`, then the messages `after`."""
     collector = Collector(port)
     try:
-        collector.send(*(poison(ttl, n) for n, ttl in enumerate(POISON_TTLS)))
+        collector.send(*(poison(ttl, n) for n, ttl in enumerate(POISON_TTLS)), *after)
     finally:
         collector.close()
 
@@ -75,12 +76,7 @@ def test_an_out_of_range_ttl_is_refused_by_the_cli_and_survived_by_the_server(se
     for bad in ("inf", "nan", "-1", "0"):
         assert chp("set", "/k", "v", "--ttl", bad, *at).returncode == 2
 
-    collector = Collector(server.port)
-    try:
-        collector.send(*(poison(ttl, n) for n, ttl in enumerate(POISON_TTLS)),
-                       marker(b"/after", 0))
-    finally:
-        collector.close()
+    poison_all(server.port, marker(b"/after", 0))
     got = chp("get", "/after", *at)
     assert got.returncode == 0 and got.stdout == "m\n", got
     assert chp("set", "/k", "v", "--ttl", "3600", *at).stdout == "sequence 2\n"
@@ -98,12 +94,7 @@ def test_a_binary_star_pair_survives_a_poison_ttl_and_its_pending_list(servers):
         poison_all(primary.port)
         # the backup holds the poison KVSETs (the primary never publishes them), then
         # a marker sent only to it, which it applies when it takes over
-        collector = Collector(backup.port)
-        try:
-            collector.send(*(poison(ttl, n) for n, ttl in enumerate(POISON_TTLS)),
-                           marker(b"/held", 1))
-        finally:
-            collector.close()
+        poison_all(backup.port, marker(b"/held", 1))
         assert client.set("/before", "1", confirm=True, timeout=10).sequence == 1
         assert primary.proc.poll() is None
 

@@ -63,3 +63,14 @@ def farm() -> Iterator["LocalFarm"]:
     from pyspark_farm import LocalFarm
     with LocalFarm(nodes=3) as running:
         yield running
+
+
+@pytest.fixture
+def chp_server(tmp_path):
+    """A standalone CHP server process (fast HUGZ), killed after the test."""
+    from tests.chp.support import ServerProcess
+    server = ServerProcess(tmp_path, "chp", "--hugz-interval", "0.2").start()
+    try:
+        yield server
+    finally:
+        server.kill()

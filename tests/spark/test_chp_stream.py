@@ -16,7 +16,6 @@ from connectors.chp.client import CloneClient, Update
 from pyspark_farm import LocalFarm
 from pyspark_farm.chp.changelog import RESYNC_PROPERTY
 from pyspark_farm.chp.sink import MARKER_PREFIX, marker_batch
-from tests.chp.support import ServerProcess
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.spark]
@@ -26,15 +25,6 @@ pytestmark = [pytest.mark.spark]
 def small_farm():
     with LocalFarm(nodes=1) as running:
         yield running
-
-
-@pytest.fixture
-def chp_server(tmp_path):
-    server = ServerProcess(tmp_path, "chp", "--hugz-interval", "0.2").start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 def write_rows(folder: Path, number: int, rows: list[tuple[str, str | None]]) -> None:

@@ -186,16 +186,6 @@ def test_dafka(spark, small_farm, dafka, tmp_path, no_queries_left):
 
 # --- chp ------------------------------------------------------------------------------------
 
-@pytest.fixture
-def chp_server(tmp_path):
-    from tests.chp.support import ServerProcess
-    server = ServerProcess(tmp_path, "chp", "--hugz-interval", "0.2").start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
 def _server_map(address: str) -> dict[str, bytes]:
     from connectors.chp.client import CloneClient
     with CloneClient([address]) as chp:
