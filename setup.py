@@ -35,7 +35,11 @@ setup(
         "spark": ["pyspark>=4.0,<5", "pandas>=2.0,<3"],
         # Spark Connect clients (SparkSession.builder.remote(...)): grpcio and friends.
         "connect": ["pyspark[connect]>=4.0,<5"],
+        # LocalFarm(tls=True) makes the embedded farm's certificates (pyspark_farm/
+        # farm_certificates.py); a listening-on-the-network farm turns TLS on by default.
+        "tls": ["cryptography>=42"],
         "test": [
+            "cryptography>=42",
             "pytest>=8",
             "pytest-timeout>=2.3",
             "chispa>=0.10",

@@ -6,8 +6,12 @@ inside `read()` / `write()` / `commit()`, and closes it when done.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .options import Option, OptionSet, choice, non_empty, positive_float, text
@@ -34,6 +38,41 @@ def endpoints_list(value: str) -> str:
     return ",".join(found)
 
 
+def pem_or_path(value: str) -> str:
+    """A PEM file's path, or PEM text (``-----BEGIN ...``): text travels in the options to
+    executors on other machines, where a driver-side path does not exist."""
+    if _is_pem(value):
+        if "-----END " not in value:
+            raise ValueError("PEM text without its -----END line (cut short?)")
+        return value
+    if not value.strip():
+        raise ValueError("expected a PEM file's path or PEM text")
+    return value
+
+
+def _is_pem(value: str) -> bool:
+    return value.lstrip().startswith("-----BEGIN ")
+
+
+def pem_file(value: str | None) -> str | None:
+    """`value` if it is a path; PEM text written once to a file only this user can read
+    (named by its digest, in a private folder of the temp dir), whose path is returned:
+    Python's ssl loads certificate chains and keys from files only."""
+    if value is None or not _is_pem(value):
+        return value
+    folder = Path(tempfile.gettempdir()) / f"garlicfarm-tls-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a private folder of this user: remove it")
+    path = folder / f"{hashlib.sha256(value.encode()).hexdigest()[:32]}.pem"
+    if not path.exists():
+        fd, staging = tempfile.mkstemp(dir=folder, suffix=".tmp")   # mode 0600
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(value)
+        os.replace(staging, path)
+    return str(path)
+
+
 CONNECTION_OPTIONS = OptionSet("a garlicfarm farm connection", (
     Option("endpoints", endpoints_list, required=True,
            doc="set it to host:port of one or more farm members, e.g. the `endpoints` "
@@ -43,9 +82,10 @@ CONNECTION_OPTIONS = OptionSet("a garlicfarm farm connection", (
     Option("password", text, None, doc="Garlic Farm digest password"),
     Option("wire", choice("garlicfarm"), "garlicfarm",
            doc="client protocol (clients always speak garlicfarm)"),
-    Option("tls.ca", text, None, doc="CA bundle to verify members"),
-    Option("tls.cert", text, None, doc="client certificate"),
-    Option("tls.key", text, None, doc="client key"),
+    Option("tls.ca", pem_or_path, None, doc="CA bundle to verify members: a PEM file's path "
+           "on every executor, or the PEM text itself"),
+    Option("tls.cert", pem_or_path, None, doc="client certificate (path or PEM text)"),
+    Option("tls.key", pem_or_path, None, doc="client key (path or PEM text)"),
     Option("proxy", text, None, doc="HTTP CONNECT proxy host:port"),
     Option("timeout", positive_float, 10.0, doc="seconds per farm call, retries included"),
 ))
@@ -77,8 +117,9 @@ class FarmConnection:
         each member must not wait the whole timeout for one that is down)."""
         from consensus.runtime import FarmClient
         return FarmClient(self.endpoints, cluster=self.cluster, username=self.username,
-                          password=self.password, wire=self.wire, tls_ca=self.tls_ca,
-                          tls_cert=self.tls_cert, tls_key=self.tls_key, proxy=self.proxy,
+                          password=self.password, wire=self.wire, tls_ca=pem_file(self.tls_ca),
+                          tls_cert=pem_file(self.tls_cert), tls_key=pem_file(self.tls_key),
+                          proxy=self.proxy,
                           timeout=self.timeout if timeout is None else timeout)
 
     def __repr__(self) -> str:   # never print the password in a Spark plan or a log

@@ -1,4 +1,5 @@
-"""An embedded farm beside the Spark driver: `garlicfarm node` processes on loopback.
+"""An embedded farm beside the Spark driver: `garlicfarm node` processes on loopback, or
+on an address executors on other machines reach.
 
 `LocalFarm` is `consensus.runtime.LocalCluster` plus what a Spark program wants from it:
 a ready-made option map for the data source (`farm.options`), a wait for the first leader
@@ -11,27 +12,64 @@ forgets `close()` leaves no node running.
 from __future__ import annotations
 
 import atexit
+import ipaddress
+import logging
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from consensus.runtime import FarmClient, LocalCluster
 
+    from .farm_certificates import FarmCertificates
+
+log = logging.getLogger(__name__)
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
 
 class LocalFarm:
     """A Raft farm of `nodes` local processes (a temporary data dir unless one is given).
 
     `extra_args` go to every `garlicfarm node` (e.g. ``("--snapshot-interval", "100")``);
-    other keyword arguments to LocalCluster (e.g. ``status_interval``)."""
+    other keyword arguments to LocalCluster (e.g. ``status_interval``).
+
+    On a cluster whose executors run on other machines, listen where they reach the
+    driver: `host` (an address of the driver's machine, or "0.0.0.0") and `advertise` (the
+    address or name the executors dial, e.g. ``spark.conf.get("spark.driver.host")``;
+    defaults to `host`). Authentication is always on (a generated password unless one is
+    given); `tls` (default: on unless `host` is loopback) makes a private CA and node
+    certificate, and `options` then carries the CA as PEM text (`tls.ca`)."""
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, *,
                  cluster: str = "farm", username: str = "spark", password: str | None = None,
                  wire: str = "garlicfarm", observers: int = 0, fsync: str = "batch",
                  leader_timeout: float = 30.0, extra_args: Sequence[str] = (),
-                 **cluster_options: Any) -> None:
+                 host: str = "127.0.0.1", advertise: str | None = None,
+                 tls: bool | None = None, **cluster_options: Any) -> None:
         if nodes < 1:
             raise ValueError("LocalFarm needs nodes >= 1")
+        if host in WILDCARDS and not advertise:
+            raise ValueError(f"LocalFarm(host={host!r}) listens on every address: give "
+                             "`advertise`, the address or name executors reach the driver "
+                             "at (e.g. spark.conf.get('spark.driver.host'))")
+        self.host, self.advertise = host, advertise or host
+        self.tls = not _is_loopback(host) if tls is None else tls
+        if not self.tls and not _is_loopback(host):
+            log.warning("LocalFarm listens on %s without TLS (tls=False): the digest keeps "
+                        "the password off the network, but the rows travel in clear", host)
+        self._certificates: "FarmCertificates | None" = None
+        self._certificates_temp: str | None = None
         self.nodes = nodes
         self.cluster_name = cluster
         self.username = username
@@ -51,7 +89,10 @@ class LocalFarm:
         from consensus.runtime import LocalCluster
         if self._settings["data_dir"] is not None:
             Path(self._settings["data_dir"]).mkdir(parents=True, exist_ok=True)
-        cluster = LocalCluster(**self._settings)
+        network = dict(host=self.host, advertise=self.advertise)
+        if self.tls:
+            network.update(self._tls_settings())
+        cluster = LocalCluster(**{**self._settings, **network})
         cluster.__enter__()
         self._cluster = cluster
         atexit.register(self.close)
@@ -68,6 +109,9 @@ class LocalFarm:
         if cluster is not None:
             atexit.unregister(self.close)
             cluster.__exit__(None, None, None)
+        temp, self._certificates_temp = self._certificates_temp, None
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
 
     def __enter__(self) -> "LocalFarm":
         return self.start()
@@ -90,9 +134,31 @@ class LocalFarm:
 
     @property
     def options(self) -> dict[str, str]:
-        """Options that connect the garlicfarm data source to this farm."""
-        return {"endpoints": self.endpoints, "cluster": self.cluster_name,
-                "username": self.username, "password": self.password}
+        """Options that connect the garlicfarm data source to this farm (with TLS, the CA
+        as PEM text: executors on other machines need no file of the driver's)."""
+        options = {"endpoints": self.endpoints, "cluster": self.cluster_name,
+                   "username": self.username, "password": self.password}
+        if self._certificates is not None:
+            options["tls.ca"] = self._certificates.ca_pem
+        return options
+
+    def _tls_settings(self) -> dict[str, Any]:
+        """Certificates for this start (under data_dir/tls, else a temporary folder), the
+        nodes' TLS arguments and the TLS of the farm's own clients. Clients authenticate
+        with the digest, so the nodes ask them for no certificate; peers present theirs."""
+        from .farm_certificates import make_farm_certificates
+        if self._settings["data_dir"] is not None:
+            folder = Path(self._settings["data_dir"]) / "tls"
+        else:
+            folder = Path(self._certificates_temp or tempfile.mkdtemp(prefix="garlicfarm-tls-"))
+            self._certificates_temp = str(folder)
+        names = [self.advertise, "127.0.0.1"] + ([] if self.host in WILDCARDS else [self.host])
+        certificates = make_farm_certificates(folder, names, self.cluster_name)
+        self._certificates = certificates
+        tls_args = ("--tls-cert", certificates.cert, "--tls-key", certificates.key,
+                    "--tls-ca", certificates.ca, "--tls-client-cert", "optional")
+        return dict(extra_args=tuple(self._settings["extra_args"]) + tls_args,
+                    client_options=dict(tls_ca=certificates.ca))
 
     def client(self, **kwargs: Any) -> "FarmClient":
         return self.cluster.client(**kwargs)

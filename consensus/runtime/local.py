@@ -7,10 +7,10 @@
 
 Each node is a ``python -m consensus.cli node`` process (it never imports pyspark) with
 its own data directory and log file. The listening sockets are bound here, on ephemeral
-ports of 127.0.0.1, and handed to the processes (``--listen-fd``): no port can be taken
-between choosing and binding, and a restarted node gets its port back. Leaving the
-block stops every process (SIGTERM, then SIGKILL after a grace period) and removes a
-temporary data directory.
+ports of 127.0.0.1 (or of `host`), and handed to the processes (``--listen-fd``): no port
+can be taken between choosing and binding, and a restarted node gets its port back.
+Leaving the block stops every process (SIGTERM, then SIGKILL after a grace period) and
+removes a temporary data directory.
 """
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from consensus.runtime.client import FarmClient
 from consensus.runtime.errors import FarmError, Unavailable
 
 STOP_GRACE = 10.0
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 class LocalCluster:
@@ -37,11 +38,21 @@ class LocalCluster:
                  cluster: str = "farm", username: str = "farm", password: str | None = None,
                  fsync: str = "batch", observers: int = 0, extra_args: Sequence[str] = (),
                  status_interval: float = 2.0,
-                 peer_address: Callable[[int, int, str], str] | None = None) -> None:
+                 peer_address: Callable[[int, int, str], str] | None = None,
+                 host: str = "127.0.0.1", advertise: str | None = None,
+                 client_options: Mapping[str, Any] | None = None) -> None:
         """`peer_address(source, target, target_endpoint)`, when given, is asked at every
-        (re)start of `source` where it must dial `target` (e.g. a fault proxy)."""
+        (re)start of `source` where it must dial `target` (e.g. a fault proxy).
+        `host`: the address the nodes listen on; `advertise`: the one their endpoints
+        name (peers and clients dial it; needed when `host` is a wildcard).
+        `client_options`: FarmClient arguments of `client()` (e.g. TLS settings)."""
         if nodes < 1:
             raise ValueError("a LocalCluster needs at least one node")
+        if advertise is None and host in WILDCARDS:
+            raise ValueError(f"a LocalCluster listening on {host} needs `advertise`: the "
+                             "address (or name) other machines reach this one at")
+        self.host, self.advertise = host, advertise or host
+        self.client_options = dict(client_options or {})
         self.wire, self.cluster, self.fsync = wire, cluster, fsync
         self.username = username
         self.password = password if password is not None else secrets.token_hex(12)
@@ -75,7 +86,8 @@ class LocalCluster:
     def endpoint_of(self, node_id: int) -> str:
         if node_id in self._retired:
             return self._retired[node_id]
-        return f"127.0.0.1:{self._sockets[node_id].getsockname()[1]}"
+        address = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
+        return f"{address}:{self._sockets[node_id].getsockname()[1]}"
 
     def log_path(self, node_id: int) -> str:
         return os.path.join(self.data_dir, f"node-{node_id}.log")
@@ -85,6 +97,7 @@ class LocalCluster:
 
     def client(self, **kw: Any) -> FarmClient:
         options = dict(cluster=self.cluster, username=self.username, password=self.password)
+        options.update(self.client_options)
         options.update(kw)
         endpoints = options.pop("endpoints", self.endpoints)
         return FarmClient(endpoints, **options)
@@ -251,12 +264,13 @@ class LocalCluster:
     def _bind(self, node_id: int) -> None:
         """Listen for a node: on the port it had in this data directory before (its
         peers' logs may name it), else on a fresh ephemeral port."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # past TIME_WAIT
         try:
-            sock.bind(("127.0.0.1", self._saved_ports.get(node_id, 0)))
+            sock.bind((self.host, self._saved_ports.get(node_id, 0)))
         except OSError:
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((self.host, 0))
         sock.listen(256)
         sock.set_inheritable(True)
         self._sockets[node_id] = sock
