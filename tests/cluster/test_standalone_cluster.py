@@ -115,3 +115,37 @@ def test_three_kinds_through_two_workers_with_an_executor_killed_mid_batch(tmp_p
     marker = [k for k in found if not k.startswith("/c/")]
     assert len(marker) == 1 and json.loads(found.pop(marker[0]))["batch"] == 2, marker
     assert found == {k: v for chunk in chp_rows for k, v in chunk}
+
+
+def test_executors_on_another_machine_use_the_drivers_embedded_farm(tmp_path):
+    """The driver, its embedded LocalFarm and the master in one network namespace, the
+    worker (and so the executors) in another, linked by a veth pair: the farm listens on
+    the driver machine's address with TLS (its CA travels in the options) and a password;
+    the raft stream writes through it with an executor killed, and reads back."""
+    from tests.cluster.netns import (DRIVER_ADDRESS, WORKER_ADDRESS, NamespacePair,
+                                     NamespacesUnavailable)
+    rows = chunks("far")
+    write_files(tmp_path / "in", rows)
+    try:
+        namespaces = NamespacePair().__enter__()
+    except NamespacesUnavailable as why:
+        pytest.skip(f"cannot make network namespaces here: {why}")
+    try:
+        with StandaloneCluster(tmp_path / "spark", workers=1, cores=2,
+                               master_host=DRIVER_ADDRESS, worker_host=WORKER_ADDRESS,
+                               master_netns=namespaces.driver,
+                               worker_netns=namespaces.worker) as cluster:
+            spec = {"master": cluster.url, "driver_host": DRIVER_ADDRESS,
+                    "embedded_farm": {"host": DRIVER_ADDRESS, "tls": None},
+                    "kinds": {"raft": {"inbox": str(tmp_path / "in"), "poison": "far-1-020",
+                                       "checkpoint": str(tmp_path / "chk")}}}
+            result = run_job(spec, tmp_path, cluster, prefix=namespaces.exec(namespaces.driver))
+    finally:
+        namespaces.close()
+    assert result["farm"]["tls"], "a farm listening off loopback turns TLS on by default"
+    assert all(e.startswith(f"{DRIVER_ADDRESS}:") for e in result["farm"]["endpoints"].split(","))
+    killed = assert_killed(tmp_path, "raft", result["driver_pid"])
+    assert killed["netns"] != result["driver_netns"], "the executor ran in the driver's namespace"
+    assert killed["netns"] != os.readlink("/proc/self/ns/net")
+    assert result["raft"]["values"] == sorted(sum(rows, []))
+    assert result["raft"]["batch"] == 2
