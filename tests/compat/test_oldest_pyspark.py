@@ -1,7 +1,11 @@
 """The Spark smoke suite (tests/spark/test_smoke.py) on the oldest supported PySpark, in a
 venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark]'` plus pytest, made by this
 test when missing (about 450 MB downloaded once; then reused while it still holds PySpark
-4.0 and this checkout). `GARLICFARM_OLDEST_VENV` names another place for it."""
+4.0 and this checkout). `GARLICFARM_OLDEST_VENV` names another place for it.
+
+`GARLICFARM_SMOKE_PYSPARK=4.1,4.2` runs it on those versions too (each in a
+`.venv-pysparkX.Y` of its own): how the 4.1 and 4.2 rows of docs/compatibility.md were
+checked; CI runs the oldest only (the whole suite runs on the newest)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 OLDEST = "4.0"
-VENV = Path(os.environ.get("GARLICFARM_OLDEST_VENV", ROOT / f".venv-pyspark{OLDEST}"))
+VERSIONS = [OLDEST] + [v.strip() for v in os.environ.get("GARLICFARM_SMOKE_PYSPARK", "")
+                       .split(",") if v.strip() and v.strip() != OLDEST]
 PROBE = ("import pyspark, pyspark_farm, pytest, pytest_timeout; "
          "print(pyspark.__version__); print(pyspark_farm.__file__)")
 
@@ -26,27 +31,35 @@ def _probe(python: Path) -> list[str] | None:
     return done.stdout.split() if done.returncode == 0 else None
 
 
-def _ready(python: Path) -> bool:
+def _ready(python: Path, version: str) -> bool:
     found = _probe(python)
-    return bool(found) and found[0].startswith(OLDEST + ".") and \
+    return bool(found) and found[0].startswith(version + ".") and \
         Path(found[1]).resolve().is_relative_to(ROOT)
 
 
-@pytest.fixture(scope="module")
-def oldest_python() -> Path:
-    python = VENV / "bin" / "python"
-    if not _ready(python):
+def _venv(version: str) -> Path:
+    if version == OLDEST and "GARLICFARM_OLDEST_VENV" in os.environ:
+        return Path(os.environ["GARLICFARM_OLDEST_VENV"])
+    return ROOT / f".venv-pyspark{version}"
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def oldest_python(request) -> Path:
+    version: str = request.param
+    venv = _venv(version)
+    python = venv / "bin" / "python"
+    if not _ready(python, version):
         if not python.exists():
-            made = subprocess.run([sys.executable, "-m", "venv", str(VENV)],
+            made = subprocess.run([sys.executable, "-m", "venv", str(venv)],
                                   capture_output=True, text=True, timeout=120, check=False)
             assert made.returncode == 0, made.stderr
         installed = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", f"pyspark=={OLDEST}.*", "-e",
+            [str(python), "-m", "pip", "install", "--quiet", f"pyspark=={version}.*", "-e",
              f"{ROOT}[spark]", "pytest>=8", "pytest-timeout>=2.3"],
             capture_output=True, text=True, timeout=900, check=False)
         assert installed.returncode == 0, installed.stderr[-3000:]
     found = _probe(python)
-    assert found and found[0].startswith(OLDEST + "."), found
+    assert found and found[0].startswith(version + "."), found
     return python
 
 

@@ -1,7 +1,9 @@
 """Spark Connect: `SparkSession.builder.remote("local[2]")` (a local Connect server, its
 own JVM and Python workers, in a new process) with no garlicfarm conf and no `register`:
 the server finds the format, a batch write and reads (with a filter), a stream round trip
-through the sink and the source, and an option error as a Connect client sees it."""
+through the sink and the source, an option error as a Connect client sees it, and
+`spark.dataSource.register` of the class (and of a subclass under a new name) through
+Connect."""
 from __future__ import annotations
 
 import json
@@ -55,6 +57,22 @@ CLIENT = textwrap.dedent("""
             result["option_error"] = ""
         except Exception as exc:
             result["option_error"] = str(exc)
+        # Registering by hand, as on a runtime whose workers cannot list the installed
+        # modules: the class itself, and a subclass under a name no lookup could find.
+        from pyspark_farm import GarlicFarmDataSource
+        spark.dataSource.register(GarlicFarmDataSource)
+
+        class Registered(GarlicFarmDataSource):
+            @classmethod
+            def name(cls):
+                return "garlicfarm_registered_by_hand"
+        spark.dataSource.register(Registered)
+        (spark.createDataFrame([("by hand",)], "value string").write
+         .format("garlicfarm_registered_by_hand").options(**options).mode("append").save())
+        result["registered"] = sorted(
+            bytes(r.value).decode() for r in spark.read.format("garlicfarm_registered_by_hand")
+            .options(**options).option("startingOffsets", json.dumps({"index": start}))
+            .load().collect())
         print(json.dumps(result))
     finally:
         spark.stop()
@@ -82,3 +100,4 @@ def test_round_trips_through_spark_connect(farm, tmp_path):
     assert result["sink_error"] == "" and result["source_error"] == ""
     assert result["streamed"] == sorted(["first", "second"] + streamed)
     assert "'maxOffsetsPerTrigger'" in result["option_error"]
+    assert result["registered"] == sorted(["first", "second", "by hand"] + streamed)
