@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import OptionError
 from .options import Option, OptionSet, choice, non_empty, positive_float, text
 
 if TYPE_CHECKING:
@@ -38,16 +39,17 @@ def endpoints_list(value: str) -> str:
     return ",".join(found)
 
 
-def pem_or_path(value: str) -> str:
-    """A PEM file's path, or PEM text (``-----BEGIN ...``): text travels in the options to
-    executors on other machines, where a driver-side path does not exist."""
-    if _is_pem(value):
-        if "-----END " not in value:
-            raise ValueError("PEM text without its -----END line (cut short?)")
+def pem_or_path(option: str):
+    """The parser of a PEM option: a file's path, or PEM text (``-----BEGIN ...``), which
+    travels in the options to executors on other machines, where a driver-side path does
+    not exist. Its errors never quote the value (it may be a private key)."""
+    def parse(value: str) -> str:
+        if _is_pem(value) and "-----END " not in value:
+            raise OptionError(option, "PEM text without its -----END line (cut short?)")
+        if not value.strip():
+            raise OptionError(option, "expected a PEM file's path or PEM text")
         return value
-    if not value.strip():
-        raise ValueError("expected a PEM file's path or PEM text")
-    return value
+    return parse
 
 
 def _is_pem(value: str) -> bool:
@@ -82,10 +84,10 @@ CONNECTION_OPTIONS = OptionSet("a garlicfarm farm connection", (
     Option("password", text, None, doc="Garlic Farm digest password"),
     Option("wire", choice("garlicfarm"), "garlicfarm",
            doc="client protocol (clients always speak garlicfarm)"),
-    Option("tls.ca", pem_or_path, None, doc="CA bundle to verify members: a PEM file's path "
+    Option("tls.ca", pem_or_path("tls.ca"), None, doc="CA bundle to verify members: a PEM file's path "
            "on every executor, or the PEM text itself"),
-    Option("tls.cert", pem_or_path, None, doc="client certificate (path or PEM text)"),
-    Option("tls.key", pem_or_path, None, doc="client key (path or PEM text)"),
+    Option("tls.cert", pem_or_path("tls.cert"), None, doc="client certificate (path or PEM text)"),
+    Option("tls.key", pem_or_path("tls.key"), None, doc="client key (path or PEM text)"),
     Option("proxy", text, None, doc="HTTP CONNECT proxy host:port"),
     Option("timeout", positive_float, 10.0, doc="seconds per farm call, retries included"),
 ))
