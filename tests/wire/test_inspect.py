@@ -351,12 +351,12 @@ def extension_frames() -> list:
             x.Reply(1, 0, 3, 7, 0, [1, b"\x00\x01", {"k": b"v"}], "a message", {"a": 1}),
             x.WriteResult(1, 0, 3, b"r" * 16, 5, 3, 0, None, "", {}),
             x.EventMessage(1, 0, 3, "leader-changed", 2, {"applied": 9}),
-            x.ReadIndexRequest(2, 1, 3, b"ctx", True),
-            x.ReadIndexResponse(1, 2, 3, b"ctx", 10, True),
-            x.PullEntriesRequest(4, 1, 3, 11, 8, 4096),
-            x.PullEntriesResponse(1, 4, 3, 0, 11, [[3, 1, b"data"]], 1, 12),
-            x.PullSnapshotRequest(4, 1, 3, 10, 0),
-            x.PullSnapshotResponse(1, 4, 3, 10, 3, b"{}", 0, b"state", True)]
+            x.ReadIndexRequestFrame(2, 1, 3, b"ctx", True),
+            x.ReadIndexResponseFrame(1, 2, 3, b"ctx", 10, True),
+            x.PullEntriesRequestFrame(4, 1, 3, 11, 8, 4096),
+            x.PullEntriesResponseFrame(1, 4, 3, 0, 11, [[3, 1, b"data"]], 1, 12),
+            x.PullSnapshotRequestFrame(4, 1, 3, 10, 0),
+            x.PullSnapshotResponseFrame(1, 4, 3, 10, 3, b"{}", 0, b"state", True)]
 
 
 def test_every_extension_frame_of_the_garlicfarm_wire_round_trips(capsys):
