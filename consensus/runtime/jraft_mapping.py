@@ -38,7 +38,7 @@ from consensus.raft.errors import ConfigurationError
 from consensus.raft.messages import RaftMessage
 from consensus.runtime import extensions as ext
 from consensus.runtime.extensions import ExtType
-from consensus.wire.errors import InvalidField, ProtocolError
+from consensus.wire.errors import InvalidField
 from consensus.wire.jraft import Message as JRaftMessage
 from consensus.wire.jraft import (ENTRY_HEAD, REQUEST_HEAD, RESPONSE_LAYOUT,
                                   ClusterConfiguration, ClusterServer, JRaftLimits, LogEntry,
@@ -552,6 +552,13 @@ def fifo_response_type(msg: RaftMessage) -> int | None:
     if mapping.paired_when is not None and not mapping.paired_when(msg):
         return None
     return mapping.answers
+
+
+def slot_key(msg: RaftMessage):
+    """What identifies the request a core response answers, among requests of its type."""
+    if isinstance(msg, AppendEntriesResponse):
+        return (msg.log_index, msg.entry_count)
+    return None
 
 
 def is_answer(msg: RaftMessage) -> bool:

@@ -26,6 +26,7 @@ from typing import Callable
 
 from consensus.raft import AppendEntries, AppendEntriesResponse, Message
 from consensus.runtime import jraft_mapping as jm
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.accept import AcceptedStream, Refusal, accept_stream
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
@@ -51,7 +52,7 @@ class _Dialing:
     queue: deque = field(default_factory=deque)
     in_progress: bool = False
     next_attempt: float = 0.0
-    backoff: float = 0.05
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.05, 1.0, jitter=False))
     error: str | None = None        #: why the last attempt failed (None: it succeeded)
 
 
@@ -514,16 +515,15 @@ class Transport:
         state.in_progress = False
         if not isinstance(result, Dialed):
             state.error = str(result)
-            if state.backoff <= 0.05:
+            if state.backoff.fresh:
                 log.info("cannot reach node %d at %s: %s", peer_id, address, result)
-            state.next_attempt = time.monotonic() + state.backoff
-            state.backoff = min(1.0, state.backoff * 2)
+            state.next_attempt = time.monotonic() + state.backoff.pause()
             state.queue.clear()
             return
         if self._closing:
             result.sock.close()
             return
-        state.backoff = 0.05
+        state.backoff.reset()
         state.error = None
         label = f"node {peer_id} ({address})"
         wire = self._wire_of_kind(kind)
