@@ -64,7 +64,6 @@ def _bad(field: str, reason: str, offset: int | None = None) -> InvalidField:
 # Field kinds: a Python type, a tuple of types, or one of these markers.
 ANY = object()          #: any msgpack value (maps, lists: checked by the consumer)
 OPT_INT = (int, type(None))
-OPT_STR = (str, type(None))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from connectors.chp.kvmap import Entry
 from connectors.chp.proto import KvBulk, parse_properties
 from consensus.wire.errors import ProtocolError
 
@@ -110,12 +109,6 @@ def _properties_column(raws: list[bytes], resyncs: list[str | None]) -> pa.Array
                                        pa.array(spans, pa.string()))
     return pa.array([property_map(raw, resync) for raw, resync in zip(raws, resyncs)],
                     pa.map_(pa.string(), pa.string()))
-
-
-def entries_batch(entries: Iterable[Entry]) -> pa.RecordBatch:
-    """Stored map entries (a batch read of the map) as rows, `deleted` false."""
-    return changes_batch([Change(e.key, e.sequence, e.uuid, e.properties, e.body, False)
-                          for e in entries])
 
 
 def _from_buffers(kind: pa.DataType, count: int, offsets: np.ndarray, data: bytes) -> pa.Array:
