@@ -81,7 +81,7 @@ def tower() -> Iterator[Tower]:
 def start_store(tower: Tower, data_dir: Path, *extra: str) -> subprocess.Popen:
     """`garlicfarm dafka store`, once it reported its nodes."""
     store = subprocess.Popen(
-        [sys.executable, "-m", "consensus.cli", "dafka", "store", "--sub", tower.sub_endpoint,
+        [sys.executable, "-m", "garlicfarm", "dafka", "store", "--sub", tower.sub_endpoint,
          "--pub", tower.pub_endpoint, "--data-dir", str(data_dir),
          "--beacon-interval", str(FAST["beacon_interval"]),
          "--beacon-timeout", str(FAST["beacon_timeout"]), "--bind", FAST["bind"], *extra],
