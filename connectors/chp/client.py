@@ -34,10 +34,10 @@ that keeps its own copy (e.g. across its own restarts) and diffs against that.
 How it works, as the zguide clone client (clone.py), and more: a background thread
 owns the sockets. It subscribes (SUB to P+1, to the subtree and HUGZ), waits until the
 subscription is live, asks for the snapshot (DEALER to P, ICANHAZ?), then applies the
-KVPUBs whose sequence is above the last one (`replica.Replica`). Silence (no HUGZ, no
+KVPUBs whose sequence is above the last one (`mirror.Mirror`). Silence (no HUGZ, no
 update) for `server_timeout` means the server failed: the client moves to the next
 server and resynchronises; after a resync the watch stream carries the differences.
-Between servers of one replicated map (`replicated`) it resumes instead: the new server
+Between servers of one replicated map (`replicated_server`) it resumes instead: the new server
 sends every update the client missed, so the watch stream has no gap and no repeat.
 A server whose sequence goes backwards (it restarted without its data) or, for a replica
 of the whole map, a skipped sequence (a lost update) also triggers a resync.
@@ -76,7 +76,7 @@ from .proto import (DEFAULT_LIMITS, KVBULK, MAX_TTL_SECONDS, RESERVED_KEYS, TTL,
                     UUID_LENGTH, Channel, Hugz, Icanhaz, Kthxbai, KvBulk, Kvsync, Limits,
                     Message, decode, decode_bulk, encode, encode_bulk, format_properties,
                     pack_sequence)
-from .replica import BulkEntries, Phase, Replica, Synced
+from .mirror import BulkEntries, Phase, Mirror, Synced
 from .zmqio import drain, drain_decoded, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
@@ -102,7 +102,7 @@ class Resync:
     previous item of the stream and this one were not seen one by one.
 
     When the snapshot came in KVBULK columns, `bulk` holds them as they came
-    (`replica.BulkEntries`: `parts` and the subtree, keys outside it and empty bodies
+    (`mirror.BulkEntries`: `parts` and the subtree, keys outside it and empty bodies
     still in): a consumer that reads the columns never has `entries` built (they are
     made when first read)."""
     __slots__ = ("sequence", "server", "bulk", "_entries")
@@ -302,7 +302,7 @@ class CloneClient:
         self.limits = limits
         self.bulk = bulk          # ask for KVBULK snapshots (our servers honour it)
         self.failovers = 0
-        self._replica = Replica(self.subtree)
+        self._replica = Mirror(self.subtree)
         self._lock = threading.Lock()
         self._watchers: list[Watch | _Callback] = []
         self._waiters: dict[bytes, _Waiter] = {}

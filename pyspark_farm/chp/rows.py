@@ -189,7 +189,7 @@ def bulk_batch(part: KvBulk, *, resync: str | None = None,
 
 def _kept(part: KvBulk, subtree: bytes) -> np.ndarray | None:
     """Which entries of a snapshot's KVBULK a client keeps (a body, a key under
-    `subtree`: as `replica.BulkEntries`), by numpy over the columns; None for all."""
+    `subtree`: as `mirror.BulkEntries`), by numpy over the columns; None for all."""
     keep = np.diff(part.value_offsets) > 0
     if subtree:
         starts = part.key_offsets[:-1].astype(np.int64)
