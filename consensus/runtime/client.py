@@ -35,7 +35,6 @@ import msgpack
 
 from consensus.raft import Entry, EntryType
 from consensus.runtime import extensions as ext
-from consensus.runtime.backoff import Backoff
 from consensus.runtime.envelope import (CommandKind, described, encode_command,
                                         new_request_id, record_from_header)
 from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
@@ -140,30 +139,6 @@ class FarmClient:
         return better
 
     # -- the retry loop -------------------------------------------------------------------------
-    def _attempts(self, deadline: float, leader: bool, endpoint: str | None):
-        """Endpoints to try until the deadline: a round over the members (the leader
-        first, the ones that failed us lately last), straight to a new leader when
-        redirected, with backoff between rounds."""
-        backoff, redirects = Backoff(0.02, 0.5), 0
-        while True:
-            redirected = False
-            candidates = [endpoint] if endpoint else self.directory.candidates(leader)
-            for candidate in candidates:
-                if time.monotonic() >= deadline:
-                    return
-                yield candidate
-                current = self.directory.leader
-                if leader and endpoint is None and current not in (None, candidate):
-                    redirected = True
-                    break
-            if redirected and redirects < 3:
-                redirects += 1
-                continue
-            redirects = 0
-            if time.monotonic() + backoff.peek() >= deadline:
-                return
-            time.sleep(backoff.pause())
-
     def _with_retries(self, operation, *, leader: bool, endpoint: str | None = None,
                       timeout: float | None = None, patience: float | None = None):
         """Run `operation(link, attempt_deadline)` at the leader (or `endpoint`, or any
@@ -175,7 +150,8 @@ class FarmClient:
         uncertain = False           # a request went out and got no definite answer
         before = self.links.refused
         with self._lock:
-            for candidate in self._attempts(deadline, leader, endpoint):
+            for candidate in self.directory.attempts(deadline, leader=leader,
+                                                     endpoint=endpoint):
                 try:
                     link = self.links.shared(candidate, deadline)
                 except ProtocolMismatch as exc:
@@ -547,7 +523,7 @@ class _Subscription:
         client = self.client
         deadline = time.monotonic() + client.timeout
         last: Exception | None = None
-        for endpoint in client._attempts(deadline, False, None):
+        for endpoint in client.directory.attempts(deadline, leader=False):
             link = None
             try:
                 link = client.links.open(endpoint, deadline)

@@ -22,9 +22,11 @@ import socket
 import threading
 import time
 from collections import deque
+from typing import Iterator
 
 from consensus.raft import Configuration
 from consensus.runtime import extensions as ext
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.connection import close_quietly
 from consensus.runtime.dial import dial
 from consensus.runtime.errors import (AuthenticationError, FarmError, NotLeaderError,
@@ -157,6 +159,29 @@ class Directory:
         """Has `endpoint` not failed us lately?"""
         with self._lock:
             return self._suspect.get(endpoint, 0.0) <= time.monotonic()
+
+    def attempts(self, deadline: float, *, leader: bool,
+                 endpoint: str | None = None) -> Iterator[str]:
+        """Endpoints to try until the deadline (only `endpoint`, when given): rounds over
+        the members (`candidates`), straight to a new leader when one is learnt during
+        a round, with a backoff between rounds."""
+        backoff, redirects = Backoff(0.02, 0.5), 0
+        while True:
+            redirected = False
+            for candidate in [endpoint] if endpoint else self.candidates(leader):
+                if time.monotonic() >= deadline:
+                    return
+                yield candidate
+                if leader and endpoint is None and self._leader not in (None, candidate):
+                    redirected = True
+                    break
+            if redirected and redirects < 3:
+                redirects += 1
+                continue
+            redirects = 0
+            if time.monotonic() + backoff.peek() >= deadline:
+                return
+            time.sleep(backoff.pause())
 
     def connect_wait(self, endpoint: str) -> float:
         """Seconds to wait before the next connection attempt to `endpoint` (at most
