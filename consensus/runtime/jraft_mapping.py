@@ -306,6 +306,24 @@ def _answer(kind: int, msg: RaftMessage, accepted: bool, next_index: int = 0) ->
     return RaftResponse(kind, **_head(msg), next_index=next_index, accepted=accepted)
 
 
+def _paired_response(core: type, kind: int, accepted: str, next_index: str | None = None,
+                     from_echo: Callable[[Echo], dict] | None = None) -> None:
+    """Register a core response carried by JRaft's 26-byte response `kind`: the core
+    fields named `accepted` and `next_index` map onto it, `from_echo` gives the rest
+    from the Echo of the request it answers."""
+    def to_wire_(msg, extensions: bool):
+        return _answer(kind, msg, getattr(msg, accepted),
+                       getattr(msg, next_index) if next_index else 0), None
+
+    def from_wire_(wire: RaftResponse, echo: Echo | None):
+        values = {accepted: wire.accepted, **(from_echo(echo) if from_echo else {})}
+        if next_index:
+            values[next_index] = wire.next_index
+        return core(**_core_head(wire), **values)
+
+    _register(core, (WireType(kind, Route.PAIRED_RESPONSE),), to_wire_, from_wire_)
+
+
 # elections
 def _vote_to_wire(msg: RequestVote, extensions: bool):
     if msg.pre_vote:
@@ -378,13 +396,9 @@ _register(AppendEntries, (WireType(MessageType.APPEND_ENTRIES_REQUEST, Route.PAI
                                    MessageType.APPEND_ENTRIES_RESPONSE),),
           _append_to_wire, _append_from_wire)
 
-_register(AppendEntriesResponse,
-          (WireType(MessageType.APPEND_ENTRIES_RESPONSE, Route.PAIRED_RESPONSE),),
-          lambda msg, extensions: (_answer(MessageType.APPEND_ENTRIES_RESPONSE, msg,
-                                           msg.success, msg.next_index), None),
-          lambda wire, echo: AppendEntriesResponse(
-              **_core_head(wire), success=wire.accepted, next_index=wire.next_index,
-              log_index=echo.log_index, entry_count=echo.count, ctx=echo.ctx))
+_paired_response(AppendEntriesResponse, MessageType.APPEND_ENTRIES_RESPONSE, "success",
+                 "next_index", lambda echo: {"log_index": echo.log_index,
+                                             "entry_count": echo.count, "ctx": echo.ctx})
 
 
 def _snapshot_to_wire(msg: InstallSnapshot, extensions: bool):
@@ -413,13 +427,9 @@ _register(InstallSnapshot, (WireType(MessageType.INSTALL_SNAPSHOT_REQUEST,
                                      MessageType.INSTALL_SNAPSHOT_RESPONSE),),
           _snapshot_to_wire, _snapshot_from_wire)
 
-_register(InstallSnapshotResponse,
-          (WireType(MessageType.INSTALL_SNAPSHOT_RESPONSE, Route.PAIRED_RESPONSE),),
-          lambda msg, extensions: (_answer(MessageType.INSTALL_SNAPSHOT_RESPONSE, msg,
-                                           msg.success, msg.next_offset), None),
-          lambda wire, echo: InstallSnapshotResponse(
-              **_core_head(wire), success=wire.accepted, next_offset=wire.next_index,
-              snapshot_index=echo.log_index, done=echo.done))
+_paired_response(InstallSnapshotResponse, MessageType.INSTALL_SNAPSHOT_RESPONSE, "success",
+                 "next_offset", lambda echo: {"snapshot_index": echo.log_index,
+                                              "done": echo.done})
 
 
 # JRaft's membership flows
@@ -466,18 +476,10 @@ _register(LeaveClusterRequest, (WireType(MessageType.LEAVE_CLUSTER_REQUEST, Rout
           lambda wire, echo: LeaveClusterRequest(
               **_core_head(wire), commit=wire.commit_index, last_log_index=wire.last_log_index))
 
-for _core, _kind in ((JoinClusterResponse, MessageType.JOIN_CLUSTER_RESPONSE),
-                     (SyncLogResponse, MessageType.SYNC_LOG_RESPONSE)):
-    _register(_core, (WireType(_kind, Route.PAIRED_RESPONSE),),
-              lambda msg, extensions, kind=_kind: (
-                  _answer(kind, msg, msg.accepted, msg.next_index), None),
-              lambda wire, echo, core=_core: core(**_core_head(wire), accepted=wire.accepted,
-                                                  next_index=wire.next_index))
-_register(LeaveClusterResponse,
-          (WireType(MessageType.LEAVE_CLUSTER_RESPONSE, Route.PAIRED_RESPONSE),),
-          lambda msg, extensions: (_answer(MessageType.LEAVE_CLUSTER_RESPONSE, msg,
-                                           msg.accepted), None),
-          lambda wire, echo: LeaveClusterResponse(**_core_head(wire), accepted=wire.accepted))
+_paired_response(JoinClusterResponse, MessageType.JOIN_CLUSTER_RESPONSE, "accepted",
+                 "next_index")
+_paired_response(SyncLogResponse, MessageType.SYNC_LOG_RESPONSE, "accepted", "next_index")
+_paired_response(LeaveClusterResponse, MessageType.LEAVE_CLUSTER_RESPONSE, "accepted")
 
 
 # extensions: reads and observer pulls, one extension frame each

@@ -10,13 +10,9 @@ import msgpack
 import pytest
 
 from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration, Entry,
-                            EntryType, InstallSnapshot, InstallSnapshotResponse,
-                            JoinClusterRequest, JoinClusterResponse, LeaveClusterRequest,
-                            LeaveClusterResponse, PullEntries, PullEntriesResponse,
-                            PullSnapshot, PullSnapshotResponse, PullStatus, ReadIndexRequest,
-                            ReadIndexResponse, RequestVote, RequestVoteResponse,
-                            SyncLogRequest, SyncLogResponse, TimeoutNow)
-from consensus.raft.messages import RaftMessage
+                            EntryType, InstallSnapshot, PullEntriesResponse, PullStatus,
+                            RequestVote)
+from consensus.raft import messages as m
 from consensus.runtime import envelope, extensions as ext, jraft_mapping as jm
 from consensus.runtime.config import NodeConfig, parse_members
 from consensus.runtime.errors import ConfigError, ErrorCode
@@ -332,19 +328,21 @@ def _one_of_each() -> list:
     return [
         RequestVote(4, 1, 2, 10, 3), RequestVote(4, 1, 2, 10, 3, pre_vote=True),
         RequestVote(4, 1, 2, 10, 3, leader_transfer=True),
-        RequestVoteResponse(4, 2, 1, True), RequestVoteResponse(4, 2, 1, False, pre_vote=True),
+        m.RequestVoteResponse(4, 2, 1, True),
+        m.RequestVoteResponse(4, 2, 1, False, pre_vote=True),
         AppendEntries(3, 1, 2, 4, 2, entries, 4, ctx=9),
         AppendEntriesResponse(3, 2, 1, True, 7, 5, 2, 9),
         InstallSnapshot(5, 1, 2, 40, 4, CONFIG, 0, b"state", True, 40),
-        InstallSnapshotResponse(5, 2, 1, True, 5, 40, True),
-        TimeoutNow(5, 1, 2), ReadIndexRequest(5, 2, 1, b"ctx", True),
-        ReadIndexResponse(5, 1, 2, b"ctx", 11, True),
-        JoinClusterRequest(5, 1, 4, CONFIG, 30, 31), JoinClusterResponse(5, 4, 1, True, 32),
-        SyncLogRequest(5, 1, 4, 5, entries, 30), SyncLogResponse(5, 4, 1, True, 7),
-        LeaveClusterRequest(5, 1, 3, 30, 31), LeaveClusterResponse(5, 3, 1, True),
-        PullEntries(0, 4, 1, 7, 100, 1 << 20),
+        m.InstallSnapshotResponse(5, 2, 1, True, 5, 40, True),
+        m.TimeoutNow(5, 1, 2), m.ReadIndexRequest(5, 2, 1, b"ctx", True),
+        m.ReadIndexResponse(5, 1, 2, b"ctx", 11, True),
+        m.JoinClusterRequest(5, 1, 4, CONFIG, 30, 31), m.JoinClusterResponse(5, 4, 1, True, 32),
+        m.SyncLogRequest(5, 1, 4, 5, entries, 30), m.SyncLogResponse(5, 4, 1, True, 7),
+        m.LeaveClusterRequest(5, 1, 3, 30, 31), m.LeaveClusterResponse(5, 3, 1, True),
+        m.PullEntries(0, 4, 1, 7, 100, 1 << 20),
         PullEntriesResponse(0, 1, 4, PullStatus.SUCCESS, 5, entries, 1, 6),
-        PullSnapshot(0, 4, 1, 0, 0), PullSnapshotResponse(0, 1, 4, 40, 4, CONFIG, 0, b"s", True),
+        m.PullSnapshot(0, 4, 1, 0, 0),
+        m.PullSnapshotResponse(0, 1, 4, 40, 4, CONFIG, 0, b"s", True),
     ]
 
 
@@ -352,7 +350,7 @@ def test_every_core_message_crosses_the_garlicfarm_wire_unchanged():
     """Each type of the closed `RaftMessage` set is registered once: it goes to bytes and
     back (a paired response with the Echo of the request it answers)."""
     msgs = _one_of_each()
-    assert {type(m) for m in msgs} == set(typing.get_args(RaftMessage))
+    assert {type(m) for m in msgs} == set(typing.get_args(m.RaftMessage))
     registry = ext.GARLICFARM_REGISTRY
     echoes = {}
     for msg in msgs:
