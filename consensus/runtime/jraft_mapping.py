@@ -235,9 +235,10 @@ class ResponseSlot:
 
 # -- the registry: each core message once, with its wire types and mapping ---------------------
 #
-# A new message: its dataclass in consensus/raft/messages.py, its wire shape (a JRaft type
-# byte, or an `extensions.ExtensionMessage` subclass and an ExtType), and one `_register`
-# call here with the two converters. The transport routes by the `Route` of each type byte.
+# A new message: its dataclass in consensus/raft/messages.py (and in `RaftMessage`), its
+# wire shape (a JRaft type byte, or an `extensions.ExtensionMessage` subclass and an
+# ExtType), and one registration here (`_register`, `_paired_response`, `_same_fields`).
+# The transport routes by the `Route` of each type byte (docs/development.md).
 
 class Route(enum.Enum):
     """What the transport does with a type byte that arrives."""
@@ -262,8 +263,7 @@ FromWire = Callable[[Any, "Echo | None"], RaftMessage]
 
 @dataclass(frozen=True, slots=True)
 class Mapping:
-    core: type
-    wire_types: tuple[WireType, ...]
+    """How one core message type crosses the wire (see `_register`)."""
     to_wire: ToWire
     from_wire: FromWire
     #: the response type when the message answers a paired request (None: never)
@@ -282,10 +282,11 @@ _EXTENSION_TYPES = frozenset(ExtType)
 
 def _register(core: type, wire_types: tuple[WireType, ...], to_wire_: ToWire,
               from_wire_: FromWire, paired_when: Callable[[Any], bool] | None = None) -> None:
+    """Map `core` onto `wire_types` (each type byte belongs to one core message)."""
     if core in _BY_CORE:
         raise ValueError(f"{core.__name__} is registered twice")
     answers = next((t.type_byte for t in wire_types if t.route is Route.PAIRED_RESPONSE), None)
-    mapping = Mapping(core, wire_types, to_wire_, from_wire_, answers, paired_when,
+    mapping = Mapping(to_wire_, from_wire_, answers, paired_when,
                       any(t.route is Route.PEER_ANSWER for t in wire_types))
     _BY_CORE[core] = mapping
     for wire_type in wire_types:
