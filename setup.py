@@ -11,7 +11,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["consensus*", "connectors*", "pyspark_farm*"]),
+    packages=find_packages(include=["consensus*", "connectors*", "pyspark_farm*", "garlicfarm*"]),
     package_dir={"": "."},
     # PySpark is the runtime's (Databricks, a Spark distribution): it is not a requirement,
     # and nothing here pins an upper bound that would make pip replace a runtime's PySpark,
@@ -53,5 +53,5 @@ setup(
         ],
         "bench": ["pysyncobj>=0.3.12"],
     },
-    entry_points={"console_scripts": ["garlicfarm = consensus.cli:main"]},
+    entry_points={"console_scripts": ["garlicfarm = garlicfarm.cli:main"]},
 )

@@ -39,7 +39,7 @@ VALUE = b"v" * 100
 def start_server(log_dir: str, name: str, *args: str, env: dict | None = None):
     port = free_port_span()
     log = open(os.path.join(log_dir, f"{name}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "chp", "server", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "garlicfarm", "chp", "server", "--port",
                              str(port), *args], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
     return proc, f"127.0.0.1:{port}"

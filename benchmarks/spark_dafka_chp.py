@@ -72,7 +72,7 @@ class ChpServer:
             self.port = _free_port_span(3)
             with open(self.log_path, "w") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "consensus.cli", "chp", "server", "--port",
+                    [sys.executable, "-m", "garlicfarm", "chp", "server", "--port",
                      str(self.port)], stdout=log, stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
             deadline = time.monotonic() + self.timeout

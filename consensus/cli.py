@@ -1,8 +1,11 @@
-"""The `garlicfarm` command: a thin dispatcher to the subcommands.
+"""The runtime's commands (`python -m consensus.cli node ...`): nodes, administration,
+torture. The `garlicfarm` command (garlicfarm/cli.py) adds the connectors', the
+inspector and the demo to these; this one imports nothing above consensus, so a node
+process never loads ZeroMQ or Spark.
 
 Each subcommand lives beside the code it drives and exposes ``main(argv) -> int`` (or
-``command_main(name, argv)`` when one module serves several commands); it is
-imported only when used, so `garlicfarm node` starts without importing Spark.
+``command_main(name, argv)`` when one module serves several commands); it is imported
+only when used.
 """
 from __future__ import annotations
 
@@ -18,36 +21,36 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "transfer-leader": ("consensus.runtime.admin", "hand leadership to a named node"),
     "config": ("consensus.runtime.admin", "export or import a farm's configuration"),
     "torture": ("consensus.runtime.torture", "fault-inject a real cluster and check linearizability"),
-    "decode": ("consensus.wire.inspect", "decode wire bytes (hex) to JSON"),
-    "encode": ("consensus.wire.inspect", "encode a JSON message to wire bytes (hex)"),
-    "dafka": ("connectors.dafka.cli", "Dafka tower, store, produce, consume"),
-    "chp": ("connectors.chp.cli", "CHP server, get, set, watch"),
-    "demo": ("pyspark_farm.demo", "stream through an embedded local farm with Spark"),
 }
 
 
-def _usage() -> str:
-    width = max(map(len, SUBCOMMANDS))
-    lines = ["usage: garlicfarm COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
-    lines += ["", "`garlicfarm COMMAND --help` describes one command."]
+def _usage(prog: str, table: dict[str, tuple[str, str]]) -> str:
+    width = max(map(len, table))
+    lines = [f"usage: {prog} COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in table.items()]
+    lines += ["", f"`{prog} COMMAND --help` describes one command."]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def dispatch(prog: str, table: dict[str, tuple[str, str]], argv: list[str]) -> int:
+    """Run the subcommand `argv[0]` of `table` with the rest of `argv`."""
+    argv = list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
+        print(_usage(prog, table))
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in SUBCOMMANDS:
-        print(f"garlicfarm: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+    if name not in table:
+        print(f"{prog}: unknown command {name!r}\n\n{_usage(prog, table)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    module = importlib.import_module(table[name][0])
     # A module that serves several commands exposes command_main(name, argv).
     if hasattr(module, "command_main"):
         return int(module.command_main(name, rest) or 0)
     return int(module.main(rest) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch("garlicfarm", SUBCOMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

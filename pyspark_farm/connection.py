@@ -1,7 +1,7 @@
 """How Spark processes reach a farm: the connection options, as one picklable value.
 
 A `FarmClient` holds sockets and is not picklable, so readers and writers carry a
-`FarmConnection` (plain strings) and each Python process builds its own client from it,
+`FarmClientOptions` (plain strings) and each Python process builds its own client from it,
 inside `read()` / `write()` / `commit()`, and closes it when done.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ CONNECTION_OPTIONS = OptionSet("a garlicfarm farm connection", (
 
 
 @dataclass(frozen=True)
-class FarmConnection:
+class FarmClientOptions:
     """Everything needed to open a FarmClient; safe to pickle into Spark tasks."""
     endpoints: str
     cluster: str = "farm"
@@ -108,7 +108,7 @@ class FarmConnection:
     timeout: float = 10.0
 
     @classmethod
-    def from_options(cls, values: dict[str, Any]) -> "FarmConnection":
+    def from_options(cls, values: dict[str, Any]) -> "FarmClientOptions":
         return cls(endpoints=values["endpoints"], cluster=values["cluster"],
                    username=values["username"], password=values["password"],
                    wire=values["wire"], tls_ca=values["tls.ca"], tls_cert=values["tls.cert"],
@@ -125,5 +125,5 @@ class FarmConnection:
                           timeout=self.timeout if timeout is None else timeout)
 
     def __repr__(self) -> str:   # never print the password in a Spark plan or a log
-        return (f"FarmConnection(endpoints={self.endpoints!r}, cluster={self.cluster!r}, "
+        return (f"FarmClientOptions(endpoints={self.endpoints!r}, cluster={self.cluster!r}, "
                 f"username={self.username!r})")

@@ -35,7 +35,7 @@ from .planning import EntrySize, Piece, plan_tasks
 if TYPE_CHECKING:
     from consensus.runtime import ClusterView, FarmClient, LogRecord
 
-    from .connection import FarmConnection
+    from .connection import FarmClientOptions
 
 log = logging.getLogger("pyspark_farm.log")
 ROWS_PER_TASK = 1 << 19
@@ -179,7 +179,7 @@ class PieceReader:
     payloads of a commit are fetched `prefetch` at a time by helper threads (each with its
     own client), so the farm serves the next ones while this thread converts one."""
 
-    def __init__(self, connection: "FarmConnection", endpoint: str | None, *,
+    def __init__(self, connection: "FarmClientOptions", endpoint: str | None, *,
                  fail_on_data_loss: bool, prefetch: int = 2) -> None:
         self.connection = connection
         self.client = connection.client()

@@ -12,10 +12,10 @@ The library API:
   pair (`Role`), with `data_dir` for persistence; see `server`.
 * `ReplicatedServer(ServerConfig(...), FarmOptions(endpoints, ...)).run()`: a server of a
   map kept in a garlicfarm Raft log; any number of them serve one map with one sequence
-  numbering, and clients resume across them without a gap; see `replicated`.
+  numbering, and clients resume across them without a gap; see `replicated_server`.
 * The pure parts, for other drivers: `kvmap.CloneMap` (apply / follow / expire /
-  snapshot_reply / dump / load), `replicated_map.ReplicatedMap` (the map applied from
-  committed log entries), `replica.Replica` (snapshot then updates, or resume),
+  snapshot_reply / dump / load), `map_machine.ReplicatedMap` (the map applied from
+  committed log entries), `mirror.Mirror` (snapshot then updates, or resume),
   `bstar.BinaryStar`, `pending.PendingUpdates`, `resume`, and the codec `proto`.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ _EXPORTS = {
     "ChpError": "errors", "ChpTimeout": "errors", "ClientFailed": "errors",
     "ConfigError": "errors", "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
     "CloneServer": "server", "Role": "server", "ServerConfig": "server",
-    "FarmOptions": "replicated", "ReplicatedServer": "replicated",
-    "ReplicatedMap": "replicated_map",
+    "FarmOptions": "replicated_server", "ReplicatedServer": "replicated_server",
+    "ReplicatedMap": "map_machine",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -51,7 +51,6 @@ class BinaryStar:
         self.heartbeat = heartbeat
         self.peer_timeout = peer_timeout
         self.peer_expiry = now + peer_timeout
-        self.peer_state: BstarState | None = None
         self._heartbeats = Periodic(heartbeat, now)
 
     @property
@@ -67,7 +66,6 @@ class BinaryStar:
 
     def on_peer_state(self, peer: BstarState, now: float) -> BstarState | None:
         """The peer told us its state. Returns our new state when it changed."""
-        self.peer_state = peer
         self.peer_expiry = now + self.peer_timeout
         state = self.state
         if state is BstarState.PRIMARY:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 from typing import Iterator, Sequence
 
-from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, Kthxbai, Limits, _BODY, _KEY,
-                    _PROPERTIES, _EntryLike, encode, encode_bulk)
+from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, EntryLike, Kthxbai, Limits,
+                    bulk_column_bytes, encode, encode_bulk)
 
 SLICE_ENTRIES = 16384          # entries per KVBULK sent by our server
 SLICE_BYTES = 4 << 20          # bytes per column frame of a KVBULK (a bigger entry goes alone)
@@ -43,12 +43,9 @@ def wants_bulk(identity: bytes) -> bool:
     return identity.startswith(BULK_ROUTING_PREFIX)
 
 
-_SIZED = (_KEY, _PROPERTIES, _BODY)   # the variable columns a KVBULK frame holds
-
-
-def slices(entries: Sequence[_EntryLike], limits: Limits = DEFAULT_LIMITS, *,
+def slices(entries: Sequence[EntryLike], limits: Limits = DEFAULT_LIMITS, *,
            max_entries: int = SLICE_ENTRIES, max_bytes: int = SLICE_BYTES
-           ) -> Iterator[Sequence[_EntryLike]]:
+           ) -> Iterator[Sequence[EntryLike]]:
     """`entries` cut into runs that each make a KVBULK within `limits`: at most
     `max_entries` entries and `max_bytes` per column frame (a larger entry alone). A
     run too big is halved until it fits (sizes summed by C loops, not per entry)."""
@@ -59,7 +56,7 @@ def slices(entries: Sequence[_EntryLike], limits: Limits = DEFAULT_LIMITS, *,
         stop = min(start + max_entries, count)
         while stop - start > 1:
             part = entries[start:stop]
-            if max(sum(map(len, map(get, part))) for get in _SIZED) <= max_bytes:
+            if bulk_column_bytes(part) <= max_bytes:
                 break
             stop = start + (stop - start) // 2
         yield entries[start:stop]
@@ -69,7 +66,7 @@ def slices(entries: Sequence[_EntryLike], limits: Limits = DEFAULT_LIMITS, *,
 class BulkReply:
     """One client's bulk answer in progress on a server: KVBULK slices, then KTHXBAI."""
 
-    def __init__(self, identity: bytes, entries: Sequence[_EntryLike], end: Kthxbai,
+    def __init__(self, identity: bytes, entries: Sequence[EntryLike], end: Kthxbai,
                  limits: Limits = DEFAULT_LIMITS) -> None:
         self.identity = identity
         self.end = end

@@ -194,7 +194,7 @@ def _server(args: argparse.Namespace) -> int:
                           bstar_heartbeat=args.bstar_heartbeat,
                           peer_timeout=args.peer_timeout, bulk=args.bulk)
     if args.replicated is not None:
-        from .replicated import run_replicated
+        from .replicated_server import run_replicated
         server = run_replicated(config, _farm_options(args))
     else:
         server = run_server(config)
@@ -207,7 +207,7 @@ def _server(args: argparse.Namespace) -> int:
 def _farm_options(args: argparse.Namespace):
     """The farm side of a replicated server, credentials from options, a file or the
     environment."""
-    from .replicated import FarmOptions
+    from .replicated_server import FarmOptions
     user, password = args.farm_user, args.farm_password or os.environ.get("GARLICFARM_PASSWORD")
     if args.farm_credentials:
         from consensus.runtime.security import read_credentials_file

@@ -32,13 +32,14 @@ snapshot's entries and its sequence, then the updates that followed it: for a co
 that keeps its own copy (e.g. across its own restarts) and diffs against that.
 
 How it works, as the zguide clone client (clone.py), and more: a background thread
-owns the sockets. It subscribes (SUB to P+1, to the subtree and HUGZ), waits until the
+(`agent.Agent`) owns the sockets and the mirror of the map. It subscribes (SUB to P+1, to the subtree and HUGZ), waits until the
 subscription is live, asks for the snapshot (DEALER to P, ICANHAZ?), then applies the
-KVPUBs whose sequence is above the last one (`replica.Replica`). Silence (no HUGZ, no
+KVPUBs whose sequence is above the last one (`mirror.Mirror`). Silence (no HUGZ, no
 update) for `server_timeout` means the server failed: the client moves to the next
 server and resynchronises; after a resync the watch stream carries the differences.
-Between servers of one replicated map (`replicated`) it resumes instead: the new server
-sends every update the client missed, so the watch stream has no gap and no repeat.
+Between servers of one replicated map (`replicated_server`) it resumes instead: the new
+server sends every update the client missed, so the watch stream has no gap and no
+repeat.
 A server whose sequence goes backwards (it restarted without its data) or, for a replica
 of the whole map, a skipped sequence (a lost update) also triggers a resync.
 
@@ -55,7 +56,6 @@ entries as KVBULK columns, for readers that turn them into Arrow arrays.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
@@ -71,20 +71,17 @@ from consensus.wire.errors import ProtocolError
 from . import bulk as bulk_module
 from .address import ServerAddress, parse_address
 from .errors import ChpError, ChpTimeout, ClientFailed, ConfigError
+from .agent import SET, STOP, Agent, Resync
 from .kvmap import Entry
-from .proto import (DEFAULT_LIMITS, KVBULK, MAX_TTL_SECONDS, RESERVED_KEYS, TTL,
-                    UUID_LENGTH, Channel, Hugz, Icanhaz, Kthxbai, KvBulk, Kvsync, Limits,
-                    Message, decode, decode_bulk, encode, encode_bulk, format_properties,
-                    pack_sequence)
-from .replica import BulkEntries, Phase, Replica, Synced
-from .zmqio import drain, drain_decoded, send_frames
+from .proto import (DEFAULT_LIMITS, MAX_TTL_SECONDS, RESERVED_KEYS, TTL, UUID_LENGTH,
+                    Channel, Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, decode, decode_bulk,
+                    encode, encode_bulk, format_properties, pack_sequence)
+from .zmqio import drain, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
 
 SERVER_TTL = 5.0          # seconds of silence before failing over (zguide SERVER_TTL)
-MAX_HELD = 100_000        # KVSETs held per server while its collector is not subscribed
 PIPE_WAIT = 0.1           # seconds a call blocks on a full pipe before looking at the agent
-_SET, _STOP = b"SET", b"STOP"
 
 Bytesish = bytes | str
 
@@ -94,37 +91,6 @@ class MapSnapshot:
     """The replica's entries under a subtree, as of `sequence`."""
     sequence: int
     entries: dict[bytes, Entry]
-
-
-class Resync:
-    """In a `watch(resyncs=True)` stream: the client took a whole snapshot of `server`
-    at `sequence`; `entries` is the map then (under the subtree). Changes between the
-    previous item of the stream and this one were not seen one by one.
-
-    When the snapshot came in KVBULK columns, `bulk` holds them as they came
-    (`replica.BulkEntries`: `parts` and the subtree, keys outside it and empty bodies
-    still in): a consumer that reads the columns never has `entries` built (they are
-    made when first read)."""
-    __slots__ = ("sequence", "server", "bulk", "_entries")
-
-    def __init__(self, sequence: int, entries: list[Entry] | None, server: str, *,
-                 bulk: BulkEntries | None = None) -> None:
-        if entries is None and bulk is None:
-            raise ValueError("a Resync needs its entries or their columns")
-        self.sequence = sequence
-        self.server = server
-        self.bulk = bulk
-        self._entries = entries
-
-    @property
-    def entries(self) -> list[Entry]:
-        if self._entries is None:
-            assert self.bulk is not None
-            self._entries = self.bulk.entries()
-        return self._entries
-
-    def __repr__(self) -> str:
-        return f"Resync(sequence={self.sequence}, server={self.server!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +105,20 @@ class Watch:
     `get(timeout)`; `close()` ends it (iteration stops). Unread changes queue without
     bound."""
 
-    def __init__(self, client: "CloneClient", resyncs: bool = False) -> None:
-        self._client = client
+    def __init__(self, check: Callable[[], None], unwatch: Callable[["Watch"], None],
+                 resyncs: bool = False) -> None:
+        self._check = check             # raises what ended the client's thread
+        self._unwatch = unwatch
         self._queue: queue.SimpleQueue[Entry | Resync | None] = queue.SimpleQueue()
         self.closed = False
         self.resyncs = resyncs
 
     def put(self, entry: Entry | Resync) -> None:
         self._queue.put(entry)
+
+    def wake(self) -> None:
+        """Wake a reader waiting for the next change (the client's thread ended)."""
+        self._queue.put(None)
 
     def get(self, timeout: float | None = None) -> Entry | Resync | None:
         """The next change, or None after `timeout` seconds or once closed; raises
@@ -158,7 +130,7 @@ class Watch:
         except queue.Empty:
             entry = None
         if entry is None:
-            self._client._check()
+            self._check()
         return entry
 
     def __iter__(self) -> Iterator[Entry | Resync]:
@@ -171,7 +143,7 @@ class Watch:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._client._unwatch(self)
+            self._unwatch(self)
             self._queue.put(None)
 
     def __enter__(self) -> "Watch":
@@ -192,45 +164,8 @@ class _Callback:
         except Exception:   # a watcher's bug must not kill the client
             log.exception("chp client: watch callback failed")
 
-
-class _Waiter:
-    __slots__ = ("event", "entry")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.entry: Entry | None = None
-
-
-class _Outlet:
-    """One server's collector, fed through its own XPUB so we know when it listens.
-
-    While it does not (not yet connected, or gone), KVSETs are held for at most
-    `hold_for` seconds, then dropped: a server that comes back later must not receive
-    stale updates (a passive one would hold them as pending and might apply them after
-    newer ones). ZMQ_IMMEDIATE keeps libzmq itself from queueing for a missing peer."""
-
-    def __init__(self, sock: zmq.Socket, hold_for: float) -> None:
-        self.sock = sock
-        self.hold_for = hold_for
-        self.subscribed = False
-        self.held: collections.deque[tuple[float, list[bytes]]] = \
-            collections.deque(maxlen=MAX_HELD)
-
-    def send(self, frames: list[bytes]) -> None:
-        if self.subscribed:
-            send_frames(self.sock, frames)
-        else:
-            self.held.append((time.monotonic(), frames))
-
-    def on_subscription(self) -> None:
-        """Read (un)subscriptions; send what is held, if still fresh, once subscribed."""
-        for frames in drain(self.sock):
-            self.subscribed = frames[0][:1] == b"\x01"
-        oldest = time.monotonic() - self.hold_for
-        while self.held and (self.subscribed or self.held[0][0] < oldest):
-            held_at, frames = self.held.popleft()
-            if held_at >= oldest:
-                send_frames(self.sock, frames)
+    def wake(self) -> None:
+        """Nothing waits on a callback."""
 
 
 def _bytes(value: Bytesish, what: str) -> bytes:
@@ -299,16 +234,6 @@ class CloneClient:
         if not server_timeout > 0:
             raise ConfigError(f"server_timeout must be positive, got {server_timeout!r}")
         self.server_timeout = server_timeout
-        self.limits = limits
-        self.bulk = bulk          # ask for KVBULK snapshots (our servers honour it)
-        self.failovers = 0
-        self._replica = Replica(self.subtree)
-        self._lock = threading.Lock()
-        self._watchers: list[Watch | _Callback] = []
-        self._waiters: dict[bytes, _Waiter] = {}
-        self._synced = threading.Event()
-        self._ever_synced = threading.Event()
-        self._failure: BaseException | None = None   # what ended the agent thread
         self._ctx = zmq.Context()
         self._pipe_lock = threading.Lock()
         self._pipe = self._ctx.socket(zmq.PAIR)
@@ -316,7 +241,8 @@ class CloneClient:
         self._pipe.sndtimeo = round(PIPE_WAIT * 1000)
         address = f"inproc://chp-client-{id(self):x}"
         self._pipe.bind(address)
-        self._agent = _Agent(self, address)
+        self._agent = Agent(self._ctx, address, servers=self.servers, subtree=self.subtree,
+                            server_timeout=server_timeout, limits=limits, bulk=bulk)
         self._thread = threading.Thread(target=self._agent.run, name="chp-client",
                                         daemon=True)
         self._thread.start()
@@ -324,20 +250,25 @@ class CloneClient:
     # ----------------------------------------------------------------- reading
     @property
     def sequence(self) -> int:
-        return self._replica.map.sequence
+        return self._agent.sequence
 
     @property
     def server(self) -> ServerAddress:
         """The server the client is (or is trying to get) in sync with."""
-        return self.servers[self._agent.current]
+        return self._agent.server
+
+    @property
+    def failovers(self) -> int:
+        """How often the client moved on to the next server."""
+        return self._agent.failovers
 
     @property
     def synced(self) -> bool:
-        return self._synced.is_set() and self._failure is None
+        return self._agent.synced
 
     def wait_synced(self, timeout: float | None = None) -> int:
         """Block until the replica is live; returns its sequence."""
-        synced = self._synced.wait(timeout)
+        synced = self._agent.wait_synced(timeout)
         self._check()
         if not synced:
             raise ChpTimeout(f"no snapshot from {', '.join(map(str, self.servers))} within "
@@ -347,38 +278,24 @@ class CloneClient:
 
     def _first_sync(self, timeout: float | None) -> None:
         self._check()
-        if not self._ever_synced.is_set():
+        if not self._agent.ever_synced:
             self.wait_synced(self.server_timeout * 2 if timeout is None else timeout)
 
     def _check(self) -> None:
         """Raise what ended the background thread, if anything did: the replica is
         frozen from then on, and a call must not answer from it as if it were live."""
-        failure = self._failure
+        failure = self._agent.failure
         if failure is not None:
             raise ClientFailed(f"the chp client's background thread failed ({failure!r}); "
                                "its replica is no longer updated: close this client and "
                                "make a new one") from failure
-
-    def _failed(self, exc: BaseException) -> None:
-        """The agent thread is ending with `exc`: every waiting call wakes up to raise
-        it (agent thread)."""
-        self._failure = exc
-        self._synced.set()
-        self._ever_synced.set()
-        for waiter in list(self._waiters.values()):
-            waiter.event.set()
-        with self._lock:
-            watchers = list(self._watchers)
-        for watcher in watchers:
-            if isinstance(watcher, Watch):
-                watcher._queue.put(None)
 
     def entry(self, key: Bytesish, *, timeout: float | None = None) -> Entry | None:
         """The stored entry of `key`. Waits for the first sync (`timeout`, default
         twice the server timeout); later, during a failover, answers from the last
         synchronised state."""
         self._first_sync(timeout)
-        return self._replica.map.get(_bytes(key, "key"))
+        return self._agent.entry(_bytes(key, "key"))
 
     def get(self, key: Bytesish, default: bytes | None = None, *,
             timeout: float | None = None) -> bytes | None:
@@ -390,9 +307,7 @@ class CloneClient:
         """The entries under `subtree` and the sequence they are consistent with."""
         self._first_sync(timeout)
         prefix = _bytes(subtree, "subtree")
-        with self._lock:
-            clone = self._replica.map
-            return MapSnapshot(clone.sequence, {e.key: e for e in clone.entries(prefix)})
+        return MapSnapshot(*self._agent.view(prefix))
 
     def items(self, subtree: Bytesish = b"", *, timeout: float | None = None
               ) -> list[tuple[bytes, bytes]]:
@@ -407,19 +322,10 @@ class CloneClient:
         as a `Watch` iterator, or passed to `callback` on the client's thread. With
         `resyncs`, each whole snapshot comes as a `Resync` instead of differences."""
         self._check()
-        watcher: Watch | _Callback = (Watch(self, resyncs) if callback is None
-                                      else _Callback(callback, resyncs))
-        with self._lock:
-            if include_snapshot:
-                for entry in self._replica.map.entries(self.subtree):
-                    watcher.put(entry)
-            self._watchers.append(watcher)
+        watcher: Watch | _Callback = (Watch(self._check, self._agent.unwatch, resyncs)
+                                      if callback is None else _Callback(callback, resyncs))
+        self._agent.watch(watcher, include_snapshot=include_snapshot)
         return watcher if isinstance(watcher, Watch) else None
-
-    def _unwatch(self, watcher: Watch) -> None:
-        with self._lock:
-            if watcher in self._watchers:
-                self._watchers.remove(watcher)
 
     # ----------------------------------------------------------------- writing
     def set(self, key: Bytesish, value: Bytesish, *, ttl: float | None = None,
@@ -433,20 +339,20 @@ class CloneClient:
         frames = _kvset_frames(key, value, ttl, uuid, properties)
         key_b, uuid_b = frames[0], frames[2]
         if not confirm:
-            self._to_agent([_SET, *frames])
+            self._to_agent([SET, *frames])
             return SetReceipt(uuid_b)
         self._check_seen(key_b)
-        waiter = self._waiters[uuid_b] = _Waiter()
+        waiter = self._agent.expect([uuid_b])[uuid_b]
         wait = self.server_timeout if timeout is None else timeout
         try:
-            self._to_agent([_SET, *frames])
+            self._to_agent([SET, *frames])
             published = waiter.event.wait(wait)
             self._check()
             if not published:
                 raise ChpTimeout(f"no server published the update of {key_b!r} within "
                                  f"{wait}s; it may or may not have been applied")
         finally:
-            self._waiters.pop(uuid_b, None)
+            self._agent.forget([uuid_b])
         return SetReceipt(uuid_b, waiter.entry.sequence)
 
     def set_many(self, updates: Iterable[Update], *, timeout: float | None = None
@@ -464,11 +370,10 @@ class CloneClient:
             self._check_seen(frames[0])
             last[frames[0]] = frames[2]
             batch.append(frames)
-        waiters = {uuid_b: _Waiter() for uuid_b in last.values()}
-        self._waiters.update(waiters)
+        waiters = self._agent.expect(last.values())
         try:
             for frames in batch:
-                self._to_agent([_SET, *frames])
+                self._to_agent([SET, *frames])
             deadline = time.monotonic() + (self.server_timeout if timeout is None else timeout)
             for waiter in waiters.values():
                 published = waiter.event.wait(max(0.0, deadline - time.monotonic()))
@@ -479,8 +384,7 @@ class CloneClient:
                                      "within the timeout; they may or may not have been "
                                      "applied (sending them again is safe)")
         finally:
-            for uuid_b in waiters:
-                self._waiters.pop(uuid_b, None)
+            self._agent.forget(waiters)
         return {uuid_b: w.entry.sequence for uuid_b, w in waiters.items()}
 
     def _to_agent(self, frames: list[bytes]) -> None:
@@ -511,17 +415,14 @@ class CloneClient:
         with self._pipe_lock:
             while self._thread.is_alive():
                 try:
-                    self._pipe.send(_STOP)
+                    self._pipe.send(STOP)
                     break
                 except zmq.Again:
                     continue
         self._thread.join()
-        with self._lock:
-            watchers, self._watchers = self._watchers, []
-        for watcher in watchers:
+        for watcher in self._agent.unwatch_all():
             if isinstance(watcher, Watch):
-                watcher.closed = True
-                watcher._queue.put(None)
+                watcher.close()
         self._pipe.close(0)
         self._ctx.term()
 
@@ -530,230 +431,6 @@ class CloneClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ----------------------------------------------------------------- agent side
-    def _deliver(self, entries: Iterable[Entry]) -> None:
-        """Hand applied changes to watchers and confirm waiters (agent thread, lock held)."""
-        watchers = self._watchers
-        for entry in entries:
-            for watcher in watchers:
-                watcher.put(entry)
-        self._confirm(entries)
-
-    def _deliver_synced(self, synced: Synced) -> None:
-        """A completed snapshot: its differences, or a `Resync` and the updates after it
-        for watchers that asked for resyncs (agent thread, lock held)."""
-        server = str(self.server)
-        whole = synced.bulk is not None or synced.snapshot is not None
-        for watcher in self._watchers:
-            if watcher.resyncs and whole:
-                # bulk: the columns as they came; `entries` only if the watcher reads them
-                watcher.put(Resync(synced.at, None if synced.bulk else synced.snapshot,
-                                   server, bulk=synced.bulk))
-                entries = synced.updates
-            else:
-                entries = synced.changes
-            for entry in entries:
-                watcher.put(entry)
-        if self._waiters:
-            self._confirm(synced.changes)
-
-    def _confirm(self, entries: Iterable[Entry]) -> None:
-        """Wake the `set`s waiting for these updates' KVPUBs."""
-        waiters = self._waiters
-        if not waiters:
-            return
-        for entry in entries:
-            waiter = waiters.get(entry.uuid)
-            if waiter is not None and entry.key.startswith(self.subtree):
-                waiter.entry = entry
-                waiter.event.set()
-
-
-class _Agent:
-    """The background thread: owns every socket but the application's end of the pipe."""
-
-    def __init__(self, client: CloneClient, pipe_address: str) -> None:
-        self.client = client
-        self.ctx = client._ctx
-        self.pipe = self.ctx.socket(zmq.PAIR)
-        self.pipe.linger = 0
-        self.pipe.connect(pipe_address)
-        self.outlets = []
-        for server in client.servers:
-            sock = self._socket(zmq.XPUB)
-            sock.xpub_verbose = 1
-            sock.immediate = 1
-            sock.sndhwm = MAX_HELD   # a burst waits for a slow server instead of being dropped
-            sock.connect(server.collector)
-            self.outlets.append(_Outlet(sock, client.server_timeout))
-        self.current = 0
-        self.bulk_ok = True   # False once a KVBULK could not be read: KVSYNCs from then on
-        self.sub: zmq.Socket | None = None
-        self.dealer: zmq.Socket | None = None
-        self.expiry = 0.0
-        self.poller = zmq.Poller()
-        for sock in (self.pipe, *(o.sock for o in self.outlets)):
-            self.poller.register(sock, zmq.POLLIN)
-
-    def _socket(self, kind: int) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.linger = 0
-        sock.setsockopt(zmq.MAXMSGSIZE, self.client.limits.max_frame_bytes)
-        return sock
-
-    def run(self) -> None:
-        try:
-            self._connect(self.current)
-            while self._turn():
-                pass
-        except zmq.ContextTerminated:
-            pass
-        except Exception as exc:   # raised by the client's next call, not lost
-            log.exception("chp client: the background thread failed")
-            self.client._failed(exc)
-        finally:
-            for sock in (self.pipe, self.sub, self.dealer, *(o.sock for o in self.outlets)):
-                if sock is not None:
-                    sock.close(0)
-
-    def _replace(self, old: zmq.Socket | None, new: zmq.Socket | None) -> zmq.Socket | None:
-        """Swap a polled socket for another (or none)."""
-        if old is not None:
-            self.poller.unregister(old)
-            old.close(0)
-        if new is not None:
-            self.poller.register(new, zmq.POLLIN)
-        return new
-
-    def _connect(self, index: int) -> None:
-        """(Re)start with server `index`: subscribe, then wait for the subscription."""
-        client = self.client
-        self.current = index
-        server = client.servers[index]
-        sub = self._socket(zmq.SUB)
-        sub.rcvhwm = 0   # never drop an update we subscribed to
-        sub.subscribe(client.subtree)
-        if client.subtree:
-            sub.subscribe(b"HUGZ")
-        sub.connect(server.publisher)
-        self.sub = self._replace(self.sub, sub)
-        self.dealer = self._replace(self.dealer, None)
-        client._synced.clear()
-        client._replica.restart()
-        self.expiry = time.monotonic() + client.server_timeout
-
-    def _request_snapshot(self) -> None:
-        """A fresh DEALER per request, so no late reply to an older one mixes in."""
-        dealer = self._socket(zmq.DEALER)
-        dealer.rcvhwm = 0   # see _snapshot_from: a reference server drops what we do not take
-        if self.client.bulk and self.bulk_ok:
-            dealer.setsockopt(zmq.ROUTING_ID, bulk_module.routing_id())
-            dealer.setsockopt(zmq.MAXMSGSIZE, self.client.limits.max_snapshot_frame_bytes)
-        dealer.connect(self.client.servers[self.current].snapshot)
-        self.dealer = self._replace(self.dealer, dealer)
-        send_frames(self.dealer, encode(self.client._replica.snapshot_request()))
-        self.expiry = time.monotonic() + self.client.server_timeout
-
-    def _turn(self) -> bool:
-        wait = max(0.0, self.expiry - time.monotonic())
-        ready = dict(self.poller.poll(wait * 1000))
-        if self.pipe in ready and not self._on_pipe():
-            return False
-        for outlet in self.outlets:
-            if outlet.sock in ready or outlet.held:
-                outlet.on_subscription()
-        if self.sub in ready:
-            self._on_updates()
-        if self.dealer is not None and self.dealer in ready:
-            self._on_snapshot()
-        if self.client._replica.wants_snapshot:
-            self._request_snapshot()
-        if time.monotonic() >= self.expiry:
-            self._failover()
-        return True
-
-    def _failover(self) -> None:
-        client = self.client
-        nxt = (self.current + 1) % len(client.servers)
-        log.warning("chp client: no word from %s for %.1fs; failing over to %s",
-                    client.servers[self.current], client.server_timeout, client.servers[nxt])
-        client.failovers += 1
-        self._connect(nxt)
-
-    def _on_pipe(self) -> bool:
-        for frames in drain(self.pipe):
-            if frames[0] == _STOP:
-                return False
-            kvset = frames[1:]
-            for outlet in self.outlets:
-                outlet.send(kvset)
-        return True
-
-    def _on_updates(self) -> None:
-        client = self.client
-        replica = client._replica
-        now = time.time()
-        applied = []
-        with client._lock:
-            for msg in self._drain(self.sub, Channel.PUBLISHER):
-                if type(msg) is Hugz:
-                    replica.on_hugz(msg)
-                else:
-                    entry = replica.on_update(msg, now)
-                    if entry is not None:
-                        applied.append(entry)
-            if applied:
-                client._deliver(applied)
-        if replica.live:   # while syncing, only the snapshot's arrival counts
-            self.expiry = time.monotonic() + client.server_timeout
-
-    def _on_snapshot(self) -> None:
-        client = self.client
-        replica = client._replica
-        for frames in drain(self.dealer, 4096):
-            try:
-                msg = decode(frames, Channel.SNAPSHOT_REPLY, client.limits)
-            except ProtocolError as exc:
-                if frames[0] != KVBULK or len(frames) == 5:
-                    self._malformed(exc)   # one KVSYNC: dropped, as ever
-                    continue
-                # A whole slice lost is no snapshot: ask again, with KVSYNCs this time
-                # (a server whose KVBULKs we cannot read would make us ask forever).
-                log.warning("chp client: a malformed KVBULK from %s (%s); asking for the "
-                            "snapshot again, without bulk", client.servers[self.current],
-                            exc)
-                self.bulk_ok = False
-                if replica.phase is Phase.SYNCING:
-                    replica.resync()
-                break
-            with client._lock:
-                synced = replica.on_snapshot(msg, time.time())
-                if synced is not None:
-                    client._deliver_synced(synced)
-            if synced is not None:
-                self._on_synced(synced)
-        self.expiry = time.monotonic() + client.server_timeout
-
-    def _drain(self, sock: zmq.Socket, channel: Channel) -> Iterator[Message]:
-        """The messages waiting on `sock`, decoded; malformed ones logged and dropped."""
-        return drain_decoded(sock, channel, self._malformed, limits=self.client.limits,
-                             limit=4096)
-
-    def _malformed(self, exc: ProtocolError) -> None:
-        log.warning("chp client: dropped a malformed message from %s: %s",
-                    self.client.servers[self.current], exc)
-
-    def _on_synced(self, synced: Synced) -> None:
-        client = self.client
-        if client._replica.live:
-            log.info("chp client: synced with %s at sequence %d (%s)",
-                     client.servers[self.current], synced.sequence,
-                     f"{len(synced.bulk)} entries in bulk" if synced.bulk is not None
-                     else f"{len(synced.changes)} changes")
-            client._synced.set()
-            client._ever_synced.set()
-
 
 @dataclass(frozen=True, slots=True)
 class BulkSnapshot:

@@ -236,7 +236,8 @@ class BstarStatus:
     state: BstarState
 
 
-class _EntryLike(Protocol):
+class EntryLike(Protocol):
+    """What a KVBULK is encoded from: `kvmap.Entry`, `Kvsync`."""
     key: bytes
     sequence: int
     uuid: bytes
@@ -461,7 +462,13 @@ _KEY, _SEQ, _UUID, _PROPERTIES, _BODY = (attrgetter(name) for name in (
 _I64 = np.dtype(">i8")
 
 
-def encode_bulk(entries: Sequence[_EntryLike]) -> list[bytes]:
+def bulk_column_bytes(entries: Sequence[EntryLike]) -> int:
+    """The bytes of the largest variable column (keys, properties, bodies) a KVBULK of
+    `entries` holds: what `Limits.max_bulk_bytes` bounds."""
+    return max(sum(map(len, map(get, entries))) for get in (_KEY, _PROPERTIES, _BODY))
+
+
+def encode_bulk(entries: Sequence[EntryLike]) -> list[bytes]:
     """The eight KVBULK frames of `entries` (anything with key, sequence, uuid,
     properties and body: `kvmap.Entry`, `Kvsync`). The caller keeps a KVBULK within
     `Limits` (`bulk.slices`); values no peer could decode raise `InvalidField`."""
@@ -711,7 +718,8 @@ __all__ = [
     "KVMSG_FRAMES", "KvBulk", "KvMsg", "Kthxbai", "Kvpub", "Kvset", "Kvsync", "Hugz",
     "Limits", "MAX_EPOCH_MS", "MAX_SEQUENCE", "MAX_TTL_SECONDS", "MESSAGE_TYPES",
     "MIN_EPOCH_MS", "MIN_EXPIRY_MS", "Message", "PROTOCOL", "ProtocolError",
-    "RESERVED_KEYS", "TTL", "UUID_LENGTH", "decode", "decode_bulk", "encode", "encode_bulk",
+    "RESERVED_KEYS", "TTL", "UUID_LENGTH", "EntryLike", "bulk_column_bytes", "decode",
+    "decode_bulk", "encode", "encode_bulk",
     "format_absolute_ttl",
     "format_properties", "from_json", "pack_sequence", "parse_absolute_ttl",
     "parse_properties", "parse_relative_ttl", "replace_property", "to_json",

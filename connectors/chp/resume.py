@@ -2,7 +2,7 @@
 
 RFC 12 lets a client that fails over only ask for a whole snapshot: the updates made
 while it was looking for a new server reach it collapsed into one difference per key.
-Servers of one replicated map (`replicated`) share a single sequence numbering, so a
+Servers of one replicated map (`replicated_server`) share a single sequence numbering, so a
 new server can instead send exactly the updates the client missed. Three properties
 (in frames that RFC 12 already has, or that only our servers are sent) carry it:
 
@@ -17,7 +17,7 @@ new server can instead send exactly the updates the client missed. Three propert
   ``resumed`` the KVSYNCs are an ordinary snapshot (the server's history did not reach
   back far enough, or the identities differ).
 
-Pure helpers; `replica.Replica` (client side) and `replicated_map.ReplicatedMap`
+Pure helpers; `mirror.Mirror` (client side) and `map_machine.ReplicatedMap`
 (server side) use them.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ A server named by port P binds (RFC 12, zguide clonesrv6):
 Standalone it is always active. As one of a Binary Star pair (`role`) it also binds a
 state PUB (`bstar_port`, default 5003 for the primary, 5004 for the backup, the zguide
 ports) and connects to its peer's; while passive it follows the active like a client of
-the whole map (`replica.Replica`), holds client KVSETs on the pending list
+the whole map (`mirror.Mirror`), holds client KVSETs on the pending list
 (`pending.PendingUpdates`) and answers no snapshot request until the FSM says it has
 taken over (`bstar.BinaryStar`).
 
@@ -53,7 +53,7 @@ from .periodic import Periodic
 from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kthxbai, Kvpub, Kvset,
                     Limits, Message, decode, encode, pack_sequence)
-from .replica import Replica
+from .mirror import Mirror
 from .zmqio import drain, drain_decoded, send_frames, send_kvmsg
 
 log = logging.getLogger("garlicfarm.chp.server")
@@ -158,7 +158,7 @@ class CloneServer:
         if config.data_dir:
             self.store, self.map = _open_data_dir(config)
         self.pending = PendingUpdates(config.pending_horizon)
-        self.replica: Replica | None = None
+        self.replica: Mirror | None = None
         self.bstar: BinaryStar | None = None
         if config.role is not None:
             self.bstar = BinaryStar(config.role is Role.PRIMARY, time.monotonic(),
@@ -429,7 +429,7 @@ class CloneServer:
 
     def _start_following(self, now: float) -> None:
         self._stop_following()
-        self.replica = Replica(b"", self.map)
+        self.replica = Mirror(b"", self.map)
         peer = self.config.peer
         self._peer_sub = self._socket(zmq.SUB, self._on_peer_update)
         self._peer_sub.rcvhwm = self.config.publisher_hwm

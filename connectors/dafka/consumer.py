@@ -26,7 +26,6 @@ one are filtered out.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, NamedTuple
@@ -156,9 +155,6 @@ class Consumer(Node):
         else:
             self.call_soon(lambda: self._subscribe(topic))
 
-    def unsubscribe(self, topic: str) -> None:
-        self.call_soon(lambda: self._unsubscribe(topic))
-
     def poll(self, timeout: float | None = 1.0, max_records: int = 100_000
              ) -> list[ConsumerRecord]:
         """Up to `max_records` delivered records; waits up to `timeout` s for the first.
@@ -203,13 +199,6 @@ class Consumer(Node):
             self.data.setsockopt(zmq.SUBSCRIBE, proto.subscription_prefix(command, topic))
         if self.earliest:
             self.send(proto.GetHeads(topic, self.address))
-
-    def _unsubscribe(self, topic: str) -> None:
-        if topic in self.topics:
-            self.topics.remove(topic)
-            for command in (proto.Command.RECORD, proto.Command.HEAD):
-                self.data.setsockopt(zmq.UNSUBSCRIBE,
-                                     proto.subscription_prefix(command, topic))
 
     def _hello(self, reader: str) -> None:
         self.send(proto.ConsumerHello(reader, self.address,

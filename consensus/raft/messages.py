@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar, Sequence, Union
 
 from .configuration import Configuration
 from .entry import Entry
@@ -230,3 +230,13 @@ class PullSnapshotResponse(ObserverMessage):
     offset: int
     data: bytes
     done: bool
+
+
+#: The closed set of messages the core sends and steps (the runtime maps each one onto a
+#: wire: consensus/runtime/jraft_mapping.py registers every member).
+RaftMessage = Union[
+    RequestVote, RequestVoteResponse, AppendEntries, AppendEntriesResponse, InstallSnapshot,
+    InstallSnapshotResponse, TimeoutNow, ReadIndexRequest, ReadIndexResponse,
+    JoinClusterRequest, JoinClusterResponse, SyncLogRequest, SyncLogResponse,
+    LeaveClusterRequest, LeaveClusterResponse, PullEntries, PullEntriesResponse, PullSnapshot,
+    PullSnapshotResponse]

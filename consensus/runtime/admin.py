@@ -97,8 +97,9 @@ def plain(obj: Any) -> Any:
 # --- connection options --------------------------------------------------------------------
 
 @dataclass
-class Connection:
-    """How to reach a farm, resolved from options, a node config file and the environment."""
+class FarmTarget:
+    """Which farm an admin command talks to and how to reach it, resolved from options, a
+    node config file and the environment."""
 
     endpoints: list[str]
     cluster: str = "farm"
@@ -164,7 +165,7 @@ def connection_parser() -> argparse.ArgumentParser:
 
 
 def resolve_connection(args: argparse.Namespace,
-                       environ: Mapping[str, str] = os.environ) -> Connection:
+                       environ: Mapping[str, str] = os.environ) -> FarmTarget:
     """Options > the node config file > the environment > defaults."""
     from_file: dict[str, Any] = {}
     if args.config:
@@ -195,7 +196,7 @@ def resolve_connection(args: argparse.Namespace,
     insecure = bool(args.insecure_skip_tls_verify) or _truthy(
         from_file.get("insecure_skip_tls_verify"),
         f"--config {args.config}: insecure-skip-tls-verify")
-    return Connection(endpoints, pick("cluster") or "farm", username, password,
+    return FarmTarget(endpoints, pick("cluster") or "farm", username, password,
                       pick("tls_ca"), pick("tls_cert"), pick("tls_key"), pick("proxy"),
                       timeout, bool(args.tls), insecure)
 
@@ -384,8 +385,8 @@ def _size(value: int | None) -> str | None:
     return None
 
 
-def cmd_status(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
-    with conn.client() as client:
+def cmd_status(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
+    with target.client() as client:
         view = plain(client.status())
     now_ms = int(time.time() * 1000)
     if args.json:
@@ -397,11 +398,11 @@ def cmd_status(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
 
 # --- membership -----------------------------------------------------------------------------
 
-def cmd_add_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
+def cmd_add_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
     node_id = parse_node_id(args.id, "ID")
     endpoint = split_endpoints(args.endpoint, "ENDPOINT")[0]
-    reach, wait = conn.change_timeouts()
-    with conn.client(timeout=reach) as client:
+    reach, wait = target.change_timeouts()
+    with target.client(timeout=reach) as client:
         view = client.get_servers()
         members = {**view.observers, **view.outgoing, **view.voters}
         if node_id in members and members[node_id] != endpoint:
@@ -424,10 +425,10 @@ def cmd_add_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> i
     return EXIT_OK
 
 
-def cmd_remove_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
+def cmd_remove_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
     node_id = parse_node_id(args.id, "ID")
-    reach, wait = conn.change_timeouts()
-    with conn.client(timeout=reach) as client:
+    reach, wait = target.change_timeouts()
+    with target.client(timeout=reach) as client:
         view = client.get_servers()
         if node_id in view.observers:
             client.update_observers(remove=[node_id], timeout=wait)
@@ -445,11 +446,11 @@ def cmd_remove_server(conn: Connection, args: argparse.Namespace, out: TextIO) -
     return EXIT_OK
 
 
-def cmd_transfer_leader(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
-    target = parse_node_id(args.to, "--to")
-    with conn.client() as client:
-        client.transfer_leader(target, timeout=conn.timeout)
-    _done(out, args, {"leader": target}, f"leadership handed to n{target}")
+def cmd_transfer_leader(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
+    node_id = parse_node_id(args.to, "--to")
+    with target.client() as client:
+        client.transfer_leader(node_id, timeout=target.timeout)
+    _done(out, args, {"leader": node_id}, f"leadership handed to n{node_id}")
     return EXIT_OK
 
 
@@ -657,8 +658,8 @@ def _toml(value: Any) -> str:
 
 def cmd_config(conn_args: argparse.Namespace, out: TextIO) -> int:
     if conn_args.action == "export":
-        conn = resolve_connection(conn_args)
-        with conn.client() as client:
+        target = resolve_connection(conn_args)
+        with target.client() as client:
             farm, servers = read_farm(client)
         doc = farm.to_json({"date": int(time.time() * 1000), "leader": servers.leader_id,
                             "term": servers.term, "commit": servers.commit_index})
@@ -678,10 +679,10 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
         args.endpoints = ",".join([*wanted.voters.values(), *wanted.observers.values()])
     if args.cluster is None:
         args.cluster = wanted.cluster
-    conn = resolve_connection(args)
+    target = resolve_connection(args)
     from consensus.runtime import FarmError
     try:
-        with conn.client() as client:
+        with target.client() as client:
             current, _ = read_farm(client)
     except FarmError as exc:
         if not args.node_configs:
@@ -701,8 +702,8 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
     if args.dry_run or plan.empty:
         _report_plan(out, args, plan, lines, applied=False)
         return EXIT_OK
-    reach, wait = conn.change_timeouts()
-    with conn.client(timeout=reach) as client:
+    reach, wait = target.change_timeouts()
+    with target.client(timeout=reach) as client:
         for node_id, endpoint in plan.add_voters.items():
             client.add_server(node_id, endpoint, timeout=wait)
         if plan.add_observers:
@@ -820,7 +821,7 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     return p
 
 
-HANDLERS: dict[str, Callable[[Connection, argparse.Namespace, TextIO], int]] = {
+HANDLERS: dict[str, Callable[[FarmTarget, argparse.Namespace, TextIO], int]] = {
     "status": cmd_status, "add-server": cmd_add_server, "remove-server": cmd_remove_server,
     "transfer-leader": cmd_transfer_leader,
 }

@@ -25,7 +25,6 @@ does not wait for them).
 from __future__ import annotations
 
 import itertools
-import random
 import socket
 import threading
 import time
@@ -42,7 +41,7 @@ from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmErro
                                       Incomplete, NotLeaderError, ProtocolMismatch,
                                       RetryableWrite, Unavailable, error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
-from consensus.runtime.links import (CONNECTS_PER_SECOND, Directory, Link, NoAnswer,
+from consensus.runtime.links import (Directory, Link, LinkPool, NoAnswer,
                                     foreign_leader_text)
 from consensus.runtime.pipeline import PendingWrite, WritePipe
 from consensus.runtime.results import (BatchCommit, ClusterView, Event,
@@ -99,25 +98,22 @@ class FarmClient:
             raise ConfigError("username", "the farm authenticates clients: give a username "
                               "and password")
         self.directory = Directory(self.endpoints, connect_timeout)
-        self._links: dict[str, Link] = {}
-        self._client_id = new_request_id()
+        self.links = LinkPool(self.directory, self.security, new_request_id())
         self._call_ids = itertools.count(1)
         self._lock = threading.RLock()
-        self._pipe = WritePipe(self)            # the calls' writes, in the caller's thread
+        self._pipe = self._write_pipe(background=False)   # the calls' writes, in their thread
         self._async: WritePipe | None = None    # append_async's, in a thread of its own
-        self._closed = False
-        self._refused: FarmError | None = None  # the last refusal at a handshake (404, TLS)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            self._closed = True
             pipe, self._async = self._async, None
-            for link in self._links.values():
-                link.close()
-            self._links.clear()
+            self.links.close()
         if pipe is not None:
             pipe.close()
+
+    def _write_pipe(self, *, background: bool) -> WritePipe:
+        return WritePipe(self.links, self.answer_timeout, background=background)
 
     def __enter__(self) -> "FarmClient":
         return self
@@ -130,47 +126,11 @@ class FarmClient:
                         "one where it is used (e.g. inside a Spark task) from its options")
 
     # -- connections ----------------------------------------------------------------------------
-    def _open_link(self, endpoint: str, deadline: float) -> Link:
-        """A new connection to `endpoint`, the attempt bounded by `connect_timeout` (and
-        the deadline). Connection refusals and timeouts raise Unavailable (nothing was
-        sent); the member goes to the end of the directory's order."""
-        if self._closed:
-            raise FarmError("this FarmClient is closed")
-        directory = self.directory
-        wait = directory.connect_wait(endpoint)
-        if wait > 0:
-            if time.monotonic() + wait >= deadline:
-                raise Unavailable(f"{endpoint}: no time left for another connection attempt "
-                                  f"(at most {CONNECTS_PER_SECOND} a second per member)")
-            time.sleep(wait)
-        bound = min(directory.connect_timeout, deadline - time.monotonic())
-        if bound <= 0:
-            raise Unavailable(f"no time left to connect to {endpoint}")
-        started = time.monotonic()
-        try:
-            link = Link(endpoint, self.security, bound, self._client_id)
-        except AuthenticationError:
-            raise
-        except ProtocolMismatch as exc:
-            directory.mismatched(endpoint)
-            self._refused = exc
-            raise
-        except Unavailable:
-            if time.monotonic() - started >= bound * 0.9:
-                directory.connect_timed_out(endpoint)
-            else:
-                directory.failed(endpoint)
-            raise
-        directory.connected(endpoint, link.connect_seconds)
-        directory.learn(link.welcome)
-        self._refused = None
-        return link
-
     def _explained(self, exc: FarmError, since: FarmError | None) -> FarmError:
         """A call that ran out of time while a member refused us at the handshake (a
         wrong cluster name: 404; a certificate refused) says what the member answered,
         not only that no member served it."""
-        refused = self._refused
+        refused = self.links.refused
         if refused is None or refused is since or not isinstance(exc, Unavailable):
             return exc
         better = ProtocolMismatch(f"{refused} (no member of {', '.join(self.endpoints)} "
@@ -178,60 +138,7 @@ class FarmClient:
         better.maybe_applied = exc.maybe_applied
         return better
 
-    def _link(self, endpoint: str, deadline: float) -> Link:
-        """The calls' connection to `endpoint` (kept between calls; hold `_lock`)."""
-        link = self._links.get(endpoint)
-        if link is None or link.closed:
-            link = self._links[endpoint] = self._open_link(endpoint, deadline)
-        return link
-
-    def _drop(self, endpoint: str, *, failed: bool) -> None:
-        link = self._links.pop(endpoint, None)
-        if link is not None:
-            link.close()
-        if failed:
-            self.directory.failed(endpoint)
-
-    def _acquire_link(self, endpoint: str, deadline: float, *, shared: bool) -> Link:
-        """For a WritePipe: the calls' connection (`shared`, the caller holds `_lock`) or
-        a connection of its own."""
-        return self._link(endpoint, deadline) if shared else self._open_link(endpoint, deadline)
-
-    def _release_link(self, link: Link, *, failed: bool, shared: bool) -> None:
-        if shared:
-            if self._links.get(link.endpoint) is link:
-                self._drop(link.endpoint, failed=failed)
-                return
-        elif failed:
-            self.directory.failed(link.endpoint)
-        link.close()
-
     # -- the retry loop -------------------------------------------------------------------------
-    def _attempts(self, deadline: float, leader: bool, endpoint: str | None):
-        """Endpoints to try until the deadline: a round over the members (the leader
-        first, the ones that failed us lately last), straight to a new leader when
-        redirected, with backoff between rounds."""
-        delay, redirects = 0.02, 0
-        while True:
-            redirected = False
-            candidates = [endpoint] if endpoint else self.directory.candidates(leader)
-            for candidate in candidates:
-                if time.monotonic() >= deadline:
-                    return
-                yield candidate
-                current = self.directory.leader
-                if leader and endpoint is None and current not in (None, candidate):
-                    redirected = True
-                    break
-            if redirected and redirects < 3:
-                redirects += 1
-                continue
-            redirects = 0
-            if time.monotonic() + delay >= deadline:
-                return
-            time.sleep(delay * random.uniform(0.5, 1.0))    # jitter: clients spread out
-            delay = min(0.5, delay * 2)
-
     def _with_retries(self, operation, *, leader: bool, endpoint: str | None = None,
                       timeout: float | None = None, patience: float | None = None):
         """Run `operation(link, attempt_deadline)` at the leader (or `endpoint`, or any
@@ -241,11 +148,12 @@ class FarmClient:
         patience = self.answer_timeout if patience is None else patience
         last: Exception | None = None
         uncertain = False           # a request went out and got no definite answer
-        before = self._refused
+        before = self.links.refused
         with self._lock:
-            for candidate in self._attempts(deadline, leader, endpoint):
+            for candidate in self.directory.attempts(deadline, leader=leader,
+                                                     endpoint=endpoint):
                 try:
-                    link = self._link(candidate, deadline)
+                    link = self.links.shared(candidate, deadline)
                 except ProtocolMismatch as exc:
                     if endpoint is not None:
                         raise _final(exc, uncertain) from None
@@ -267,7 +175,7 @@ class FarmClient:
                     return operation(link, min(deadline, time.monotonic() + patience))
                 except NoAnswer as exc:
                     uncertain = uncertain or link.sent > sent
-                    self._drop(candidate, failed=True)
+                    self.links.drop(candidate, failed=True)
                     last = exc
                 except NotLeaderError as exc:
                     if endpoint is not None or not leader:
@@ -277,7 +185,7 @@ class FarmClient:
                 except (Unavailable, RetryableWrite) as exc:   # the member asks to retry
                     last = exc
                 except ProtocolMismatch as exc:
-                    self._drop(candidate, failed=True)
+                    self.links.drop(candidate, failed=True)
                     if endpoint is not None:
                         raise _final(exc, uncertain) from None
                     last = exc
@@ -287,7 +195,7 @@ class FarmClient:
         if foreign is not None and endpoint is None and leader:
             raise _final(Unavailable(foreign_leader_text(foreign)), uncertain)
         refused = last if isinstance(last, ProtocolMismatch) else \
-            self._refused if self._refused is not before else None
+            self.links.refused if self.links.refused is not before else None
         if refused is not None:
             raise _final(ProtocolMismatch(f"{refused} (no member of {', '.join(self.endpoints)}"
                                           f" served the request in time)"), uncertain)
@@ -335,9 +243,9 @@ class FarmClient:
         their WriteResults in order (the first failure is raised)."""
         deadline = time.monotonic() + self.timeout
         writes = [self._pending(rid, data, deadline) for rid, data in payloads]
-        before = self._refused
+        before = self.links.refused
         with self._lock:
-            if self._closed:
+            if self.links.closed:
                 raise FarmError("this FarmClient is closed")
             self._pipe.run(writes)
         for w in writes:
@@ -378,10 +286,10 @@ class FarmClient:
         pipe = self._async
         if pipe is None:
             with self._lock:
-                if self._closed:
+                if self.links.closed:
                     raise FarmError("this FarmClient is closed")
                 if self._async is None:
-                    self._async = WritePipe(self, background=True)
+                    self._async = self._write_pipe(background=True)
                     self._async.start()
                 pipe = self._async
         pipe.submit(write)
@@ -615,10 +523,10 @@ class _Subscription:
         client = self.client
         deadline = time.monotonic() + client.timeout
         last: Exception | None = None
-        for endpoint in client._attempts(deadline, False, None):
+        for endpoint in client.directory.attempts(deadline, leader=False):
             link = None
             try:
-                link = client._open_link(endpoint, deadline)
+                link = client.links.open(endpoint, deadline)
                 link.send(encode(ext.Call(0, 0, 0, 1, "subscribe", {"events": list(self.events)}),
                                  GARLICFARM_REGISTRY))
                 answer_by = min(deadline, time.monotonic() + client.answer_timeout)

@@ -64,18 +64,19 @@ def _bad(field: str, reason: str, offset: int | None = None) -> InvalidField:
 # Field kinds: a Python type, a tuple of types, or one of these markers.
 ANY = object()          #: any msgpack value (maps, lists: checked by the consumer)
 OPT_INT = (int, type(None))
-OPT_STR = (str, type(None))
 
 
 @dataclass(frozen=True, slots=True)
 class ExtensionMessage:
     """Base: the header fields. Subclasses declare their body fields, in wire order, and
-    ``TYPE`` / ``KINDS`` (one kind per body field)."""
+    ``TYPE`` / ``NAME`` / ``KINDS`` (one kind per body field). The Raft messages among
+    them (`...Frame`) are the wire forms of consensus.raft's messages (jraft_mapping)."""
     source: int
     destination: int
     term: int
 
     TYPE: ClassVar[ExtType]
+    NAME: ClassVar[str]         #: the name in the inspector's JSON
     KINDS: ClassVar[tuple[Any, ...]]
 
     @property
@@ -84,52 +85,57 @@ class ExtensionMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadIndexRequest(ExtensionMessage):
+class ReadIndexRequestFrame(ExtensionMessage):
     ctx: bytes
     lease: bool
     TYPE = ExtType.READ_INDEX_REQUEST
+    NAME = "ReadIndexRequest"
     KINDS = (bytes, bool)
 
 
 @dataclass(frozen=True, slots=True)
-class ReadIndexResponse(ExtensionMessage):
+class ReadIndexResponseFrame(ExtensionMessage):
     ctx: bytes
     index: int
     success: bool
     TYPE = ExtType.READ_INDEX_RESPONSE
+    NAME = "ReadIndexResponse"
     KINDS = (bytes, int, bool)
 
 
 @dataclass(frozen=True, slots=True)
-class PullEntriesRequest(ExtensionMessage):
+class PullEntriesRequestFrame(ExtensionMessage):
     index: int
     max_entries: int
     max_bytes: int
     TYPE = ExtType.PULL_ENTRIES_REQUEST
+    NAME = "PullEntriesRequest"
     KINDS = (int, int, int)
 
 
 @dataclass(frozen=True, slots=True)
-class PullEntriesResponse(ExtensionMessage):
+class PullEntriesResponseFrame(ExtensionMessage):
     status: int
     index: int
     entries: list          #: [[term, entry type, data], ...] from `index` on
     min_index: int
     commit: int
     TYPE = ExtType.PULL_ENTRIES_RESPONSE
+    NAME = "PullEntriesResponse"
     KINDS = (int, int, list, int, int)
 
 
 @dataclass(frozen=True, slots=True)
-class PullSnapshotRequest(ExtensionMessage):
+class PullSnapshotRequestFrame(ExtensionMessage):
     snapshot_index: int
     offset: int
     TYPE = ExtType.PULL_SNAPSHOT_REQUEST
+    NAME = "PullSnapshotRequest"
     KINDS = (int, int)
 
 
 @dataclass(frozen=True, slots=True)
-class PullSnapshotResponse(ExtensionMessage):
+class PullSnapshotResponseFrame(ExtensionMessage):
     snapshot_index: int
     snapshot_term: int
     configuration: bytes    #: Configuration.encode()
@@ -137,6 +143,7 @@ class PullSnapshotResponse(ExtensionMessage):
     data: bytes
     done: bool
     TYPE = ExtType.PULL_SNAPSHOT_RESPONSE
+    NAME = "PullSnapshotResponse"
     KINDS = (int, int, bytes, int, bytes, bool)
 
 
@@ -147,6 +154,7 @@ class Hello(ExtensionMessage):
     client_id: bytes
     version: int
     TYPE = ExtType.HELLO
+    NAME = "Hello"
     KINDS = (bytes, int)
 
 
@@ -159,6 +167,7 @@ class Welcome(ExtensionMessage):
     role: str
     configuration: bytes    #: Configuration.encode()
     TYPE = ExtType.WELCOME
+    NAME = "Welcome"
     KINDS = (int, str, OPT_INT, str, bytes)
 
 
@@ -169,6 +178,7 @@ class Call(ExtensionMessage):
     op: str
     args: dict
     TYPE = ExtType.CALL
+    NAME = "Call"
     KINDS = (int, str, dict)
 
 
@@ -182,6 +192,7 @@ class Reply(ExtensionMessage):
     message: str
     detail: dict
     TYPE = ExtType.REPLY
+    NAME = "Reply"
     KINDS = (int, int, ANY, str, dict)
 
 
@@ -197,6 +208,7 @@ class WriteResult(ExtensionMessage):
     message: str
     detail: dict
     TYPE = ExtType.WRITE_RESULT
+    NAME = "WriteResult"
     KINDS = (bytes, int, int, int, ANY, str, dict)
 
 
@@ -207,13 +219,14 @@ class EventMessage(ExtensionMessage):
     leader_id: int | None
     data: dict
     TYPE = ExtType.EVENT
+    NAME = "Event"
     KINDS = (str, OPT_INT, dict)
 
 
 EXTENSION_CLASSES: tuple[type[ExtensionMessage], ...] = (
-    ReadIndexRequest, ReadIndexResponse, PullEntriesRequest, PullEntriesResponse,
-    PullSnapshotRequest, PullSnapshotResponse, Hello, Welcome, Call, Reply, WriteResult,
-    EventMessage)
+    ReadIndexRequestFrame, ReadIndexResponseFrame, PullEntriesRequestFrame,
+    PullEntriesResponseFrame, PullSnapshotRequestFrame, PullSnapshotResponseFrame, Hello, Welcome,
+    Call, Reply, WriteResult, EventMessage)
 
 
 def _checker(kind: Any) -> tuple[tuple[type, ...], bool] | None:
@@ -350,7 +363,7 @@ def _build_registry() -> MessageRegistry:
     registry.register(ExtType.TIMEOUT_NOW_REQUEST, "TimeoutNowRequest", REQUEST_CODEC)
     registry.register(ExtType.TRANSFER_VOTE_REQUEST, "TransferVoteRequest", REQUEST_CODEC)
     for cls in EXTENSION_CLASSES:
-        registry.register(cls.TYPE, cls.__name__.removesuffix("Message"), ExtensionCodec(cls))
+        registry.register(cls.TYPE, cls.NAME, ExtensionCodec(cls))
     return registry
 
 

@@ -17,22 +17,29 @@ docs/protocol.md for the table; the main points:
 * PreVote, TimeoutNow and the vote that follows it (leader transfer), ReadIndex and the
   observer pulls exist only as extensions; `to_wire` returns None for them on the plain
   JRaft wire (the node runs without PreVote there, see docs/runtime.md).
+* Each core message type is registered once (`_register`): its wire types with their
+  `Route` (how the transport handles them on arrival) and its two converters, which
+  build messages by keyword. `to_wire` / `from_wire` look the type up.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Union
 
 from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration, Entry,
                             EntryType, InstallSnapshot, InstallSnapshotResponse,
                             JoinClusterRequest, JoinClusterResponse, LeaveClusterRequest,
-                            LeaveClusterResponse, Message, PullEntries, PullEntriesResponse,
+                            LeaveClusterResponse, PullEntries, PullEntriesResponse,
                             PullSnapshot, PullSnapshotResponse, PullStatus, ReadIndexRequest,
                             ReadIndexResponse, RequestVote, RequestVoteResponse,
                             SyncLogRequest, SyncLogResponse, TimeoutNow)
 from consensus.raft.errors import ConfigurationError
+from consensus.raft.messages import RaftMessage
 from consensus.runtime import extensions as ext
 from consensus.runtime.extensions import ExtType
-from consensus.wire.errors import InvalidField, ProtocolError
+from consensus.wire.errors import InvalidField
+from consensus.wire.jraft import Message as JRaftMessage
 from consensus.wire.jraft import (ENTRY_HEAD, REQUEST_HEAD, RESPONSE_LAYOUT,
                                   ClusterConfiguration, ClusterServer, JRaftLimits, LogEntry,
                                   LogPack, LogPackFormat, MessageType, RaftRequest,
@@ -150,7 +157,9 @@ def append_entries_from_frame(frame: bytes, limits: JRaftLimits) -> AppendEntrie
     make, app, noop = Entry, EntryType.APPLICATION, EntryType.NOOP
     entries = [make(t, i, app if v else noop, v)
                for i, (t, v) in enumerate(values, prev_index + 1)]
-    return AppendEntries(term, source, destination, prev_index, prev_term, entries, commit)
+    return AppendEntries(term=term, source=source, destination=destination,
+                         prev_log_index=prev_index, prev_log_term=prev_term, entries=entries,
+                         commit=commit)
 
 
 def client_values_from_frame(frame: bytes, limits: JRaftLimits) -> list[bytes] | None:
@@ -164,8 +173,9 @@ def client_values_from_frame(frame: bytes, limits: JRaftLimits) -> list[bytes] |
 def append_response_from_frame(frame: bytes, echo: Echo) -> AppendEntriesResponse:
     """An AppendEntriesResponse frame, completed with its request's echo."""
     _, source, destination, term, next_index, accepted = RESPONSE_LAYOUT.unpack_from(frame)
-    return AppendEntriesResponse(term, source, destination, accepted == 1, next_index,
-                                 echo.log_index, echo.count, echo.ctx)
+    return AppendEntriesResponse(term=term, source=source, destination=destination,
+                                 success=accepted == 1, next_index=next_index,
+                                 log_index=echo.log_index, entry_count=echo.count, ctx=echo.ctx)
 
 
 def append_entries_frame(msg: AppendEntries, bodies: dict) -> bytes | None:
@@ -212,45 +222,6 @@ class Echo:
     client: bool = False        #: a ClientRequest (e.g. a status entry): ack only
 
 
-#: request type -> the JRaft response type that answers it, in order.
-RESPONSE_OF = {
-    MessageType.REQUEST_VOTE_REQUEST: MessageType.REQUEST_VOTE_RESPONSE,
-    ExtType.TRANSFER_VOTE_REQUEST: MessageType.REQUEST_VOTE_RESPONSE,
-    MessageType.APPEND_ENTRIES_REQUEST: MessageType.APPEND_ENTRIES_RESPONSE,
-    MessageType.INSTALL_SNAPSHOT_REQUEST: MessageType.INSTALL_SNAPSHOT_RESPONSE,
-    MessageType.JOIN_CLUSTER_REQUEST: MessageType.JOIN_CLUSTER_RESPONSE,
-    MessageType.SYNC_LOG_REQUEST: MessageType.SYNC_LOG_RESPONSE,
-    MessageType.LEAVE_CLUSTER_REQUEST: MessageType.LEAVE_CLUSTER_RESPONSE,
-    MessageType.CLIENT_REQUEST: MessageType.APPEND_ENTRIES_RESPONSE,
-    MessageType.ADD_SERVER_REQUEST: MessageType.ADD_SERVER_RESPONSE,
-    MessageType.REMOVE_SERVER_REQUEST: MessageType.REMOVE_SERVER_RESPONSE,
-}
-FIFO_RESPONSES = frozenset(RESPONSE_OF.values())
-_CORE_RESPONSE_TYPE = {
-    RequestVoteResponse: MessageType.REQUEST_VOTE_RESPONSE,
-    AppendEntriesResponse: MessageType.APPEND_ENTRIES_RESPONSE,
-    InstallSnapshotResponse: MessageType.INSTALL_SNAPSHOT_RESPONSE,
-    JoinClusterResponse: MessageType.JOIN_CLUSTER_RESPONSE,
-    SyncLogResponse: MessageType.SYNC_LOG_RESPONSE,
-    LeaveClusterResponse: MessageType.LEAVE_CLUSTER_RESPONSE,
-}
-
-
-def fifo_response_type(msg: Message) -> int | None:
-    """The JRaft response type of a core response that answers a paired request (None
-    for the self-contained ones: pre-vote answers and extensions)."""
-    if isinstance(msg, RequestVoteResponse) and msg.pre_vote:
-        return None
-    return _CORE_RESPONSE_TYPE.get(type(msg))
-
-
-def slot_key(msg: Message):
-    """What identifies the request a core response answers, among requests of its type."""
-    if isinstance(msg, AppendEntriesResponse):
-        return (msg.log_index, msg.entry_count)
-    return None
-
-
 @dataclass(slots=True)
 class ResponseSlot:
     """Receiving side: the response owed for one paired request, in arrival order."""
@@ -262,171 +233,367 @@ class ResponseSlot:
     claimed: bool = False           #: a Ready holds its answer (sent once persisted)
 
 
-# -- core -> wire -------------------------------------------------------------------------
+# -- the registry: each core message once, with its wire types and mapping ---------------------
+#
+# A new message: its dataclass in consensus/raft/messages.py (and in `RaftMessage`), its
+# wire shape (a JRaft type byte, or an `extensions.ExtensionMessage` subclass and an
+# ExtType), and one registration here (`_register`, `_paired_response`, `_same_fields`).
+# The transport routes by the `Route` of each type byte (docs/development.md).
 
-def to_wire(msg: Message, extensions: bool) -> tuple[object, Echo | None] | None:
-    """A core *request* (or self-contained message) as a wire message and its Echo; None
-    when this wire cannot carry it."""
-    t = type(msg)
-    if t is AppendEntries:
-        wire = RaftRequest(MessageType.APPEND_ENTRIES_REQUEST, msg.source, msg.destination,
-                           msg.term, msg.prev_log_term, msg.prev_log_index, msg.commit,
-                           entries_to_wire(msg.entries, extensions))
-        return wire, Echo(MessageType.APPEND_ENTRIES_RESPONSE, msg.prev_log_index + 1,
-                          len(msg.entries), msg.ctx)
-    if t is RequestVote:
-        if msg.pre_vote:
-            if not extensions:
-                return None
-            return RaftRequest(ExtType.PRE_VOTE_REQUEST, msg.source, msg.destination, msg.term,
-                               msg.last_log_term, msg.last_log_index), None
+class Route(enum.Enum):
+    """What the transport does with a type byte that arrives."""
+    PAIRED_REQUEST = "paired request"    #: owe an answer, in order, on this connection
+    PAIRED_RESPONSE = "paired response"  #: complete it from the oldest Echo
+    PEER_REQUEST = "peer request"        #: self-contained; its connection may carry answers
+    PEER_ANSWER = "peer answer"          #: self-contained
+
+
+@dataclass(frozen=True, slots=True)
+class WireType:
+    type_byte: int
+    route: Route
+    answer: int | None = None       #: a paired request's response type
+
+
+#: One core message on the wire: `to_wire(msg, extensions)` -> (wire message, Echo or
+#: None) or None; `from_wire(wire, echo)` -> the core message (echo: paired responses).
+ToWire = Callable[[Any, bool], "tuple[WireMessage, Echo | None] | None"]
+FromWire = Callable[[Any, "Echo | None"], RaftMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """How one core message type crosses the wire (see `_register`)."""
+    to_wire: ToWire
+    from_wire: FromWire
+    #: the response type when the message answers a paired request (None: never)
+    answers: int | None
+    #: for a message that answers only sometimes: whether this one does
+    paired_when: Callable[[Any], bool] | None
+    #: a self-contained answer: it goes back on the connection its request came on
+    is_answer: bool
+
+
+WireMessage = Union[JRaftMessage, ext.ExtensionMessage]
+_BY_CORE: dict[type, Mapping] = {}
+_BY_TYPE: dict[int, tuple[Mapping, WireType]] = {}
+_EXTENSION_TYPES = frozenset(ExtType)
+
+
+def _register(core: type, wire_types: tuple[WireType, ...], to_wire_: ToWire,
+              from_wire_: FromWire, paired_when: Callable[[Any], bool] | None = None) -> None:
+    """Map `core` onto `wire_types` (each type byte belongs to one core message)."""
+    if core in _BY_CORE:
+        raise ValueError(f"{core.__name__} is registered twice")
+    answers = next((t.type_byte for t in wire_types if t.route is Route.PAIRED_RESPONSE), None)
+    mapping = Mapping(to_wire_, from_wire_, answers, paired_when,
+                      any(t.route is Route.PEER_ANSWER for t in wire_types))
+    _BY_CORE[core] = mapping
+    for wire_type in wire_types:
+        if wire_type.type_byte in _BY_TYPE:
+            raise ValueError(f"type {wire_type.type_byte} is mapped twice")
+        _BY_TYPE[wire_type.type_byte] = (mapping, wire_type)
+
+
+def _head(msg: RaftMessage) -> dict[str, int]:
+    return {"source": msg.source, "destination": msg.destination, "term": msg.term}
+
+
+def _core_head(wire: WireMessage) -> dict[str, int]:
+    return {"term": wire.term, "source": wire.source, "destination": wire.destination}
+
+
+def _answer(kind: int, msg: RaftMessage, accepted: bool, next_index: int = 0) -> RaftResponse:
+    return RaftResponse(kind, **_head(msg), next_index=next_index, accepted=accepted)
+
+
+def _paired_response(core: type, kind: int, accepted: str, next_index: str | None = None,
+                     from_echo: Callable[[Echo], dict] | None = None) -> None:
+    """Register a core response carried by JRaft's 26-byte response `kind`: the core
+    fields named `accepted` and `next_index` map onto it, `from_echo` gives the rest
+    from the Echo of the request it answers."""
+    def to_wire_(msg, extensions: bool):
+        return _answer(kind, msg, getattr(msg, accepted),
+                       getattr(msg, next_index) if next_index else 0), None
+
+    def from_wire_(wire: RaftResponse, echo: Echo | None):
+        values = {accepted: wire.accepted, **(from_echo(echo) if from_echo else {})}
+        if next_index:
+            values[next_index] = wire.next_index
+        return core(**_core_head(wire), **values)
+
+    _register(core, (WireType(kind, Route.PAIRED_RESPONSE),), to_wire_, from_wire_)
+
+
+# elections
+def _vote_to_wire(msg: RequestVote, extensions: bool):
+    if msg.pre_vote:
+        kind, echo = ExtType.PRE_VOTE_REQUEST, None
+    else:
         kind = ExtType.TRANSFER_VOTE_REQUEST if msg.leader_transfer and extensions \
             else MessageType.REQUEST_VOTE_REQUEST
-        return RaftRequest(kind, msg.source, msg.destination, msg.term, msg.last_log_term,
-                           msg.last_log_index), Echo(MessageType.REQUEST_VOTE_RESPONSE)
-    if t is InstallSnapshot:
-        chunk = SnapshotSyncRequest(
-            msg.snapshot_index, msg.snapshot_term,
-            configuration_to_jraft(msg.configuration, msg.snapshot_index, extensions),
-            msg.offset, bytes(msg.data), msg.done)
-        wire = RaftRequest(MessageType.INSTALL_SNAPSHOT_REQUEST, msg.source, msg.destination,
-                           msg.term, msg.snapshot_term, msg.snapshot_index, msg.commit,
-                           (LogEntry.of(msg.term, chunk),))
-        return wire, Echo(MessageType.INSTALL_SNAPSHOT_RESPONSE, msg.snapshot_index,
-                          done=msg.done)
-    if t is JoinClusterRequest:
-        config = configuration_to_jraft(msg.configuration, msg.last_log_index, extensions)
-        return RaftRequest(MessageType.JOIN_CLUSTER_REQUEST, msg.source, msg.destination,
-                           msg.term, 0, msg.last_log_index, msg.commit,
-                           (LogEntry.of(msg.term, config),)), \
-            Echo(MessageType.JOIN_CLUSTER_RESPONSE)
-    if t is SyncLogRequest:
-        pack = LogPack(LogPackFormat.FILE_BASED, entries_to_wire(msg.entries, extensions)) \
-            if msg.entries else LogPack(LogPackFormat.EMPTY)
-        return RaftRequest(MessageType.SYNC_LOG_REQUEST, msg.source, msg.destination, msg.term,
-                           0, msg.start_index - 1, msg.commit,
-                           (LogEntry(msg.term, ValueType.LOG_PACK, pack.to_bytes()),)), \
-            Echo(MessageType.SYNC_LOG_RESPONSE)
-    if t is LeaveClusterRequest:
-        return RaftRequest(MessageType.LEAVE_CLUSTER_REQUEST, msg.source, msg.destination,
-                           msg.term, 0, msg.last_log_index, msg.commit), \
-            Echo(MessageType.LEAVE_CLUSTER_RESPONSE)
-    if not extensions:
+        echo = Echo(MessageType.REQUEST_VOTE_RESPONSE)
+    return RaftRequest(kind, **_head(msg), last_log_term=msg.last_log_term,
+                       last_log_index=msg.last_log_index), echo
+
+
+def _vote_from_wire(wire: RaftRequest, echo: Echo | None) -> RequestVote:
+    kind = wire.message_type
+    return RequestVote(**_core_head(wire), last_log_index=wire.last_log_index,
+                       last_log_term=wire.last_log_term,
+                       pre_vote=kind == ExtType.PRE_VOTE_REQUEST,
+                       leader_transfer=kind == ExtType.TRANSFER_VOTE_REQUEST)
+
+
+_register(RequestVote, (
+    WireType(MessageType.REQUEST_VOTE_REQUEST, Route.PAIRED_REQUEST,
+             MessageType.REQUEST_VOTE_RESPONSE),
+    WireType(ExtType.PRE_VOTE_REQUEST, Route.PEER_REQUEST),
+    WireType(ExtType.TRANSFER_VOTE_REQUEST, Route.PAIRED_REQUEST,
+             MessageType.REQUEST_VOTE_RESPONSE),
+), _vote_to_wire, _vote_from_wire)
+
+
+def _vote_response_to_wire(msg: RequestVoteResponse, extensions: bool):
+    kind = ExtType.PRE_VOTE_RESPONSE if msg.pre_vote else MessageType.REQUEST_VOTE_RESPONSE
+    return _answer(kind, msg, msg.granted), None
+
+
+def _vote_response_from_wire(wire: RaftResponse, echo: Echo | None) -> RequestVoteResponse:
+    return RequestVoteResponse(**_core_head(wire), granted=wire.accepted,
+                               pre_vote=wire.message_type == ExtType.PRE_VOTE_RESPONSE)
+
+
+_register(RequestVoteResponse, (
+    WireType(MessageType.REQUEST_VOTE_RESPONSE, Route.PAIRED_RESPONSE),
+    WireType(ExtType.PRE_VOTE_RESPONSE, Route.PEER_ANSWER),
+), _vote_response_to_wire, _vote_response_from_wire,
+    paired_when=lambda msg: not msg.pre_vote)     # a pre-vote answer is self-contained
+
+_register(TimeoutNow, (WireType(ExtType.TIMEOUT_NOW_REQUEST, Route.PEER_REQUEST),),
+          lambda msg, extensions: (RaftRequest(ExtType.TIMEOUT_NOW_REQUEST, **_head(msg)),
+                                   None),
+          lambda wire, echo: TimeoutNow(**_core_head(wire)))
+
+
+# replication
+def _append_to_wire(msg: AppendEntries, extensions: bool):
+    wire = RaftRequest(MessageType.APPEND_ENTRIES_REQUEST, **_head(msg),
+                       last_log_term=msg.prev_log_term, last_log_index=msg.prev_log_index,
+                       commit_index=msg.commit,
+                       entries=entries_to_wire(msg.entries, extensions))
+    return wire, Echo(MessageType.APPEND_ENTRIES_RESPONSE, log_index=msg.prev_log_index + 1,
+                      count=len(msg.entries), ctx=msg.ctx)
+
+
+def _append_from_wire(wire: RaftRequest, echo: Echo | None) -> AppendEntries:
+    return AppendEntries(**_core_head(wire), prev_log_index=wire.last_log_index,
+                         prev_log_term=wire.last_log_term,
+                         entries=entries_from_wire(wire.entries, wire.last_log_index + 1),
+                         commit=wire.commit_index)
+
+
+_register(AppendEntries, (WireType(MessageType.APPEND_ENTRIES_REQUEST, Route.PAIRED_REQUEST,
+                                   MessageType.APPEND_ENTRIES_RESPONSE),),
+          _append_to_wire, _append_from_wire)
+
+_paired_response(AppendEntriesResponse, MessageType.APPEND_ENTRIES_RESPONSE, "success",
+                 "next_index", lambda echo: {"log_index": echo.log_index,
+                                             "entry_count": echo.count, "ctx": echo.ctx})
+
+
+def _snapshot_to_wire(msg: InstallSnapshot, extensions: bool):
+    chunk = SnapshotSyncRequest(
+        last_log_index=msg.snapshot_index, last_log_term=msg.snapshot_term,
+        last_config=configuration_to_jraft(msg.configuration, msg.snapshot_index, extensions),
+        offset=msg.offset, data=bytes(msg.data), done=msg.done)
+    wire = RaftRequest(MessageType.INSTALL_SNAPSHOT_REQUEST, **_head(msg),
+                       last_log_term=msg.snapshot_term, last_log_index=msg.snapshot_index,
+                       commit_index=msg.commit, entries=(LogEntry.of(msg.term, chunk),))
+    return wire, Echo(MessageType.INSTALL_SNAPSHOT_RESPONSE, log_index=msg.snapshot_index,
+                      done=msg.done)
+
+
+def _snapshot_from_wire(wire: RaftRequest, echo: Echo | None) -> InstallSnapshot:
+    chunk = _single_payload(wire)
+    return InstallSnapshot(**_core_head(wire), snapshot_index=chunk.last_log_index,
+                           snapshot_term=chunk.last_log_term,
+                           configuration=configuration_from_jraft(chunk.last_config),
+                           offset=chunk.offset, data=chunk.data, done=chunk.done,
+                           commit=wire.commit_index)
+
+
+_register(InstallSnapshot, (WireType(MessageType.INSTALL_SNAPSHOT_REQUEST,
+                                     Route.PAIRED_REQUEST,
+                                     MessageType.INSTALL_SNAPSHOT_RESPONSE),),
+          _snapshot_to_wire, _snapshot_from_wire)
+
+_paired_response(InstallSnapshotResponse, MessageType.INSTALL_SNAPSHOT_RESPONSE, "success",
+                 "next_offset", lambda echo: {"snapshot_index": echo.log_index,
+                                              "done": echo.done})
+
+
+# JRaft's membership flows
+def _join_to_wire(msg: JoinClusterRequest, extensions: bool):
+    config = configuration_to_jraft(msg.configuration, msg.last_log_index, extensions)
+    return RaftRequest(MessageType.JOIN_CLUSTER_REQUEST, **_head(msg),
+                       last_log_index=msg.last_log_index, commit_index=msg.commit,
+                       entries=(LogEntry.of(msg.term, config),)), \
+        Echo(MessageType.JOIN_CLUSTER_RESPONSE)
+
+
+_register(JoinClusterRequest, (WireType(MessageType.JOIN_CLUSTER_REQUEST, Route.PAIRED_REQUEST,
+                                        MessageType.JOIN_CLUSTER_RESPONSE),),
+          _join_to_wire,
+          lambda wire, echo: JoinClusterRequest(
+              **_core_head(wire), configuration=configuration_from_jraft(_single_payload(wire)),
+              commit=wire.commit_index, last_log_index=wire.last_log_index))
+
+
+def _sync_to_wire(msg: SyncLogRequest, extensions: bool):
+    pack = LogPack(LogPackFormat.FILE_BASED, entries_to_wire(msg.entries, extensions)) \
+        if msg.entries else LogPack(LogPackFormat.EMPTY)
+    return RaftRequest(MessageType.SYNC_LOG_REQUEST, **_head(msg),
+                       last_log_index=msg.start_index - 1, commit_index=msg.commit,
+                       entries=(LogEntry(msg.term, ValueType.LOG_PACK, pack.to_bytes()),)), \
+        Echo(MessageType.SYNC_LOG_RESPONSE)
+
+
+_register(SyncLogRequest, (WireType(MessageType.SYNC_LOG_REQUEST, Route.PAIRED_REQUEST,
+                                    MessageType.SYNC_LOG_RESPONSE),),
+          _sync_to_wire,
+          lambda wire, echo: SyncLogRequest(
+              **_core_head(wire), start_index=wire.last_log_index + 1,
+              entries=entries_from_wire(_single_payload(wire).entries,
+                                        wire.last_log_index + 1),
+              commit=wire.commit_index))
+
+_register(LeaveClusterRequest, (WireType(MessageType.LEAVE_CLUSTER_REQUEST, Route.PAIRED_REQUEST,
+                                         MessageType.LEAVE_CLUSTER_RESPONSE),),
+          lambda msg, extensions: (RaftRequest(
+              MessageType.LEAVE_CLUSTER_REQUEST, **_head(msg),
+              last_log_index=msg.last_log_index, commit_index=msg.commit),
+              Echo(MessageType.LEAVE_CLUSTER_RESPONSE)),
+          lambda wire, echo: LeaveClusterRequest(
+              **_core_head(wire), commit=wire.commit_index, last_log_index=wire.last_log_index))
+
+_paired_response(JoinClusterResponse, MessageType.JOIN_CLUSTER_RESPONSE, "accepted",
+                 "next_index")
+_paired_response(SyncLogResponse, MessageType.SYNC_LOG_RESPONSE, "accepted", "next_index")
+_paired_response(LeaveClusterResponse, MessageType.LEAVE_CLUSTER_RESPONSE, "accepted")
+
+
+# extensions: reads and observer pulls, one extension frame each
+def _same_fields(core: type, frame: type[ext.ExtensionMessage], how: Route,
+                 to_frame: Callable[[Any], dict] | None = None,
+                 from_frame: Callable[[Any], dict] | None = None) -> None:
+    """Register a core message carried by an extension frame of the same field names;
+    `to_frame` / `from_frame` convert the fields whose wire form differs."""
+    names = [f.name for f in fields(frame)][3:]
+
+    def to_wire_(msg, extensions: bool):
+        values = {name: getattr(msg, name) for name in names}
+        if to_frame is not None:
+            values.update(to_frame(msg))
+        return frame(**_head(msg), **values), None
+
+    def from_wire_(wire, echo):
+        values = {name: getattr(wire, name) for name in names}
+        if from_frame is not None:
+            values.update(from_frame(wire))
+        return core(**_core_head(wire), **values)
+
+    _register(core, (WireType(frame.TYPE, how),), to_wire_, from_wire_)
+
+
+_same_fields(ReadIndexRequest, ext.ReadIndexRequestFrame, Route.PEER_REQUEST)
+_same_fields(ReadIndexResponse, ext.ReadIndexResponseFrame, Route.PEER_ANSWER)
+_same_fields(PullEntries, ext.PullEntriesRequestFrame, Route.PEER_REQUEST)
+_same_fields(PullEntriesResponse, ext.PullEntriesResponseFrame, Route.PEER_ANSWER,
+             lambda msg: {"status": int(msg.status),
+                          "entries": [[e.term, int(e.type), e.data] for e in msg.entries]},
+             lambda wire: {"status": _pull_status(wire.status),
+                           "entries": _pulled_entries(wire.entries, wire.index)})
+_same_fields(PullSnapshot, ext.PullSnapshotRequestFrame, Route.PEER_REQUEST)
+_same_fields(PullSnapshotResponse, ext.PullSnapshotResponseFrame, Route.PEER_ANSWER,
+             lambda msg: {"configuration": msg.configuration.encode(),
+                          "data": bytes(msg.data)},
+             lambda wire: {"configuration": _snapshot_configuration(wire.configuration)})
+
+
+# -- the converters ---------------------------------------------------------------------------
+
+def to_wire(msg: RaftMessage, extensions: bool) -> tuple[WireMessage, Echo | None] | None:
+    """A core message as a wire message and, for a paired request, its Echo; None when
+    this wire cannot carry it (an extension on the plain JRaft wire)."""
+    mapped = _BY_CORE[type(msg)].to_wire(msg, extensions)
+    if not extensions and mapped[0].message_type in _EXTENSION_TYPES:
         return None
-    if t is TimeoutNow:
-        return RaftRequest(ExtType.TIMEOUT_NOW_REQUEST, msg.source, msg.destination,
-                           msg.term), None
-    if t is RequestVoteResponse:      # a pre-vote answer (paired responses go elsewhere)
-        return RaftResponse(ExtType.PRE_VOTE_RESPONSE, msg.source, msg.destination,
-                            msg.term, 0, msg.granted), None
-    head = (msg.source, msg.destination, msg.term)
-    if t is ReadIndexRequest:
-        return ext.ReadIndexRequest(*head, msg.ctx, msg.lease), None
-    if t is ReadIndexResponse:
-        return ext.ReadIndexResponse(*head, msg.ctx, msg.index, msg.success), None
-    if t is PullEntries:
-        return ext.PullEntriesRequest(*head, msg.index, msg.max_entries, msg.max_bytes), None
-    if t is PullEntriesResponse:
-        entries = [[e.term, int(e.type), e.data] for e in msg.entries]
-        return ext.PullEntriesResponse(*head, int(msg.status), msg.index, entries,
-                                       msg.min_index, msg.commit), None
-    if t is PullSnapshot:
-        return ext.PullSnapshotRequest(*head, msg.snapshot_index, msg.offset), None
-    if t is PullSnapshotResponse:
-        return ext.PullSnapshotResponse(*head, msg.snapshot_index, msg.snapshot_term,
-                                        msg.configuration.encode(), msg.offset, bytes(msg.data),
-                                        msg.done), None
+    return mapped
+
+
+def from_wire(wire: WireMessage, echo: Echo | None = None) -> RaftMessage:
+    """The core message of a wire message (a paired response: with its request's Echo,
+    see `response_from_wire`)."""
+    found = _BY_TYPE.get(wire.message_type)
+    if found is None:
+        raise InvalidField("messageType", f"{wire.message_type} is not a Raft message",
+                           protocol="jraft")
+    return found[0].from_wire(wire, echo)
+
+
+def route(type_byte: int) -> WireType | None:
+    """How the transport handles an arriving type byte (None: not a Raft message)."""
+    found = _BY_TYPE.get(type_byte)
+    return None if found is None else found[1]
+
+
+def fifo_response_type(msg: RaftMessage) -> int | None:
+    """The JRaft response type of a core response that answers a paired request (None
+    for the self-contained ones: pre-vote answers and extensions)."""
+    mapping = _BY_CORE[type(msg)]
+    if mapping.paired_when is not None and not mapping.paired_when(msg):
+        return None
+    return mapping.answers
+
+
+def slot_key(msg: RaftMessage):
+    """What identifies the request a core response answers, among requests of its type."""
+    if isinstance(msg, AppendEntriesResponse):
+        return (msg.log_index, msg.entry_count)
     return None
 
 
-def response_to_wire(msg: Message) -> RaftResponse:
-    """A paired core response as JRaft's 26-byte response."""
-    kind = _CORE_RESPONSE_TYPE[type(msg)]
-    if isinstance(msg, RequestVoteResponse):
-        accepted, next_index = msg.granted, 0
-    elif isinstance(msg, AppendEntriesResponse):
-        accepted, next_index = msg.success, msg.next_index
-    elif isinstance(msg, InstallSnapshotResponse):
-        accepted, next_index = msg.success, msg.next_offset
-    elif isinstance(msg, (JoinClusterResponse, SyncLogResponse)):
-        accepted, next_index = msg.accepted, msg.next_index
-    else:
-        accepted, next_index = msg.accepted, 0
-    return RaftResponse(kind, msg.source, msg.destination, msg.term, next_index, accepted)
+def is_answer(msg: RaftMessage) -> bool:
+    """Whether a message that `fifo_response_type` left out answers a peer's request
+    (pre-vote answers, reads, pulls): it is sent back where the request came from."""
+    return _BY_CORE[type(msg)].is_answer
 
 
-def refusal(slot: ResponseSlot, me: int, term: int) -> RaftResponse:
-    """What to answer a paired request the core dropped (it answers only what it must)."""
-    return RaftResponse(slot.response_type, me, slot.source, term, 0, False)
-
-
-# -- wire -> core -------------------------------------------------------------------------
-
-def response_from_wire(wire: RaftResponse, echo: Echo) -> Message | None:
+def response_from_wire(wire: RaftResponse, echo: Echo) -> RaftMessage | None:
     """A paired response, completed with its request's Echo (None for a client ack)."""
     if wire.message_type != echo.response_type:
         raise InvalidField("messageType", f"expected the answer {echo.response_type} to the "
                            f"request sent, got {wire.message_type}", protocol="jraft")
     if echo.client:
         return None
-    head = (wire.term, wire.source, wire.destination)
-    kind = wire.message_type
-    if kind == MessageType.APPEND_ENTRIES_RESPONSE:
-        return AppendEntriesResponse(*head, wire.accepted, wire.next_index, echo.log_index,
-                                     echo.count, echo.ctx)
-    if kind == MessageType.REQUEST_VOTE_RESPONSE:
-        return RequestVoteResponse(*head, wire.accepted, False)
-    if kind == MessageType.INSTALL_SNAPSHOT_RESPONSE:
-        return InstallSnapshotResponse(*head, wire.accepted, wire.next_index, echo.log_index,
-                                       echo.done)
-    if kind == MessageType.JOIN_CLUSTER_RESPONSE:
-        return JoinClusterResponse(*head, wire.accepted, wire.next_index)
-    if kind == MessageType.SYNC_LOG_RESPONSE:
-        return SyncLogResponse(*head, wire.accepted, wire.next_index)
-    if kind == MessageType.LEAVE_CLUSTER_RESPONSE:
-        return LeaveClusterResponse(*head, wire.accepted)
-    raise InvalidField("messageType", f"{kind} is not a response to a Raft request",
-                       protocol="jraft")
+    return from_wire(wire, echo)
 
 
-#: Peer requests the core handles, by type: they are answered in order (slots).
-PEER_REQUESTS = frozenset({
-    MessageType.REQUEST_VOTE_REQUEST, MessageType.APPEND_ENTRIES_REQUEST,
-    MessageType.INSTALL_SNAPSHOT_REQUEST, MessageType.JOIN_CLUSTER_REQUEST,
-    MessageType.SYNC_LOG_REQUEST, MessageType.LEAVE_CLUSTER_REQUEST,
-    ExtType.TRANSFER_VOTE_REQUEST})
+def refusal(slot: ResponseSlot, me: int, term: int) -> RaftResponse:
+    """What to answer a paired request the core dropped (it answers only what it must)."""
+    return RaftResponse(slot.response_type, source=me, destination=slot.source, term=term)
 
 
-def request_from_wire(wire: RaftRequest) -> Message:
-    """A peer's request (type in PEER_REQUESTS, or 0x20 / 0x22) as a core message."""
-    head = (wire.term, wire.source, wire.destination)
-    kind = wire.message_type
-    if kind == MessageType.APPEND_ENTRIES_REQUEST:
-        entries = entries_from_wire(wire.entries, wire.last_log_index + 1)
-        return AppendEntries(*head, wire.last_log_index, wire.last_log_term, entries,
-                             wire.commit_index)
-    if kind in (MessageType.REQUEST_VOTE_REQUEST, ExtType.PRE_VOTE_REQUEST,
-                ExtType.TRANSFER_VOTE_REQUEST):
-        return RequestVote(*head, wire.last_log_index, wire.last_log_term,
-                           pre_vote=kind == ExtType.PRE_VOTE_REQUEST,
-                           leader_transfer=kind == ExtType.TRANSFER_VOTE_REQUEST)
-    if kind == ExtType.TIMEOUT_NOW_REQUEST:
-        return TimeoutNow(*head)
-    if kind == MessageType.LEAVE_CLUSTER_REQUEST:
-        return LeaveClusterRequest(*head, wire.commit_index, wire.last_log_index)
-    payload = _single_payload(wire)
-    if kind == MessageType.INSTALL_SNAPSHOT_REQUEST:
-        config = configuration_from_jraft(payload.last_config)
-        return InstallSnapshot(*head, payload.last_log_index, payload.last_log_term, config,
-                               payload.offset, payload.data, payload.done, wire.commit_index)
-    if kind == MessageType.JOIN_CLUSTER_REQUEST:
-        return JoinClusterRequest(*head, configuration_from_jraft(payload), wire.commit_index,
-                                  wire.last_log_index)
-    if kind == MessageType.SYNC_LOG_REQUEST:
-        return SyncLogRequest(*head, wire.last_log_index + 1,
-                              entries_from_wire(payload.entries, wire.last_log_index + 1),
-                              wire.commit_index)
-    raise InvalidField("messageType", f"{kind} is not a peer request", protocol="jraft")
+#: request type -> the JRaft response type that answers it, in order (peers' requests
+#: from the registry; the client requests a node answers with an ack).
+RESPONSE_OF: dict[int, int] = {
+    **{t.type_byte: t.answer for _, t in _BY_TYPE.values() if t.answer is not None},
+    MessageType.CLIENT_REQUEST: MessageType.APPEND_ENTRIES_RESPONSE,
+    MessageType.ADD_SERVER_REQUEST: MessageType.ADD_SERVER_RESPONSE,
+    MessageType.REMOVE_SERVER_REQUEST: MessageType.REMOVE_SERVER_RESPONSE,
+}
+FIFO_RESPONSES = frozenset(RESPONSE_OF.values())
 
 
 def _single_payload(wire: RaftRequest):
@@ -434,34 +601,11 @@ def _single_payload(wire: RaftRequest):
     return wire.entries[0].payload()
 
 
-def self_contained_from_wire(wire) -> Message:
-    """An extension message (or a PreVoteResponse) as a core message."""
-    if isinstance(wire, RaftResponse):          # 0x21
-        return RequestVoteResponse(wire.term, wire.source, wire.destination, wire.accepted,
-                                   True)
-    head = (wire.term, wire.source, wire.destination)
-    t = type(wire)
-    if t is ext.ReadIndexRequest:
-        return ReadIndexRequest(*head, wire.ctx, wire.lease)
-    if t is ext.ReadIndexResponse:
-        return ReadIndexResponse(*head, wire.ctx, wire.index, wire.success)
-    if t is ext.PullEntriesRequest:
-        return PullEntries(*head, wire.index, wire.max_entries, wire.max_bytes)
-    if t is ext.PullEntriesResponse:
-        return PullEntriesResponse(*head, _pull_status(wire.status), wire.index,
-                                   _pulled_entries(wire.entries, wire.index), wire.min_index,
-                                   wire.commit)
-    if t is ext.PullSnapshotRequest:
-        return PullSnapshot(*head, wire.snapshot_index, wire.offset)
-    if t is ext.PullSnapshotResponse:
-        try:
-            config = Configuration.decode(wire.configuration)
-        except ConfigurationError as exc:
-            raise InvalidField("configuration", str(exc), protocol=ext.PROTOCOL) from None
-        return PullSnapshotResponse(*head, wire.snapshot_index, wire.snapshot_term, config,
-                                    wire.offset, wire.data, wire.done)
-    raise InvalidField("messageType", f"{wire.message_type} is not a Raft message",
-                       protocol=ext.PROTOCOL)
+def _snapshot_configuration(data: bytes) -> Configuration:
+    try:
+        return Configuration.decode(data)
+    except ConfigurationError as exc:
+        raise InvalidField("configuration", str(exc), protocol=ext.PROTOCOL) from None
 
 
 def _pull_status(value: int) -> PullStatus:
@@ -483,8 +627,8 @@ def _pulled_entries(items: list, first: int) -> list[Entry]:
     return out
 
 
-__all__ = ["Echo", "ResponseSlot", "to_wire", "response_to_wire", "response_from_wire",
-           "append_entries_from_frame", "client_values_from_frame", "append_response_from_frame",
-           "append_entries_frame", "append_response_frame",
-           "request_from_wire", "self_contained_from_wire", "fifo_response_type", "slot_key",
-           "refusal", "RESPONSE_OF", "FIFO_RESPONSES", "PEER_REQUESTS", "ProtocolError"]
+__all__ = ["Echo", "ResponseSlot", "Route", "WireType", "Mapping", "WireMessage", "to_wire",
+           "from_wire", "route", "is_answer", "response_from_wire", "fifo_response_type", "slot_key",
+           "refusal", "RESPONSE_OF", "FIFO_RESPONSES", "append_entries_from_frame",
+           "client_values_from_frame", "append_response_from_frame", "append_entries_frame",
+           "append_response_frame"]

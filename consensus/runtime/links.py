@@ -4,8 +4,9 @@
 Hello/Welcome, then frames). `Directory` is the client's view of the farm, shared by
 its threads: the members' endpoints (from Welcomes and NOT_LEADER answers), the leader
 it believes in, and the members that recently failed it, so that a dead or stalled
-member is tried last instead of first. Both `FarmClient`'s calls and its write
-pipelines (pipeline.py) find members through them.
+member is tried last instead of first. `LinkPool` opens links within the directory's
+bounds and keeps the calls' shared ones: `FarmClient`'s calls, its write pipelines
+(pipeline.py) and its subscriptions all get and give back links through it.
 
 Two bounds keep a dead or stalled member from costing a whole call:
 - one connection attempt (TCP, handshake, Welcome) gets `connect_timeout` (and never
@@ -21,12 +22,15 @@ import socket
 import threading
 import time
 from collections import deque
+from typing import Iterator
 
 from consensus.raft import Configuration
 from consensus.runtime import extensions as ext
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.connection import close_quietly
 from consensus.runtime.dial import dial
-from consensus.runtime.errors import NotLeaderError, ProtocolMismatch, Unavailable
+from consensus.runtime.errors import (AuthenticationError, FarmError, NotLeaderError,
+                                      ProtocolMismatch, Unavailable)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
 from consensus.runtime.security import Security
 from consensus.wire.errors import ProtocolError
@@ -148,16 +152,36 @@ class Directory:
     def reachable_leader(self) -> str | None:
         """The leader's endpoint unless it failed us lately (a member's Welcome may still
         name a leader that has just died)."""
-        with self._lock:
-            leader = self._leader
-            if leader is not None and self._suspect.get(leader, 0.0) > time.monotonic():
-                return None
-            return leader
+        leader = self._leader
+        return leader if leader is not None and self.reachable(leader) else None
 
     def reachable(self, endpoint: str) -> bool:
         """Has `endpoint` not failed us lately?"""
         with self._lock:
             return self._suspect.get(endpoint, 0.0) <= time.monotonic()
+
+    def attempts(self, deadline: float, *, leader: bool,
+                 endpoint: str | None = None) -> Iterator[str]:
+        """Endpoints to try until the deadline (only `endpoint`, when given): rounds over
+        the members (`candidates`), straight to a new leader when one is learnt during
+        a round, with a backoff between rounds."""
+        backoff, redirects = Backoff(0.02, 0.5), 0
+        while True:
+            redirected = False
+            for candidate in [endpoint] if endpoint else self.candidates(leader):
+                if time.monotonic() >= deadline:
+                    return
+                yield candidate
+                if leader and endpoint is None and self._leader not in (None, candidate):
+                    redirected = True
+                    break
+            if redirected and redirects < 3:
+                redirects += 1
+                continue
+            redirects = 0
+            if time.monotonic() + backoff.peek() >= deadline:
+                return
+            time.sleep(backoff.pause())
 
     def connect_wait(self, endpoint: str) -> float:
         """Seconds to wait before the next connection attempt to `endpoint` (at most
@@ -257,3 +281,93 @@ class Directory:
             suspects = {e for e, until in self._suspect.items() if until > now}
             return [e for e in order if e not in suspects] + \
                 [e for e in order if e in suspects]
+
+
+class LinkPool:
+    """A client's links: opened within the directory's bounds (`open`), the calls' one
+    per member kept between calls (`shared`, under the client's call lock). Every link
+    given out comes back through `release`, which tells the directory of a failure."""
+
+    def __init__(self, directory: Directory, security: Security, client_id: bytes) -> None:
+        self.directory = directory
+        self.security = security
+        self.client_id = client_id
+        self.refused: FarmError | None = None   #: the last refusal at a handshake (404, TLS)
+        self._shared: dict[str, Link] = {}
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def open(self, endpoint: str, deadline: float) -> Link:
+        """A new link to `endpoint`, the attempt bounded by the directory's
+        `connect_timeout` (and the deadline). Refusals and timeouts raise Unavailable
+        (nothing was sent); the member goes to the end of the directory's order."""
+        if self._closed:
+            raise FarmError("this FarmClient is closed")
+        directory = self.directory
+        wait = directory.connect_wait(endpoint)
+        if wait > 0:
+            if time.monotonic() + wait >= deadline:
+                raise Unavailable(f"{endpoint}: no time left for another connection attempt "
+                                  f"(at most {CONNECTS_PER_SECOND} a second per member)")
+            time.sleep(wait)
+        bound = min(directory.connect_timeout, deadline - time.monotonic())
+        if bound <= 0:
+            raise Unavailable(f"no time left to connect to {endpoint}")
+        started = time.monotonic()
+        try:
+            link = Link(endpoint, self.security, bound, self.client_id)
+        except AuthenticationError:
+            raise
+        except ProtocolMismatch as exc:
+            directory.mismatched(endpoint)
+            self.refused = exc
+            raise
+        except Unavailable:
+            if time.monotonic() - started >= bound * 0.9:
+                directory.connect_timed_out(endpoint)
+            else:
+                directory.failed(endpoint)
+            raise
+        directory.connected(endpoint, link.connect_seconds)
+        directory.learn(link.welcome)
+        self.refused = None
+        return link
+
+    def shared(self, endpoint: str, deadline: float) -> Link:
+        """The calls' link to `endpoint`, opened when there is none (hold the call lock)."""
+        link = self._shared.get(endpoint)
+        if link is None or link.closed:
+            link = self._shared[endpoint] = self.open(endpoint, deadline)
+        return link
+
+    def acquire(self, endpoint: str, deadline: float, *, shared: bool) -> Link:
+        """The calls' link (`shared`: the caller holds the call lock) or one of its own."""
+        return self.shared(endpoint, deadline) if shared else self.open(endpoint, deadline)
+
+    def release(self, link: Link, *, failed: bool, shared: bool = False) -> None:
+        """Give a link back for good: closed, and `failed` tells the directory (a shared
+        link the calls replaced since is only closed)."""
+        if shared:
+            if self._shared.get(link.endpoint) is link:
+                self.drop(link.endpoint, failed=failed)
+                return
+        elif failed:
+            self.directory.failed(link.endpoint)
+        link.close()
+
+    def drop(self, endpoint: str, *, failed: bool) -> None:
+        """Close the calls' link to `endpoint` (if any); `failed` tells the directory."""
+        link = self._shared.pop(endpoint, None)
+        if link is not None:
+            link.close()
+        if failed:
+            self.directory.failed(endpoint)
+
+    def close(self) -> None:
+        self._closed = True
+        links, self._shared = list(self._shared.values()), {}
+        for link in links:
+            link.close()

@@ -175,7 +175,7 @@ class MarkerWire:
                     t.close(other)
             t.last_in[packet.node_id] = conn
             return
-        me, peer = t.node_id, state.peer_id
+        me = t.node_id
         if isinstance(packet, mk.AppendEntriesRequest):
             prev = packet.prev_log_index + 1
             entries = [entry_from_bytes(e.term, prev + 1 + i, e.data)

@@ -34,7 +34,6 @@ Failure handling, per write:
 """
 from __future__ import annotations
 
-import random
 import select
 import socket
 import ssl
@@ -42,15 +41,13 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from consensus.runtime import extensions as ext
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.errors import (ErrorCode, FarmError, ProtocolMismatch,
                                       Unavailable, error_from_wire)
-from consensus.runtime.links import Link, NoAnswer, foreign_leader_text
-
-if TYPE_CHECKING:
-    from consensus.runtime.client import FarmClient
+from consensus.runtime.links import Link, LinkPool, NoAnswer, foreign_leader_text
 
 MAX_IN_FLIGHT = 1024                #: writes sent and not answered, per connection
 _UNAVAILABLE_PAUSE = 0.05           #: before sending again what the leader refused for now
@@ -79,11 +76,15 @@ class PendingWrite:
 
 
 class WritePipe:
-    """See the module docstring. `client` supplies connections (`_acquire_link`,
-    `_release_link`), the directory of members and the timeouts."""
+    """See the module docstring. `links` gives connections (the calls' shared one in
+    the caller's thread, one of its own in the background) and the directory of
+    members; a member gets `answer_timeout` to answer before the pipe moves on."""
 
-    def __init__(self, client: "FarmClient", *, background: bool = False) -> None:
-        self.client = client
+    def __init__(self, links: LinkPool, answer_timeout: float, *,
+                 background: bool = False) -> None:
+        self.links = links
+        self.directory = links.directory
+        self.answer_timeout = answer_timeout
         self.background = background
         self.link: Link | None = None
         self.waiting: dict[bytes, PendingWrite] = {}    # sent on `link`, unanswered
@@ -91,7 +92,7 @@ class WritePipe:
         self._leaving = False           # a NOT_LEADER came: drain `link`, then switch
         self._progress = 0.0            # when `link` last answered (or was connected)
         self._resend_at = 0.0
-        self._backoff = 0.02
+        self._backoff = Backoff(0.02, 0.5)     # pauses of retries that made no progress
         self._answer_time = 0.0         # how long answers take lately (a moving average)
         self._finished: list[PendingWrite] = []
         self._closed = False
@@ -211,10 +212,10 @@ class WritePipe:
                 if w.deadline > now:
                     keep.append(w)
                 elif not w.done:
-                    foreign = self.client.directory.foreign_leader()
+                    foreign = self.directory.foreign_leader()
                     self._fail(w, Unavailable(
                         foreign_leader_text(foreign) if foreign is not None else
-                        f"no member of {', '.join(self.client.endpoints)} took the write "
+                        f"no member of {', '.join(self.directory.seeds)} took the write "
                         f"within the timeout; check that a majority of the voters runs"))
             self.unsent = keep
 
@@ -225,25 +226,17 @@ class WritePipe:
 
     def _connect(self, now: float) -> None:
         """A connection to the member believed to lead (or the next one)."""
-        client = self.client
         deadline = self._earliest_deadline()
-        for endpoint in client.directory.candidates(leader=True):
+        for endpoint in self.directory.candidates(leader=True):
             if time.monotonic() >= deadline:
                 return
             try:
-                self.link = client._acquire_link(endpoint, deadline, shared=not self.background)
+                self.link = self.links.acquire(endpoint, deadline, shared=not self.background)
             except (Unavailable, ProtocolMismatch):
                 continue
             self._progress = time.monotonic()
             return
-        self._sleep(min(self._next_pause(), max(0.0, deadline - time.monotonic())))
-
-    def _next_pause(self) -> float:
-        """The next pause of a retry that made no progress: doubling up to 0.5 s, with
-        jitter; a write answered resets it."""
-        pause = self._backoff * random.uniform(0.5, 1.0)
-        self._backoff = min(0.5, self._backoff * 2)
-        return pause
+        self._sleep(min(self._backoff.pause(), max(0.0, deadline - time.monotonic())))
 
     def _sleep(self, seconds: float) -> None:
         if self._wake_r is not None:
@@ -278,7 +271,7 @@ class WritePipe:
             self._lost(failed=True)
 
     def _receive(self, now: float) -> None:
-        patience_end = self._progress + self.client.answer_timeout
+        patience_end = self._progress + self.answer_timeout
         until = min(self._earliest_deadline(), patience_end if self.waiting else now + 1.0)
         if self.unsent and not self._leaving:
             until = min(until, max(self._resend_at, now + 0.001))
@@ -324,18 +317,18 @@ class WritePipe:
         code = frame.code
         if code == 0:
             w.result = frame
-            self._backoff = 0.02
+            self._backoff = Backoff(0.02, 0.5)     # pauses of retries that made no progress
             self._finished.append(w)
             return
         if code == ErrorCode.NOT_LEADER:
             exc = error_from_wire(code, frame.message, frame.detail)
-            directory = self.client.directory
+            directory = self.directory
             target = directory.redirect(exc)
             if target is None or target == self.link.endpoint or \
                     not directory.reachable(target):
                 # nowhere better to go now (no leader, or one we cannot use): ask this
                 # member again after a pause, on the same connection
-                self._resend_at = max(self._resend_at, now + self._next_pause())
+                self._resend_at = max(self._resend_at, now + self._backoff.pause())
             else:
                 self._leaving = True
             self.unsent.append(w)
@@ -364,7 +357,7 @@ class WritePipe:
 
     def _drop_link(self, *, failed: bool) -> None:
         if self.link is not None:
-            self.client._release_link(self.link, failed=failed, shared=not self.background)
+            self.links.release(self.link, failed=failed, shared=not self.background)
             self.link = None
 
     # -- outcomes --------------------------------------------------------------------------------

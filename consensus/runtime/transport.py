@@ -24,15 +24,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from consensus.raft import AppendEntries, AppendEntriesResponse, Message, RequestVoteResponse
-from consensus.raft import PullEntriesResponse as CorePullEntriesResponse
-from consensus.raft import PullSnapshotResponse as CorePullSnapshotResponse
-from consensus.raft import ReadIndexResponse as CoreReadIndexResponse
+from consensus.raft import AppendEntries, AppendEntriesResponse, Message
 from consensus.runtime import jraft_mapping as jm
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.accept import AcceptedStream, Refusal, accept_stream
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
+from consensus.runtime.jraft_mapping import Route
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import (REGISTRY, JRaftDecoder, MessageType, RaftRequest,
@@ -43,13 +42,8 @@ log = logging.getLogger("garlicfarm.transport")
 MAX_QUEUED_PER_PEER = 4096
 MAX_HANDSHAKES = 64
 DIAL_TIMEOUT = 5.0
-_RESPONSE_LIKE = (RequestVoteResponse, CoreReadIndexResponse, CorePullEntriesResponse,
-                  CorePullSnapshotResponse)
 _CLIENT_REQUESTS = frozenset({MessageType.CLIENT_REQUEST, MessageType.ADD_SERVER_REQUEST,
                               MessageType.REMOVE_SERVER_REQUEST})
-_RAFT_EXTENSIONS = frozenset({ExtType.READ_INDEX_REQUEST, ExtType.READ_INDEX_RESPONSE,
-                              ExtType.PULL_ENTRIES_REQUEST, ExtType.PULL_ENTRIES_RESPONSE,
-                              ExtType.PULL_SNAPSHOT_REQUEST, ExtType.PULL_SNAPSHOT_RESPONSE})
 _CLIENT_EXTENSIONS = frozenset({ExtType.HELLO, ExtType.CALL})
 
 
@@ -58,7 +52,7 @@ class _Dialing:
     queue: deque = field(default_factory=deque)
     in_progress: bool = False
     next_attempt: float = 0.0
-    backoff: float = 0.05
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.05, 1.0, jitter=False))
     error: str | None = None        #: why the last attempt failed (None: it succeeded)
 
 
@@ -97,41 +91,29 @@ class JRaftWire:
                     t.on_client(conn, values, None)
                     continue
             w = registration.codec.decode(frame, kind, limits)
-            if isinstance(w, RaftResponse):
-                if kind in jm.FIFO_RESPONSES:
-                    if not conn.echoes:
-                        raise ProtocolError("messageType", f"response {kind} to no request")
-                    echo = conn.echoes.popleft()
-                    core = jm.response_from_wire(w, echo)
-                    if core is not None:
-                        t.on_core(core)
-                    elif t.on_client_ack is not None:
-                        t.on_client_ack(w)
-                elif kind == ExtType.PRE_VOTE_RESPONSE:
-                    t.on_core(jm.self_contained_from_wire(w))
-                else:
-                    raise ProtocolError("messageType", f"{kind} is not a response we accept")
-            elif isinstance(w, RaftRequest):
-                if kind in jm.PEER_REQUESTS:
-                    t.peer_request(conn, w)
-                elif kind in (ExtType.PRE_VOTE_REQUEST, ExtType.TIMEOUT_NOW_REQUEST):
-                    t.note_peer(conn, w.source)
-                    if w.destination == t.node_id:
-                        t.on_core(jm.request_from_wire(w))
-                elif kind in _CLIENT_REQUESTS:
-                    slot = None
-                    if not conn.extensions:
-                        slot = jm.ResponseSlot(jm.RESPONSE_OF[kind], source=w.source)
-                        conn.slots.append(slot)
-                    t.on_client(conn, w, slot)
-                else:
-                    raise ProtocolError("messageType", f"{kind} is not a request we accept")
-            elif kind in _RAFT_EXTENSIONS:
-                if kind in (ExtType.READ_INDEX_REQUEST, ExtType.PULL_ENTRIES_REQUEST,
-                            ExtType.PULL_SNAPSHOT_REQUEST):
+            wire_type = jm.route(kind)
+            how = None if wire_type is None else wire_type.route
+            if how is Route.PAIRED_RESPONSE:
+                if not conn.echoes:
+                    raise ProtocolError("messageType", f"response {kind} to no request")
+                core = jm.response_from_wire(w, conn.echoes.popleft())
+                if core is not None:
+                    t.on_core(core)
+                elif t.on_client_ack is not None:
+                    t.on_client_ack(w)
+            elif how is Route.PAIRED_REQUEST:
+                t.peer_request(conn, w)
+            elif how is not None:                 # self-contained: pre-votes, reads, pulls
+                if how is Route.PEER_REQUEST:
                     t.note_peer(conn, w.source)
                 if w.destination == t.node_id:
-                    t.on_core(jm.self_contained_from_wire(w))
+                    t.on_core(jm.from_wire(w))
+            elif kind in _CLIENT_REQUESTS:
+                slot = None
+                if not conn.extensions:
+                    slot = jm.ResponseSlot(jm.RESPONSE_OF[kind], source=w.source)
+                    conn.slots.append(slot)
+                t.on_client(conn, w, slot)
             elif kind in _CLIENT_EXTENSIONS:
                 t.on_client(conn, w, None)
             else:
@@ -162,7 +144,7 @@ class JRaftWire:
         if type(msg) is AppendEntriesResponse:
             slot.data = jm.append_response_frame(msg)
         else:
-            slot.data = encode(jm.response_to_wire(msg), self.registry)
+            slot.data = encode(jm.to_wire(msg, self.extensions)[0], self.registry)
 
     def refuse(self, slot: jm.ResponseSlot, term: int) -> None:
         slot.data = encode(jm.refusal(slot, self.t.node_id, term), self.registry)
@@ -359,7 +341,7 @@ class Transport:
         if wire.destination != self.node_id:
             return              # refused at the end of the turn
         try:
-            core = jm.request_from_wire(wire)
+            core = jm.from_wire(wire)
         except ProtocolError as exc:
             log.warning("refusing a malformed request from %s: %s", conn.label, exc)
             return
@@ -381,7 +363,7 @@ class Transport:
             return
         dest = msg.destination
         conn = None
-        if isinstance(msg, _RESPONSE_LIKE):
+        if jm.is_answer(msg):
             conn = self.last_in.get(dest)
             if conn is not None and conn.closed:
                 conn = None
@@ -533,16 +515,15 @@ class Transport:
         state.in_progress = False
         if not isinstance(result, Dialed):
             state.error = str(result)
-            if state.backoff <= 0.05:
+            if state.backoff.fresh:
                 log.info("cannot reach node %d at %s: %s", peer_id, address, result)
-            state.next_attempt = time.monotonic() + state.backoff
-            state.backoff = min(1.0, state.backoff * 2)
+            state.next_attempt = time.monotonic() + state.backoff.pause()
             state.queue.clear()
             return
         if self._closing:
             result.sock.close()
             return
-        state.backoff = 0.05
+        state.backoff.reset()
         state.error = None
         label = f"node {peer_id} ({address})"
         wire = self._wire_of_kind(kind)

@@ -31,7 +31,7 @@ import enum
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Protocol, Sequence, Union
 
 from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
                                    UnknownMessageType)
@@ -45,7 +45,7 @@ from consensus.wire.jraft_values import (DEFAULT_LIMITS, ENTRY_HEAD, ClusterConf
                                          entry_to_json)
 
 __all__ = [
-    "MessageType", "RaftRequest", "RaftResponse", "Message", "MessageCodec", "RequestCodec",
+    "MessageType", "RaftRequest", "RaftResponse", "Message", "Framed", "MessageCodec", "RequestCodec",
     "ResponseCodec", "REQUEST_CODEC", "RESPONSE_CODEC", "Registration", "MessageRegistry",
     "REGISTRY", "JRaftDecoder", "encode", "decode", "to_json", "from_json", "check_shape",
     "client_request", "REQUEST_HEAD", "RESPONSE_LAYOUT", "ENTRY_HEAD", "LARGE_FRAME",
@@ -107,7 +107,16 @@ class RaftResponse:
     accepted: bool = False
 
 
-Message = Any   # RaftRequest | RaftResponse | an extension codec's message
+#: JRaft's own messages: the closed set of this wire's two shapes.
+Message = Union[RaftRequest, RaftResponse]
+
+
+class Framed(Protocol):
+    """What any registered codec's message offers (JRaft's, or an extension's): the type
+    byte `encode` looks its codec up by."""
+
+    @property
+    def message_type(self) -> int: ...
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,16 +139,16 @@ class MessageCodec(ABC):
         return self.frame_size(bytes(buffer[pos:pos + self.head_size]), limits)
 
     @abstractmethod
-    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> Message: ...
+    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> Framed: ...
 
     @abstractmethod
-    def encode(self, message: Message) -> bytes: ...
+    def encode(self, message: Framed) -> bytes: ...
 
     @abstractmethod
-    def fields_to_json(self, message: Message) -> dict: ...
+    def fields_to_json(self, message: Framed) -> dict: ...
 
     @abstractmethod
-    def fields_from_json(self, obj: dict, message_type: int) -> Message: ...
+    def fields_from_json(self, obj: dict, message_type: int) -> Framed: ...
 
 
 #: The layouts, for callers that read or write hot messages in place (the runtime's fast
@@ -302,7 +311,7 @@ for _type in MessageType:
 # ---------------------------------------------------------------------------------------
 # Whole messages and streams.
 
-def encode(message: Message, registry: MessageRegistry = REGISTRY) -> bytes:
+def encode(message: Framed, registry: MessageRegistry = REGISTRY) -> bytes:
     """The wire bytes of one message. Raises `ProtocolError` naming a field that does not
     fit its wire type, or a message class that does not match its type's shape."""
     registration = registry.lookup(message.message_type)
@@ -323,7 +332,7 @@ def client_request(values: Sequence[bytes]) -> bytes:
 
 
 def decode(data: bytes, limits: JRaftLimits = DEFAULT_LIMITS,
-           registry: MessageRegistry = REGISTRY) -> Message:
+           registry: MessageRegistry = REGISTRY) -> Framed:
     """Exactly one message: ``data`` must hold it whole and nothing after it."""
     decoder = JRaftDecoder(limits, registry)
     messages = decoder.feed(data)
@@ -372,7 +381,7 @@ class JRaftDecoder:
             return None
         return memoryview(self._frame)[self._filled:]
 
-    def filled(self, nbytes: int) -> list[Message]:
+    def filled(self, nbytes: int) -> list[Framed]:
         """`nbytes` were written into `pending_buffer()`: the messages now complete, as
         `feed` returns them."""
         if self._frame is None or not 0 <= nbytes <= len(self._frame) - self._filled:
@@ -381,8 +390,8 @@ class JRaftDecoder:
         self._consumed += nbytes
         return self.feed(b"")
 
-    def feed(self, data: bytes) -> list[Message]:
-        messages: list[Message] = []
+    def feed(self, data: bytes) -> list[Framed]:
+        messages: list[Framed] = []
         try:
             for registration, frame, offset in self._split(data):
                 try:
@@ -519,13 +528,13 @@ def _at_stream_offset(exc: ProtocolError, start: int) -> ProtocolError:
 # ---------------------------------------------------------------------------------------
 # JSON for the inspector.
 
-def to_json(message: Message, registry: MessageRegistry = REGISTRY) -> dict:
+def to_json(message: Framed, registry: MessageRegistry = REGISTRY) -> dict:
     """``{"message": name, ...fields}``; bytes are lowercase hex."""
     registration = registry.lookup(message.message_type)
     return {"message": registration.name, **registration.codec.fields_to_json(message)}
 
 
-def from_json(obj: Any, registry: MessageRegistry = REGISTRY) -> Message:
+def from_json(obj: Any, registry: MessageRegistry = REGISTRY) -> Framed:
     """The inverse of `to_json`; header fields left out are 0 (false for accepted)."""
     if not isinstance(obj, dict):
         raise error(InvalidField, "message", f"expected a JSON object, got {obj!r}")

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from connectors.chp.client import CloneClient, Resync
 
-from ..connection import FarmConnection
+from ..connection import FarmClientOptions
 from ..errors import DataLossError, GarlicFarmSparkError
 from ..log_access import PieceReader, entry_sizes, log_end
 from ..planning import Piece
@@ -58,7 +58,7 @@ class CaptureConflict(GarlicFarmSparkError):
 @dataclass(frozen=True)
 class CaptureSettings:
     """What a capture follows and where it writes (picklable)."""
-    connection: FarmConnection
+    connection: FarmClientOptions
     servers: tuple[str, ...]
     subtree: bytes
     server_timeout: float

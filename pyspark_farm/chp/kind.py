@@ -10,7 +10,7 @@ from connectors.chp.address import parse_address
 from connectors.chp.errors import ConfigError
 
 from ..admission import Limits
-from ..connection import CONNECTION_OPTIONS, FarmConnection
+from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..errors import OptionError
 from ..log_access import READ_FROM
 from ..kind_options import READ_OPTIONS, parse_source
@@ -96,7 +96,7 @@ def _columns(values: dict, schema_: StructType) -> ValueColumns:
 def _settings(options: Mapping[str, str], schema_: StructType) -> ChpSourceSettings:
     values = _source_values(options)
     capture = CaptureSettings(
-        connection=FarmConnection.from_options(values), servers=values["endpoint"],
+        connection=FarmClientOptions.from_options(values), servers=values["endpoint"],
         subtree=values["subtree"].encode(), server_timeout=values["serverTimeout"],
         emit_snapshot=values["startingOffsets"] == "snapshot",
         fail_on_data_loss=values["failOnDataLoss"], linger=values["captureLinger"],

@@ -15,7 +15,6 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from connectors.chp.kvmap import Entry
 from connectors.chp.proto import KvBulk, parse_properties
 from consensus.wire.errors import ProtocolError
 
@@ -112,12 +111,6 @@ def _properties_column(raws: list[bytes], resyncs: list[str | None]) -> pa.Array
                     pa.map_(pa.string(), pa.string()))
 
 
-def entries_batch(entries: Iterable[Entry]) -> pa.RecordBatch:
-    """Stored map entries (a batch read of the map) as rows, `deleted` false."""
-    return changes_batch([Change(e.key, e.sequence, e.uuid, e.properties, e.body, False)
-                          for e in entries])
-
-
 def _from_buffers(kind: pa.DataType, count: int, offsets: np.ndarray, data: bytes) -> pa.Array:
     """A string/binary array over the KVBULK column as it is (no copy, no loop)."""
     return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(offsets),
@@ -196,7 +189,7 @@ def bulk_batch(part: KvBulk, *, resync: str | None = None,
 
 def _kept(part: KvBulk, subtree: bytes) -> np.ndarray | None:
     """Which entries of a snapshot's KVBULK a client keeps (a body, a key under
-    `subtree`: as `replica.BulkEntries`), by numpy over the columns; None for all."""
+    `subtree`: as `mirror.BulkEntries`), by numpy over the columns; None for all."""
     keep = np.diff(part.value_offsets) > 0
     if subtree:
         starts = part.key_offsets[:-1].astype(np.int64)

@@ -7,7 +7,7 @@ from typing import Mapping
 from pyspark.sql.types import StructType
 
 from ..admission import Limits
-from ..connection import CONNECTION_OPTIONS, FarmConnection
+from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..errors import OptionError
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
                             sink_writers)
@@ -80,7 +80,7 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
         limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
                       values["maxTriggerDelay"]),
         fail_on_data_loss=values["failOnDataLoss"], read_committed=values["readCommitted"],
-        connection=FarmConnection.from_options(values) if values["readCommitted"] else None,
+        connection=FarmClientOptions.from_options(values) if values["readCommitted"] else None,
         fetch_timeout=values["fetchTimeout"], value_format=values["valueFormat"],
         min_partitions=values["minPartitions"],
         schema=arrow_schema(schema_),
@@ -97,7 +97,7 @@ def batch_reader(options: Mapping[str, str], schema_: StructType) -> DafkaBatchR
 
 def _backend(options: Mapping[str, str], schema_: StructType) -> tuple[DafkaSinkBackend, str]:
     values = parse_sink(SINK_OPTIONS, options, schema_, passthrough_keys(options))
-    return (DafkaSinkBackend(FarmConnection.from_options(values),
+    return (DafkaSinkBackend(FarmClientOptions.from_options(values),
                              dafka_config(values["tower"], options), values["topic"],
                              values["ackTimeout"]),
             values["valueFormat"])

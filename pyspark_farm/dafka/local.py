@@ -135,7 +135,7 @@ class LocalDafka:
         """Start store `number` on its data directory (again)."""
         self.kill(number)
         self.processes[number] = subprocess.Popen(
-            [sys.executable, "-m", "consensus.cli", "dafka", "store",
+            [sys.executable, "-m", "garlicfarm", "dafka", "store",
              "--tower", self.tower_endpoint, "--data-dir", str(self.store_dir(number)),
              "--beacon-interval", str(self.beacon_interval),
              "--beacon-timeout", str(self.beacon_timeout),

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from connectors.dafka import DafkaConfig, NoStoreError, Producer, deterministic_address
 
-from ..connection import FarmConnection
+from ..connection import FarmClientOptions
 from ..errors import GarlicFarmSparkError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
 from ..value_formats import contiguous_data
@@ -117,7 +117,7 @@ class Spool:
 @dataclass(frozen=True)
 class DafkaSinkBackend:
     """`sink.SinkBackend` for the dafka kind (picklable settings)."""
-    connection: FarmConnection
+    connection: FarmClientOptions
     config: DafkaConfig
     topic: str
     ack_timeout: float = 60.0

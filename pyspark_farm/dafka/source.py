@@ -26,7 +26,7 @@ from connectors.dafka import DafkaConfig, StoreClient
 
 from ..admission import Limits
 from ..compat import ReadLimit, StartTracker, SupportsTriggerAvailableNow
-from ..connection import FarmConnection
+from ..connection import FarmClientOptions
 from ..errors import GarlicFarmSparkError
 from ..value_formats import value_decoder
 from .deployment import open_store_client
@@ -62,7 +62,7 @@ class DafkaSourceSettings:
     limits: Limits
     fail_on_data_loss: bool
     read_committed: bool
-    connection: FarmConnection | None     # the farm of the sink's ledger (readCommitted)
+    connection: FarmClientOptions | None     # the farm of the sink's ledger (readCommitted)
     fetch_timeout: float
     value_format: str
     schema: pa.Schema

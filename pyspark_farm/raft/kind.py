@@ -6,7 +6,7 @@ from typing import Mapping
 from pyspark.sql.types import StructType
 
 from ..admission import Limits
-from ..connection import CONNECTION_OPTIONS, FarmConnection
+from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
                             sink_writers)
 from ..log_access import READ_FROM
@@ -52,7 +52,7 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
     starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
                                      OffsetSpec, streaming=streaming, exact='{"index": N}')
     return RaftSourceSettings(
-        connection=FarmConnection.from_options(values), starting=starting, ending=ending,
+        connection=FarmClientOptions.from_options(values), starting=starting, ending=ending,
         limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
                       values["maxTriggerDelay"]),
         fail_on_data_loss=values["failOnDataLoss"], min_partitions=values["minPartitions"],
@@ -72,7 +72,7 @@ def batch_reader(options: Mapping[str, str], schema_: StructType) -> RaftBatchRe
 def _backend(options: Mapping[str, str], schema_: StructType
              ) -> tuple[RaftSinkBackend, str]:
     values = parse_sink(SINK_OPTIONS, options, schema_)
-    return (RaftSinkBackend(FarmConnection.from_options(values), values["stageBytes"],
+    return (RaftSinkBackend(FarmClientOptions.from_options(values), values["stageBytes"],
                             values["stageThreads"], values["compression"]),
             values["valueFormat"])
 

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 
 import pyarrow as pa
 
-from ..connection import FarmConnection
+from ..connection import FarmClientOptions
 from ..sink import CommitOutcome, StagedOutput, TaskTag
 from .rows import ARROW_CONTENT
 
@@ -72,7 +72,7 @@ class _Stager:
     client serves one thread at a time), so several entries are in flight at once and the
     farm can replicate and fsync them together."""
 
-    def __init__(self, connection: FarmConnection, threads: int) -> None:
+    def __init__(self, connection: FarmClientOptions, threads: int) -> None:
         self._connection = connection
         self._local = threading.local()
         self._clients: list = []
@@ -104,7 +104,7 @@ class _Stager:
 @dataclass(frozen=True)
 class RaftSinkBackend:
     """`sink.SinkBackend` for the raft kind (picklable settings)."""
-    connection: FarmConnection
+    connection: FarmClientOptions
     stage_bytes: int = 4 << 20
     in_flight: int = IN_FLIGHT
     compression: str = "zstd"

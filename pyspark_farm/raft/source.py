@@ -20,7 +20,7 @@ from ..admission import Limits
 from ..compat import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
                       LessThan, LessThanOrEqual, ReadLimit, StartTracker,
                       SupportsTriggerAvailableNow, pushdown_allowed)
-from ..connection import FarmConnection
+from ..connection import FarmClientOptions
 from ..log_access import LogPartition, LogPlanner, PieceReader, first_index, log_end
 from ..offsets import OffsetSpec, index_of, offset_json
 from ..value_formats import value_decoder
@@ -30,7 +30,7 @@ from .rows import RowBatchBuilder, payload_chunks
 @dataclass(frozen=True)
 class RaftSourceSettings:
     """The source's options, typed; picklable (no sockets)."""
-    connection: FarmConnection
+    connection: FarmClientOptions
     starting: OffsetSpec
     ending: OffsetSpec
     limits: Limits

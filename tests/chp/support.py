@@ -54,7 +54,7 @@ def free_port_span(count: int = 3, attempts: int = 100) -> int:
 
 
 def chp_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "consensus.cli", "chp", *args]
+    return [sys.executable, "-m", "garlicfarm", "chp", *args]
 
 
 class ServerProcess:

@@ -17,12 +17,12 @@ import zmq
 from connectors.chp import proto
 from connectors.chp.client import CloneClient
 from connectors.chp.proto import Channel, Hugz, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.replicated_map import encode_kvset
+from connectors.chp.map_machine import encode_kvset
 from consensus.runtime import LocalCluster
 from tests.chp.support import free_port_span
 from tests.chp.test_cli import chp
 from tests.chp.test_pair import start_pair
-from tests.chp.test_replicated import committed_updates, start_chp
+from tests.chp.test_replicated_server import committed_updates, start_chp
 from tests.support import wait_until
 
 POISON_TTLS = (b"2e305", b"-2e305", b"1e308", b"1e+308", b"9" * 400, b"1" + b"0" * 300)

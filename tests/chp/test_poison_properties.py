@@ -15,9 +15,9 @@ from connectors.chp.errors import ConfigError
 from connectors.chp.kvmap import CloneMap, Entry, check_update
 from connectors.chp.pending import PendingUpdates
 from connectors.chp.proto import Channel, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.replica import Replica
-from connectors.chp.replicated import FarmOptions
-from connectors.chp.replicated_map import (RECORD_MAGIC, ReplicatedMap, encode_kvset,
+from connectors.chp.mirror import Mirror
+from connectors.chp.replicated_server import FarmOptions
+from connectors.chp.map_machine import (RECORD_MAGIC, ReplicatedMap, encode_kvset,
                                            encode_tick)
 from connectors.chp.server import ServerConfig
 from consensus.wire.errors import ProtocolError
@@ -124,7 +124,7 @@ def test_a_replica_follows_anything_a_server_may_send(updates, snapshot_at):
     """A client's replica and a passive server: snapshots and updates as decoded from
     the wire (any sequence, any properties) never raise; a map at the largest sequence
     refuses to number more."""
-    replica = Replica()
+    replica = Mirror()
     replica.on_hugz(proto.Hugz(0))
     replica.snapshot_request()
     for key, sequence, uuid, props, body in updates:

@@ -56,7 +56,7 @@ class Processes:
 
     def start(self, *args: str, stdin=None, **kwargs) -> subprocess.Popen:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "consensus.cli", "dafka", *args],
+            [sys.executable, "-m", "garlicfarm", "dafka", *args],
             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kwargs)
         self.procs.append(proc)

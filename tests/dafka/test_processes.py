@@ -173,7 +173,7 @@ def test_store_exits_when_the_parent_that_started_it_dies(procs, config, tmp_pat
     # A parent that starts a store with --exit-with-parent, prints its pid, then waits.
     launcher = (
         "import os, subprocess, sys\n"
-        "store = subprocess.Popen([sys.executable, '-m', 'consensus.cli', 'dafka', "
+        "store = subprocess.Popen([sys.executable, '-m', 'garlicfarm', 'dafka', "
         "'store', *sys.argv[1:], '--exit-with-parent', str(os.getpid())], "
         "stdout=subprocess.DEVNULL, start_new_session=True)\n"
         "print(store.pid, flush=True)\n"

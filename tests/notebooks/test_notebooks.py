@@ -62,7 +62,7 @@ def _cmdline(pid):
     except OSError:
         return ""
 
-_left = [c for c in map(_cmdline, _children_of(_os.getpid())) if "consensus.cli" in c]
+_left = [c for c in map(_cmdline, _children_of(_os.getpid())) if "-m consensus.cli" in c or "-m garlicfarm" in c]
 assert not _left, f"the notebook left farm or connector processes running: {_left}"
 if "pyspark" in _sys.modules:
     from pyspark import SparkContext as _SparkContext

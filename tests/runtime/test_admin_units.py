@@ -44,23 +44,23 @@ def test_connection_options_flags_file_env(tmp_path):
     conf.write_text('id = 2\nlisten = "127.0.0.1:9002"\npeers = "1=127.0.0.1:9001,'
                     '3=127.0.0.1:9003"\ncluster = "blue"\nuser = "ops"\npassword = "pw"\n'
                     'data-dir = "/tmp/x"\n')
-    conn = resolve_connection(args_for("status", ["--config", str(conf)]), environ={})
-    assert conn.endpoints == ["127.0.0.1:9002", "127.0.0.1:9001", "127.0.0.1:9003"]
-    assert (conn.cluster, conn.username, conn.password) == ("blue", "ops", "pw")
+    target = resolve_connection(args_for("status", ["--config", str(conf)]), environ={})
+    assert target.endpoints == ["127.0.0.1:9002", "127.0.0.1:9001", "127.0.0.1:9003"]
+    assert (target.cluster, target.username, target.password) == ("blue", "ops", "pw")
     # Flags win over the file; the environment fills what neither gives.
-    conn = resolve_connection(args_for("status", ["--config", str(conf), "--endpoints",
+    target = resolve_connection(args_for("status", ["--config", str(conf), "--endpoints",
                                                   "10.0.0.1:1", "--cluster", "red"]),
                               environ={"GARLICFARM_ENDPOINTS": "10.9.9.9:9"})
-    assert conn.endpoints == ["10.0.0.1:1"] and conn.cluster == "red"
-    conn = resolve_connection(args_for("status", ["--user", "u"]),
+    assert target.endpoints == ["10.0.0.1:1"] and target.cluster == "red"
+    target = resolve_connection(args_for("status", ["--user", "u"]),
                               environ={"GARLICFARM_ENDPOINTS": "127.0.0.1:5,127.0.0.1:6",
                                        "GARLICFARM_PASSWORD": "secret"})
-    assert conn.endpoints == ["127.0.0.1:5", "127.0.0.1:6"] and conn.password == "secret"
+    assert target.endpoints == ["127.0.0.1:5", "127.0.0.1:6"] and target.password == "secret"
     creds = tmp_path / "creds"
     creds.write_text("# farm\nalice:wonder:land\nbob:b\n")
-    conn = resolve_connection(args_for("status", ["--endpoints", "127.0.0.1:7",
+    target = resolve_connection(args_for("status", ["--endpoints", "127.0.0.1:7",
                                                   "--credentials", str(creds)]), environ={})
-    assert (conn.username, conn.password) == ("alice", "wonder:land")
+    assert (target.username, target.password) == ("alice", "wonder:land")
 
 
 @pytest.mark.parametrize("argv, option", [

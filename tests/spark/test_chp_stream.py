@@ -194,9 +194,9 @@ def test_a_refused_chunk_stops_the_capture_at_once(small_farm, caplog):
     from consensus.runtime.errors import AuthenticationError
     from pyspark_farm.chp.capture import Capture, CaptureSettings
     from pyspark_farm.chp.changelog import Change
-    from pyspark_farm.connection import FarmConnection
+    from pyspark_farm.connection import FarmClientOptions
 
-    connection = FarmConnection(small_farm.endpoints, username=small_farm.username,
+    connection = FarmClientOptions(small_farm.endpoints, username=small_farm.username,
                                 password="not-the-password")
     settings = CaptureSettings(connection, ("tcp://127.0.0.1:9",), b"", 1.0, True)
     capture = Capture(settings, "refused-capture", 0)

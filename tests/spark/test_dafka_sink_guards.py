@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from connectors.dafka import DafkaConfig, StoreClient, Tower
-from pyspark_farm.connection import FarmConnection
+from pyspark_farm.connection import FarmClientOptions
 from pyspark_farm.dafka.local import LocalDafka
 from pyspark_farm.dafka.sink import DafkaSinkBackend
 from pyspark_farm.errors import GarlicFarmSparkError
@@ -81,7 +81,7 @@ def tower() -> Iterator[Tower]:
 def start_store(tower: Tower, data_dir: Path, *extra: str) -> subprocess.Popen:
     """`garlicfarm dafka store`, once it reported its nodes."""
     store = subprocess.Popen(
-        [sys.executable, "-m", "consensus.cli", "dafka", "store", "--sub", tower.sub_endpoint,
+        [sys.executable, "-m", "garlicfarm", "dafka", "store", "--sub", tower.sub_endpoint,
          "--pub", tower.pub_endpoint, "--data-dir", str(data_dir),
          "--beacon-interval", str(FAST["beacon_interval"]),
          "--beacon-timeout", str(FAST["beacon_timeout"]), "--bind", FAST["bind"], *extra],
@@ -112,7 +112,7 @@ def test_stores_the_sink_cannot_reach_are_counted_and_named(tower, tmp_path):
     what to check, and the sink's options; with no store running, it says none answered."""
     config = DafkaConfig(tower_sub=(tower.sub_endpoint,), tower_pub=(tower.pub_endpoint,),
                          **FAST)
-    sink = DafkaSinkBackend(FarmConnection("127.0.0.1:1"), config, "orders", ack_timeout=3)
+    sink = DafkaSinkBackend(FarmClientOptions("127.0.0.1:1"), config, "orders", ack_timeout=3)
     stores = [start_store(tower, tmp_path / f"store-{n}", "--beacon-address", "127.0.0.2")
               for n in range(2)]
     try:

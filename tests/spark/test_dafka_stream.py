@@ -173,9 +173,9 @@ def test_an_attempt_dying_mid_publish_and_a_replayed_batch(spark, farm, dafka):
     output, fills the hole and commits; a replay of the committed batch republishes the
     same records at the same offsets and its commit is ignored. readCommitted shows
     exactly the committed rows; readCommitted=false shows what any Dafka consumer sees."""
-    from pyspark_farm.connection import FarmConnection
+    from pyspark_farm.connection import FarmClientOptions
     topic, query_id = "replay", f"q-{time.time_ns()}"
-    connection = FarmConnection(farm.endpoints, username=farm.username,
+    connection = FarmClientOptions(farm.endpoints, username=farm.username,
                                 password=farm.password)
     backend = DafkaSinkBackend(connection, dafka.config, topic, ack_timeout=60)
     address = sink_partition(query_id, topic, 0)

@@ -105,12 +105,12 @@ def test_failed_task_attempts_leave_exactly_the_input(spark, farm, tmp_path, no_
         """Fails a first attempt at its row 2900, once the writer downstream has staged
         some of that attempt's output (seen in the farm's log, waited for with a deadline)."""
         from pyspark import TaskContext
-        from pyspark_farm.connection import FarmConnection
+        from pyspark_farm.connection import FarmClientOptions
         context = TaskContext.get()
         if context.attemptNumber() != 0 or "-2900-" not in value:
             return value
         deadline = time.monotonic() + 60
-        with FarmConnection(options["endpoints"], username=options["username"],
+        with FarmClientOptions(options["endpoints"], username=options["username"],
                             password=options["password"]).client() as farm_client:
             while time.monotonic() < deadline:
                 stop = farm_client.last_applied() + 1

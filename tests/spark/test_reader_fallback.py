@@ -19,7 +19,7 @@ import pytest
 
 from consensus.runtime import FarmError
 from pyspark_farm import DataLossError, LocalFarm
-from pyspark_farm.connection import FarmConnection
+from pyspark_farm.connection import FarmClientOptions
 from pyspark_farm.log_access import LogPartition, LogPlanner, PieceReader
 from pyspark_farm.planning import Piece
 from tests.support import wait_until
@@ -52,7 +52,7 @@ class Batch:
 @dataclass(frozen=True)
 class Settings:
     """What LogPlanner needs of a source's settings."""
-    connection: FarmConnection
+    connection: FarmClientOptions
     fail_on_data_loss: bool
     read_from: str = "any"
     min_partitions: int = 4
@@ -64,8 +64,8 @@ class Planner(LogPlanner):
         self.settings = settings
 
 
-def connection(farm: LocalFarm) -> FarmConnection:
-    return FarmConnection(endpoints=farm.endpoints, cluster=farm.cluster_name,
+def connection(farm: LocalFarm) -> FarmClientOptions:
+    return FarmClientOptions(endpoints=farm.endpoints, cluster=farm.cluster_name,
                           username=farm.username, password=farm.password, timeout=10.0)
 
 
@@ -116,7 +116,7 @@ def assert_lacks_the_payloads(client, farm: LocalFarm, node: int, batch: Batch) 
     return first
 
 
-def read_pieces(conn: FarmConnection, endpoint: str | None, pieces: list[Piece], *,
+def read_pieces(conn: FarmClientOptions, endpoint: str | None, pieces: list[Piece], *,
                 fail: bool) -> list[tuple[int, bytes]]:
     reader = PieceReader(conn, endpoint, fail_on_data_loss=fail)
     try:
@@ -125,7 +125,7 @@ def read_pieces(conn: FarmConnection, endpoint: str | None, pieces: list[Piece],
         reader.close()
 
 
-def read_planned(conn: FarmConnection, partitions: list[LogPartition], *, fail: bool
+def read_planned(conn: FarmClientOptions, partitions: list[LogPartition], *, fail: bool
                  ) -> list[tuple[int, bytes]]:
     return [row for p in partitions
             for row in read_pieces(conn, p.endpoint, list(p.pieces), fail=fail)]

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consensus.wire.inspect import PROTOCOLS, command_main, format_frames, parse_hex
+from consensus.wire import handshake
+from garlicfarm.inspect import PROTOCOLS, command_main, format_frames, parse_hex
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 GARLICFARM = Path(sys.executable).with_name("garlicfarm")
@@ -284,7 +285,6 @@ def test_mutated_vectors_never_make_the_inspector_crash(capsys, protocol):
 
 def handshake_bytes() -> dict[str, bytes]:
     """The four HTTP messages of a real handshake, from the project's state machines."""
-    from consensus.wire import handshake
     fixed = lambda n: bytes(i % 256 for i in range(n))   # noqa: E731 (deterministic nonces)
     initiator = handshake.HandshakeInitiator(host="127.0.0.1:9001", username="spark",
                                              password="pw", cache=handshake.CredentialCache(),
@@ -317,7 +317,6 @@ JRAFT = {v["kind"]: v["hex"] for v in load("garlicfarm/jraft_vectors.jsonl")
 def test_a_garlicfarm_transcript_decodes_its_handshake_then_the_binary(capsys, http, binary,
                                                                         expected):
     codec_available("garlicfarm")
-    pytest.importorskip("consensus.wire.handshake")
     messages = handshake_bytes()
     stream = [messages[name].hex() for name in http] + ([JRAFT[binary]] if binary else [])
     status, out, err = run(capsys, "decode", "-p", "garlicfarm", *stream)
@@ -351,12 +350,12 @@ def extension_frames() -> list:
             x.Reply(1, 0, 3, 7, 0, [1, b"\x00\x01", {"k": b"v"}], "a message", {"a": 1}),
             x.WriteResult(1, 0, 3, b"r" * 16, 5, 3, 0, None, "", {}),
             x.EventMessage(1, 0, 3, "leader-changed", 2, {"applied": 9}),
-            x.ReadIndexRequest(2, 1, 3, b"ctx", True),
-            x.ReadIndexResponse(1, 2, 3, b"ctx", 10, True),
-            x.PullEntriesRequest(4, 1, 3, 11, 8, 4096),
-            x.PullEntriesResponse(1, 4, 3, 0, 11, [[3, 1, b"data"]], 1, 12),
-            x.PullSnapshotRequest(4, 1, 3, 10, 0),
-            x.PullSnapshotResponse(1, 4, 3, 10, 3, b"{}", 0, b"state", True)]
+            x.ReadIndexRequestFrame(2, 1, 3, b"ctx", True),
+            x.ReadIndexResponseFrame(1, 2, 3, b"ctx", 10, True),
+            x.PullEntriesRequestFrame(4, 1, 3, 11, 8, 4096),
+            x.PullEntriesResponseFrame(1, 4, 3, 0, 11, [[3, 1, b"data"]], 1, 12),
+            x.PullSnapshotRequestFrame(4, 1, 3, 10, 0),
+            x.PullSnapshotResponseFrame(1, 4, 3, 10, 3, b"{}", 0, b"state", True)]
 
 
 def test_every_extension_frame_of_the_garlicfarm_wire_round_trips(capsys):

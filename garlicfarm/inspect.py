@@ -353,7 +353,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 
 def command_main(name: str, argv: list[str]) -> int:
-    """Entry point used by `consensus.cli` for ``decode`` and ``encode``."""
+    """Entry point used by `garlicfarm.cli` for ``decode`` and ``encode``."""
     args = _parser(name).parse_args(argv)
     out = _Output(args.color, getattr(args, "pretty", False), name)
     try:

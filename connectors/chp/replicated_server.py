@@ -9,7 +9,7 @@ them (with `CloneClient` given all of them) without a gap or a repeat.
 **Shape.** A replicated server is an ordinary CHP server process (the same sockets,
 codec, limits and malformed-frame handling as `server.CloneServer`, which it extends)
 and a *client* of a farm (`FarmClient`, `farmlink.FarmLink`): it proposes what it
-receives as journal records and applies the committed log to a `replicated_map.
+receives as journal records and applies the committed log to a `map_machine.
 ReplicatedMap`. Run one next to each farm node and list that node first. We chose this
 over loading the map into the nodes with ``--state-machine`` because:
 
@@ -27,7 +27,7 @@ without a UUID get a server-made `origin` so a retried round applies once). The
 follower hands over committed entries in order; each is applied to the map and its
 KVPUBs are published at once, so every server publishes the same KVPUBs in the same
 order. The sequence is assigned at apply time, the ttl clock is the leader's stamp
-and expiry is evaluated at apply time (`replicated_map` says why).
+and expiry is evaluated at apply time (`map_machine` says why).
 
 **Consistency of what a client sees.**
 
@@ -75,7 +75,7 @@ from .errors import ConfigError, DataDirError
 from .farmlink import Barrier, Entries, FarmLink
 from .kvmap import check_update
 from .proto import Channel, Icanhaz, decode, encode
-from .replicated_map import (DEDUP_WINDOW, HISTORY, ReplicatedMap, encode_kvset,
+from .map_machine import (DEDUP_WINDOW, HISTORY, ReplicatedMap, encode_kvset,
                              encode_tick)
 from .server import CloneServer, ServerConfig
 from .zmqio import drain, send_frames

@@ -8,8 +8,8 @@ import pytest
 
 from connectors.chp import proto, resume
 from connectors.chp.proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.replica import Replica
-from connectors.chp.replicated_map import (RECORD_MAGIC, KvsetRecord, ReplicatedMap,
+from connectors.chp.mirror import Mirror
+from connectors.chp.map_machine import (RECORD_MAGIC, KvsetRecord, ReplicatedMap,
                                            TickRecord, decode_record, encode_kvset,
                                            encode_tick)
 from consensus.wire.errors import InvalidField, LimitExceeded
@@ -219,7 +219,7 @@ def test_a_resume_beyond_the_history_gets_a_whole_snapshot():
                                .properties) is None
 
 
-def _feed(replica: Replica, reply) -> object:
+def _feed(replica: Mirror, reply) -> object:
     synced = None
     for msg in reply:
         synced = replica.on_snapshot(msg, T0 / 1000)
@@ -228,7 +228,7 @@ def _feed(replica: Replica, reply) -> object:
 
 def test_a_client_replica_resumes_from_a_server_of_the_same_map_without_gap_or_repeat():
     server = _server_with_updates()
-    replica = Replica(b"/a/")
+    replica = Mirror(b"/a/")
     replica.on_hugz(server.hugz())
     request = replica.snapshot_request()
     assert request.properties == b""             # nothing to resume from yet: a snapshot
@@ -253,7 +253,7 @@ def test_a_client_replica_resumes_from_a_server_of_the_same_map_without_gap_or_r
 
 
 def test_a_client_asks_for_a_whole_snapshot_from_a_server_of_another_map():
-    replica = Replica()
+    replica = Mirror()
     replica.identity = b"farm/chp"
     replica.on_hugz(Hugz(3, b"", resume.announce(b"farm/other")))
     assert replica.snapshot_request() == Icanhaz(b"")
@@ -263,7 +263,7 @@ def test_a_client_asks_for_a_whole_snapshot_from_a_server_of_another_map():
 
 
 def test_a_resumed_answer_the_client_did_not_ask_for_makes_it_resync():
-    replica = Replica()
+    replica = Mirror()
     replica.on_hugz(Hugz(0))
     replica.snapshot_request()
     bogus = Kthxbai(5, b"", resume.answer(b"farm/chp", 3))

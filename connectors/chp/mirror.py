@@ -126,7 +126,7 @@ class Synced:
         return self._changes
 
 
-class Replica:
+class Mirror:
     """A replica of the keys under `subtree` (a byte prefix) of a server's map."""
 
     def __init__(self, subtree: bytes = b"", clone_map: CloneMap | None = None, *,
@@ -298,4 +298,4 @@ def _same_update(a: Entry | None, b: Entry) -> bool:
         and a.body == b.body
 
 
-__all__ = ["BulkEntries", "MAX_BUFFERED", "Phase", "Replica", "Synced"]
+__all__ = ["BulkEntries", "MAX_BUFFERED", "Phase", "Mirror", "Synced"]

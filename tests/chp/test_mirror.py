@@ -5,14 +5,14 @@ from __future__ import annotations
 from connectors.chp.kvmap import CloneMap
 from connectors.chp.pending import PendingUpdates
 from connectors.chp.proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.replica import Phase, Replica
+from connectors.chp.mirror import Phase, Mirror
 
 T0 = 1_795_333_620.0
 U = [bytes([n]) * 16 for n in range(10)]
 
 
-def synced_replica(subtree: bytes = b"", entries=(), sequence: int = 0) -> Replica:
-    replica = Replica(subtree)
+def synced_replica(subtree: bytes = b"", entries=(), sequence: int = 0) -> Mirror:
+    replica = Mirror(subtree)
     replica.on_hugz(Hugz(sequence))
     assert replica.snapshot_request() == Icanhaz(subtree)
     for kvsync in entries:
@@ -23,7 +23,7 @@ def synced_replica(subtree: bytes = b"", entries=(), sequence: int = 0) -> Repli
 
 
 def test_waits_for_a_live_subscription_before_asking_for_the_snapshot():
-    replica = Replica(b"/a/")
+    replica = Mirror(b"/a/")
     assert replica.phase is Phase.SUBSCRIBING and not replica.wants_snapshot
     replica.on_update(Kvpub(b"/a/x", 3, U[1], b"", b"v"), T0)   # proves the subscription
     assert replica.wants_snapshot
@@ -31,7 +31,7 @@ def test_waits_for_a_live_subscription_before_asking_for_the_snapshot():
 
 
 def test_updates_during_the_snapshot_are_buffered_and_applied_above_its_sequence():
-    replica = Replica()
+    replica = Mirror()
     replica.on_hugz(Hugz(1))
     replica.snapshot_request()
     replica.on_update(Kvpub(b"/x", 2, U[2], b"", b"two"), T0)    # already in the snapshot
@@ -105,7 +105,7 @@ def test_snapshot_messages_outside_a_request_are_ignored():
 def test_the_replica_keeps_the_map_it_was_given_until_a_snapshot_replaces_it():
     mine = CloneMap(track_changes=True)
     mine.apply(Kvset(b"/old", 0, U[1], b"", b"v"), T0)
-    replica = Replica(b"", mine)
+    replica = Mirror(b"", mine)
     assert replica.map is mine
     replica.on_hugz(Hugz(4))
     replica.snapshot_request()

@@ -1,0 +1,7 @@
+"""The top of the layering: what spans every protocol and package.
+
+`garlicfarm.cli` is the `garlicfarm` command (the runtime's commands from
+`consensus.cli`, plus the connectors', the inspector and the Spark demo);
+`garlicfarm.inspect` is the protocol inspector (`garlicfarm decode` / `encode`), whose
+table names codecs of every layer. Nothing below imports this package.
+"""
