@@ -75,8 +75,8 @@ def text_values(frame) -> list[str]:
 
 
 def run_raft(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:
-    from pyspark_farm.connection import CONNECTION_OPTIONS, FarmConnection
-    connection = FarmConnection.from_options(CONNECTION_OPTIONS.parse(farm))
+    from pyspark_farm.connection import CONNECTION_OPTIONS, FarmClientOptions
+    connection = FarmClientOptions.from_options(CONNECTION_OPTIONS.parse(farm))
     with connection.client() as client:
         start = client.last_applied() + 1
     query = stream_into(spark, spec["inbox"], "value string", "value",

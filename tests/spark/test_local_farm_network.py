@@ -11,14 +11,14 @@ import pytest
 
 from consensus.runtime.errors import FarmError
 from pyspark_farm import LocalFarm
-from pyspark_farm.connection import CONNECTION_OPTIONS, FarmConnection, pem_file
+from pyspark_farm.connection import CONNECTION_OPTIONS, FarmClientOptions, pem_file
 from pyspark_farm.errors import OptionError
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def connection(options: dict) -> FarmConnection:
-    return FarmConnection.from_options(CONNECTION_OPTIONS.parse(options))
+def connection(options: dict) -> FarmClientOptions:
+    return FarmClientOptions.from_options(CONNECTION_OPTIONS.parse(options))
 
 
 def test_a_tls_farm_is_reached_with_its_options_alone(tmp_path):
