@@ -1,0 +1,194 @@
+"""The raft kind against what a Spark user would pick instead: Kafka (a real 3-broker KRaft
+cluster and Spark's own Kafka connector) and Spark's parquet files, in one run.
+
+    .venv/bin/python benchmarks/spark_vs_kafka.py [--rows 1000000] [--value-bytes 100]
+        [--rounds 3] [--partitions 2] [--brokers 3] [--kafka-fsync every|os]
+        [--kafka-version 4.1.1] [--connector-version 4.2.0]
+
+One `local[2]` session with the connector's jars (fetched once with Maven, see
+kafka_cluster.py), one embedded 3-node farm (LocalFarm, fsync per batch) and one Kafka
+cluster of --brokers brokers (topics with replication factor 3 and min.insync.replicas 2,
+producer acks=all; `--kafka-fsync every` sets log.flush.interval.messages=1, an fsync per
+append as the farm does per batch; `os` is Kafka's default). The same cached DataFrame of
+--rows binary values (SHA-512 hex digits, as benchmarks/spark_raft.py) goes:
+  sink     df.write into garlicfarm (raft, the exactly-once commit), Kafka (at least
+           once: Spark's Kafka sink has no exactly-once) and parquet (Spark's file commit
+           protocol; no fsync);
+  source   spark.read of the same rows into Spark's `noop` sink: the raft log range, the
+           Kafka topic (earliest to latest), the parquet folder;
+  stream   readStream with trigger(availableNow=True) of the same rows into a `noop`
+           stream: the raft source and Kafka's (parquet has no such stream source here).
+After a warm-up round of every case on 10,000 rows, each round runs the cases of a row in
+rotating order. Reported per case: rows/s of the median round; per comparison: the median
+of the rounds' own ratios (raft / other), which the machine's load swings less.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from typing import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kafka_cluster import KafkaCluster, connector_jars  # noqa: E402
+from spark_raft import timed, value_frame  # noqa: E402
+
+from pyspark_farm import LocalFarm, spark_session  # noqa: E402
+
+WARM_ROWS = 10_000
+
+
+def rotate(cases: list, round_number: int) -> list:
+    shift = round_number % len(cases)
+    return cases[shift:] + cases[:shift]
+
+
+def run_rounds(rounds: int, cases: dict[str, Callable[[], object]]) -> dict[str, list[float]]:
+    seconds: dict[str, list[float]] = {name: [] for name in cases}
+    for number in range(rounds):
+        for name in rotate(list(cases), number):
+            seconds[name].append(timed(cases[name]))
+    return seconds
+
+
+def report(title: str, rows: int, seconds: dict[str, list[float]], ours: str) -> list[str]:
+    lines = [f"{title} ({rows:,} rows, {len(seconds[ours])} rounds)"]
+    for name, values in seconds.items():
+        rates = sorted(rows / s for s in values)
+        lines.append(f"  {name:<14} {statistics.median(rates):>12,.0f} rows/s   "
+                     f"rounds: {', '.join(f'{r:,.0f}' for r in rates)}")
+    for name in seconds:
+        if name != ours:
+            ratios = [other / mine for mine, other in zip(seconds[ours], seconds[name])]
+            lines.append(f"  {ours} / {name}: {statistics.median(ratios):.2f}x "
+                         f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--kafka-fsync", choices=("every", "os"), default="every")
+    parser.add_argument("--kafka-version", default="4.1.1")
+    parser.add_argument("--connector-version", default="4.2.0",
+                        help="spark-sql-kafka-0-10 version (the newest Maven Central "
+                             "serves here; 4.2.0 runs on Spark 4.3)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    for name in ("rows", "value_bytes", "rounds", "partitions", "brokers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+
+    jars = ",".join(str(j) for j in connector_jars(args.connector_version))
+    work = tempfile.mkdtemp(prefix="spark-vs-kafka-")
+    spark = spark_session("spark-vs-kafka", f"local[{args.partitions}]", conf={
+        "spark.jars": jars, "spark.ui.enabled": "false", "spark.driver.memory": "4g",
+        "spark.sql.shuffle.partitions": str(args.partitions)})
+    spark.sparkContext.setLogLevel("ERROR")
+    kafka = KafkaCluster(args.kafka_version, args.brokers, args.kafka_fsync == "every")
+    try:
+        with kafka, LocalFarm(nodes=3) as farm:
+            lines = [f"spark {spark.version}, connector {args.connector_version}, "
+                     f"kafka: {json.dumps(kafka.settings)}, farm: 3 nodes, fsync batch"]
+            kafka_options = {"kafka.bootstrap.servers": kafka.bootstrap}
+
+            def topic() -> str:
+                name = f"bench-{uuid.uuid4().hex[:8]}"
+                kafka.create_topic(name, args.partitions)
+                return name
+
+            def sinks(frame, topics: dict) -> dict[str, Callable[[], object]]:
+                return {
+                    "raft": lambda: frame.write.format("garlicfarm").options(**farm.options)
+                    .mode("append").save(),
+                    "kafka": lambda: frame.write.format("kafka").options(**kafka_options)
+                    .option("kafka.acks", "all").option("topic", topics["sink"]).save(),
+                    "parquet": lambda: frame.write.mode("overwrite")
+                    .parquet(os.path.join(work, "sink.parquet")),
+                }
+
+            # warm-up: every case once, on few rows
+            warm = value_frame(spark, WARM_ROWS, args.partitions, args.value_bytes)
+            for action in sinks(warm, {"sink": topic()}).values():
+                action()
+
+            frame = value_frame(spark, args.rows, args.partitions, args.value_bytes)
+            sink_seconds = run_rounds(args.rounds, sinks(frame, {"sink": topic()}))
+            lines += report("sink: df.write", args.rows, sink_seconds, "raft")
+
+            # the source's rows: written once by each side, untimed
+            source_topic = topic()
+            with farm.client() as client:
+                start = client.last_applied() + 1
+            frame.write.format("garlicfarm").options(**farm.options).mode("append").save()
+            with farm.client() as client:
+                end = client.last_applied() + 1
+            frame.write.format("kafka").options(**kafka_options).option("topic", source_topic).save()
+            parquet = os.path.join(work, "source.parquet")
+            frame.write.mode("overwrite").parquet(parquet)
+            raft_range = {**farm.options, "startingOffsets": json.dumps({"index": start}),
+                          "endingOffsets": json.dumps({"index": end})}
+            kafka_range = {**kafka_options, "subscribe": source_topic,
+                           "startingOffsets": "earliest"}
+            readers = {
+                "raft": lambda: spark.read.format("garlicfarm").options(**raft_range).load()
+                .write.format("noop").mode("overwrite").save(),
+                "kafka": lambda: spark.read.format("kafka").options(**kafka_range)
+                .option("endingOffsets", "latest").load()
+                .write.format("noop").mode("overwrite").save(),
+                "parquet": lambda: spark.read.parquet(parquet)
+                .write.format("noop").mode("overwrite").save(),
+            }
+            counts = {"raft": spark.read.format("garlicfarm").options(**raft_range).load().count(),
+                      "kafka": spark.read.format("kafka").options(**kafka_range).load().count()}
+            if any(c != args.rows for c in counts.values()):
+                raise SystemExit(f"the sources hold {counts} rows, not {args.rows}")
+            lines += report("source: spark.read", args.rows, run_rounds(args.rounds, readers),
+                            "raft")
+
+            def stream(fmt: str, options: dict) -> Callable[[], object]:
+                def run() -> None:
+                    checkpoint = tempfile.mkdtemp(dir=work)
+                    query = (spark.readStream.format(fmt).options(**options).load()
+                             .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                             .trigger(availableNow=True).start())
+                    query.awaitTermination()
+                    if query.exception() is not None:
+                        raise SystemExit(f"{fmt} stream: {query.exception()}")
+                    read = sum(p["numInputRows"] for p in query.recentProgress)
+                    if read != args.rows:
+                        raise SystemExit(f"the {fmt} stream read {read} rows, not {args.rows}")
+                return run
+            streams = {"raft": stream("garlicfarm", {**farm.options,
+                                                     "startingOffsets": json.dumps({"index": start})}),
+                       "kafka": stream("kafka", kafka_range)}
+            lines += report("stream: readStream availableNow", args.rows,
+                            run_rounds(args.rounds, streams), "raft")
+    finally:
+        spark.stop()
+        kafka.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(lines, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    code = main()
+    print(f"({time.monotonic() - started:.0f} s in all)")
+    sys.exit(code)
