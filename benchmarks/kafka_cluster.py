@@ -180,6 +180,20 @@ class KafkaCluster:
         if done.returncode != 0:
             raise RuntimeError(f"creating topic {name}: {done.stdout}{done.stderr}")
 
+    def produce_steadily(self, topic: str, rate: int, seconds: float, record_bytes: int) -> None:
+        """Kafka's own ProducerPerformance: `rate` records/s of `record_bytes` for
+        `seconds`, acks=all (each record stamped with its CreateTime)."""
+        classpath = ":".join(str(j) for j in broker_jars(self.kafka_version))
+        done = subprocess.run(
+            ["java", f"-Dlog4j.configuration=file:{self.folder}/log4j.properties", "-cp",
+             classpath, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+             "--num-records", str(int(rate * seconds)), "--record-size", str(record_bytes),
+             "--throughput", str(rate), "--producer-props",
+             f"bootstrap.servers={self.bootstrap}", "acks=all"],
+            capture_output=True, text=True, timeout=seconds * 4 + 120)
+        if done.returncode != 0:
+            raise RuntimeError(f"ProducerPerformance failed: {done.stdout}{done.stderr}")
+
     def close(self) -> None:
         for proc in self._procs:
             if proc.poll() is None:

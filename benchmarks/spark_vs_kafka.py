@@ -17,7 +17,12 @@ append as the farm does per batch; `os` is Kafka's default). The same cached Dat
   source   spark.read of the same rows into Spark's `noop` sink: the raft log range, the
            Kafka topic (earliest to latest), the parquet folder;
   stream   readStream with trigger(availableNow=True) of the same rows into a `noop`
-           stream: the raft source and Kafka's (parquet has no such stream source here).
+           stream: the raft source and Kafka's (parquet has no such stream source here);
+  latency  a steady --latency-rate rows/s for --latency-seconds into each log (raft: a
+           FarmClient appending an entry of rate/20 rows every 50 ms; Kafka: its own
+           ProducerPerformance tool, acks=all) while a stream with the default trigger
+           reads it: per row, the driver's clock when foreachBatch sees it minus the
+           row's `timestamp` (the leader's append time / the producer's CreateTime).
 After a warm-up round of every case on 10,000 rows, each round runs the cases of a row in
 rotating order. Reported per case: rows/s of the median round; per comparison: the median
 of the rounds' own ratios (raft / other), which the machine's load swings less.
@@ -73,6 +78,57 @@ def report(title: str, rows: int, seconds: dict[str, list[float]], ours: str) ->
     return lines
 
 
+class LatencyProbe:
+    """foreachBatch of a stream: each row's age (ms) when the driver sees its batch."""
+
+    def __init__(self, skip_seconds: float) -> None:
+        self.ages: list[float] = []
+        self.not_before = time.time() + skip_seconds
+
+    def __call__(self, batch, batch_id: int) -> None:
+        stamps = [r.timestamp.timestamp() for r in batch.select("timestamp").collect()]
+        now = time.time()
+        self.ages += [(now - t) * 1000 for t in stamps if t >= self.not_before]
+
+    def summary(self) -> str:
+        if len(self.ages) < 100:
+            return f"only {len(self.ages)} rows seen"
+        ages = sorted(self.ages)
+        return (f"p50 {ages[len(ages) // 2]:.0f} ms, p99 {ages[len(ages) * 99 // 100]:.0f} ms"
+                f" ({len(ages):,} rows)")
+
+
+def steady_latency(spark, fmt: str, options: dict, write: Callable[[], None],
+                   seconds: float) -> str:
+    """Runs `write` (a steady writer for `seconds`) under a stream of `fmt` read with the
+    default trigger; the probe's summary."""
+    probe = LatencyProbe(skip_seconds=3.0)
+    query = (spark.readStream.format(fmt).options(**options).load()
+             .writeStream.foreachBatch(probe).start())
+    try:
+        write()
+        deadline = time.monotonic() + 30
+        while query.status["isDataAvailable"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    return probe.summary()
+
+
+def raft_writer(farm, rate: int, seconds: float, value_bytes: int) -> Callable[[], None]:
+    def write() -> None:
+        rows = max(1, rate // 20)
+        payload = [b"x" * value_bytes] * rows
+        with farm.client() as client:
+            began = time.monotonic()
+            for tick in range(int(seconds * 20)):
+                client.append(payload)
+                pause = began + (tick + 1) / 20 - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+    return write
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -85,9 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connector-version", default="4.2.0",
                         help="spark-sql-kafka-0-10 version (the newest Maven Central "
                              "serves here; 4.2.0 runs on Spark 4.3)")
+    parser.add_argument("--latency-rate", type=int, default=5000,
+                        help="rows/s written during the latency phase")
+    parser.add_argument("--latency-seconds", type=int, default=20)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
-    for name in ("rows", "value_bytes", "rounds", "partitions", "brokers"):
+    for name in ("rows", "value_bytes", "rounds", "partitions", "brokers", "latency_rate",
+                 "latency_seconds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
@@ -176,6 +236,20 @@ def main(argv: list[str] | None = None) -> int:
                        "kafka": stream("kafka", kafka_range)}
             lines += report("stream: readStream availableNow", args.rows,
                             run_rounds(args.rounds, streams), "raft")
+
+            rate, seconds = args.latency_rate, args.latency_seconds
+            lines.append(f"latency: {rate:,} rows/s for {seconds} s, default trigger")
+            with farm.client() as client:
+                now = client.last_applied() + 1
+            lines.append("  raft  " + steady_latency(
+                spark, "garlicfarm", {**farm.options, "startingOffsets": json.dumps({"index": now})},
+                raft_writer(farm, rate, seconds, args.value_bytes), seconds))
+            latency_topic = topic()
+            lines.append("  kafka " + steady_latency(
+                spark, "kafka", {**kafka_options, "subscribe": latency_topic,
+                                 "startingOffsets": "latest"},
+                lambda: kafka.produce_steadily(latency_topic, rate, seconds, args.value_bytes),
+                seconds))
     finally:
         spark.stop()
         kafka.close()
