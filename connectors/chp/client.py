@@ -70,8 +70,8 @@ from consensus.wire.errors import ProtocolError
 
 from . import bulk as bulk_module
 from .address import ServerAddress, parse_address
-from .errors import ChpError, ChpTimeout, ClientFailed, ConfigError
 from .agent import SET, STOP, Agent, Resync
+from .errors import ChpError, ChpTimeout, ClientFailed, ConfigError
 from .kvmap import Entry
 from .proto import (DEFAULT_LIMITS, MAX_TTL_SECONDS, RESERVED_KEYS, TTL, UUID_LENGTH,
                     Channel, Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, decode, decode_bulk,

@@ -74,9 +74,9 @@ from .address import parse_address
 from .errors import ConfigError, DataDirError
 from .farmlink import Barrier, Entries, FarmLink
 from .kvmap import check_update
-from .proto import Channel, Icanhaz, decode, encode
 from .map_machine import (DEDUP_WINDOW, HISTORY, ReplicatedMap, encode_kvset,
-                             encode_tick)
+                          encode_tick)
+from .proto import Channel, Icanhaz, decode, encode
 from .server import CloneServer, ServerConfig
 from .zmqio import drain, send_frames
 

@@ -48,12 +48,12 @@ from .bstar import HEARTBEAT, PEER_TIMEOUT, BinaryStar, SplitBrain
 from .bulk import BulkReply, wants_bulk
 from .errors import ConfigError, DataDirError
 from .kvmap import CloneMap
+from .mirror import Mirror
 from .pending import HORIZON, PendingUpdates
 from .periodic import Periodic
 from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kthxbai, Kvpub, Kvset,
                     Limits, Message, decode, encode, pack_sequence)
-from .mirror import Mirror
 from .zmqio import drain, drain_decoded, send_frames, send_kvmsg
 
 log = logging.getLogger("garlicfarm.chp.server")

@@ -26,8 +26,8 @@ from typing import Callable
 
 from consensus.raft import AppendEntries, AppendEntriesResponse, Message
 from consensus.runtime import jraft_mapping as jm
-from consensus.runtime.backoff import Backoff
 from consensus.runtime.accept import AcceptedStream, Refusal, accept_stream
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType

@@ -7,11 +7,11 @@ import msgpack
 import pytest
 
 from connectors.chp import proto, resume
-from connectors.chp.proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.mirror import Mirror
 from connectors.chp.map_machine import (RECORD_MAGIC, KvsetRecord, ReplicatedMap,
-                                           TickRecord, decode_record, encode_kvset,
-                                           encode_tick)
+                                        TickRecord, decode_record, encode_kvset,
+                                        encode_tick)
+from connectors.chp.mirror import Mirror
+from connectors.chp.proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvset, Kvsync
 from consensus.wire.errors import InvalidField, LimitExceeded
 
 T0 = 1_800_000_000_000      # a leader stamp, epoch ms

@@ -3,9 +3,9 @@ server's pending list; no sockets, explicit times."""
 from __future__ import annotations
 
 from connectors.chp.kvmap import CloneMap
+from connectors.chp.mirror import Mirror, Phase
 from connectors.chp.pending import PendingUpdates
 from connectors.chp.proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.mirror import Phase, Mirror
 
 T0 = 1_795_333_620.0
 U = [bytes([n]) * 16 for n in range(10)]

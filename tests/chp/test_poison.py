@@ -16,8 +16,8 @@ import zmq
 
 from connectors.chp import proto
 from connectors.chp.client import CloneClient
-from connectors.chp.proto import Channel, Hugz, Kthxbai, Kvpub, Kvset, Kvsync
 from connectors.chp.map_machine import encode_kvset
+from connectors.chp.proto import Hugz, Kthxbai, Kvpub, Kvset, Kvsync
 from consensus.runtime import LocalCluster
 from tests.chp.support import free_port_span
 from tests.chp.test_cli import chp

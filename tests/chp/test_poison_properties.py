@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from connectors.chp import proto, resume
 from connectors.chp.errors import ConfigError
 from connectors.chp.kvmap import CloneMap, Entry, check_update
+from connectors.chp.map_machine import (RECORD_MAGIC, ReplicatedMap, encode_kvset,
+                                        encode_tick)
+from connectors.chp.mirror import Mirror
 from connectors.chp.pending import PendingUpdates
 from connectors.chp.proto import Channel, Kthxbai, Kvpub, Kvset, Kvsync
-from connectors.chp.mirror import Mirror
 from connectors.chp.replicated_server import FarmOptions
-from connectors.chp.map_machine import (RECORD_MAGIC, ReplicatedMap, encode_kvset,
-                                           encode_tick)
 from connectors.chp.server import ServerConfig
 from consensus.wire.errors import ProtocolError
 

@@ -27,6 +27,7 @@ from consensus.runtime.dial import dial
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.security import Security
 from consensus.wire.jraft import JRaftDecoder, MessageType, RaftRequest, RaftResponse, encode
+from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -102,17 +103,23 @@ def _when(line: str) -> float:
 
 def _election_delay(farm: LocalCluster) -> tuple[float, int]:
     """Seconds from the moment the last node listened to the first leader, and the
-    leader's term (from the node logs)."""
-    started, elected = [], []
-    for node_id in farm.node_ids:
-        with open(farm.log_path(node_id), encoding="utf-8") as f:
-            for line in f:
-                if " listening on " in line:
-                    started.append(_when(line))
-                match = re.search(r"-> leader \(term (\d+)", line)
-                if match:
-                    elected.append((_when(line), int(match.group(1))))
-    assert len(started) == len(farm.node_ids) and elected
+    leader's term (from the node logs). Two nodes elect without the third, which may
+    still be starting: its log is waited for."""
+    def read() -> tuple[list, list] | None:
+        started, elected = [], []
+        for node_id in farm.node_ids:
+            with open(farm.log_path(node_id), encoding="utf-8") as f:
+                for line in f:
+                    if " listening on " in line:
+                        started.append(_when(line))
+                    match = re.search(r"-> leader \(term (\d+)", line)
+                    if match:
+                        elected.append((_when(line), int(match.group(1))))
+        return (started, elected) if len(started) == len(farm.node_ids) else None
+
+    started, elected = wait_until(read, timeout=60, interval=0.1,
+                                  message="every node to log that it listens")
+    assert elected
     when, term = min(elected)
     return when - max(started), term
 
