@@ -776,6 +776,10 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog=prog, parents=[parent],
                                     description="Leader, term, publisher and every member: "
                                                 "role, match index, lag, last status.")
+        p.add_argument("--serve", metavar="HOST:PORT", help="serve a live status page there "
+                       "instead (consensus/runtime/status_page.py)")
+        p.add_argument("--farm", action="append", metavar="NAME=HOST:PORT,...",
+                       help="with --serve: a farm (cluster NAME) to show; repeatable")
     elif name == "add-server":
         p = argparse.ArgumentParser(prog=prog, parents=[parent],
                                     description="Add a voter (JRaft's AddServer: the new node "
@@ -852,6 +856,9 @@ def _command(name: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             return EXIT_OK if exit_.code in (0, None) else EXIT_USAGE
         if name == "config":
             return cmd_config(args, out)
+        if name == "status" and (args.serve or args.farm):
+            from consensus.runtime.status_page import serve_status
+            return serve_status(args, out)
         return HANDLERS[name](resolve_connection(args), args, out)
     except UsageError as exc:
         err.write(f"garlicfarm {name}: {exc}\n")
