@@ -49,17 +49,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def parse_listen(text: str, option: str,
-                 credentials: Mapping[str, str] | None) -> tuple[str, int]:
+FARM_CREDENTIALS = "--credentials FILE or --user/--password"
+
+
+def parse_listen(text: str, option: str, credentials: Mapping[str, str] | None,
+                 credential_options: str | None = FARM_CREDENTIALS) -> tuple[str, int]:
     """``HOST:PORT`` (port 0: any free) checked against the exposure rule; the
-    ConfigError names `option` and says what to do."""
+    ConfigError names `option` and says what to do. `credential_options` names the
+    options that give credentials (None: this process has none to give)."""
     host, port = split_endpoint(text, option, any_port=True)
     if not is_loopback(host) and not credentials:
+        fix = "listen on 127.0.0.1:PORT and scrape or browse from this machine"
+        if credential_options:
+            fix += (f", or give the farm's credentials ({credential_options}), which the "
+                    "endpoint then requires as HTTP Basic authentication")
         raise ConfigError(option, f"{text} is not a loopback address and there are no "
-                          "credentials to protect it with: listen on 127.0.0.1:PORT (and "
-                          "scrape or browse from this machine), or give the farm's "
-                          "credentials (--credentials FILE or --user/--password), which "
-                          "the endpoint then requires as HTTP Basic authentication")
+                          f"credentials to protect it with: {fix}")
     return host, port
 
 
@@ -67,8 +72,10 @@ class HttpEndpoint:
     """Serves `routes` (exact paths) on a daemon thread until `close()`."""
 
     def __init__(self, listen: str, option: str, routes: Mapping[str, Route], *,
-                 credentials: Mapping[str, str] | None = None, name: str = "http") -> None:
-        host, port = parse_listen(listen, option, credentials)
+                 credentials: Mapping[str, str] | None = None,
+                 credential_options: str | None = FARM_CREDENTIALS,
+                 name: str = "http") -> None:
+        host, port = parse_listen(listen, option, credentials, credential_options)
         self.routes = dict(routes)
         self.credentials = dict(credentials or {}) if not is_loopback(host) else {}
         endpoint = self
@@ -154,10 +161,12 @@ def metrics_route(registry) -> Route:
 
 def serve_metrics(listen: str, option: str, registry, *,
                   credentials: Mapping[str, str] | None = None,
+                  credential_options: str | None = FARM_CREDENTIALS,
                   name: str = "metrics") -> HttpEndpoint:
     """`registry` on ``http://LISTEN/metrics``; the address is logged (port 0: the
     chosen one), as ``metrics on http://HOST:PORT/metrics``."""
     endpoint = HttpEndpoint(listen, option, {"/metrics": metrics_route(registry)},
-                            credentials=credentials, name=name)
+                            credentials=credentials, credential_options=credential_options,
+                            name=name)
     log.info("metrics on %s/metrics", endpoint.url)
     return endpoint
