@@ -1,6 +1,8 @@
 """`make demo`'s main function, small, in the test session (it reuses the active Spark
-session and leaves it running)."""
+session and leaves it running): all three kinds, each judged from its output."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -9,11 +11,21 @@ from pyspark_farm import demo
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-@pytest.mark.timeout(240)
-def test_demo_streams_every_event_exactly_once(spark, capsys, no_queries_left):
+@pytest.mark.timeout(300)
+def test_demo_streams_every_event_exactly_once_through_every_kind(spark, capsys,
+                                                                   no_queries_left):
     assert demo.main(["--events", "400", "--files", "3", "--pause", "0.1"]) == 0
-    out = capsys.readouterr().out
-    assert "400 distinct events read back for 400 generated" in out
-    assert "every event exactly once" in out
+    out = " ".join(capsys.readouterr().out.split())     # rich wraps long lines
+    assert re.search(r"status page: http://127\.0\.0\.1:\d+/farm/farm", out)
+    for kind in ("raft", "dafka", "chp"):
+        assert f"{kind}: 400 distinct events read back (400 rows) for 400 generated: " \
+            "every event exactly once" in out, kind
+    assert "MISMATCH" not in out
     assert "farm and Spark stopped." in out
     assert not spark.sparkContext._jsc.sc().isStopped()   # the caller's session lives on
+
+
+def test_demo_refuses_unknown_kinds(capsys):
+    with pytest.raises(SystemExit):
+        demo.main(["--kinds", "raft,kafka"])
+    assert "choose from raft, dafka, chp" in capsys.readouterr().err
