@@ -417,7 +417,9 @@ def cmd_add_server(conn: Connection, args: argparse.Namespace, out: TextIO) -> i
         if args.observer:
             client.update_observers(add={node_id: endpoint}, timeout=wait)
         else:
-            client.add_server(node_id, endpoint, timeout=wait)
+            from consensus.runtime.progress import catching_up
+            with catching_up(lambda: conn.client(timeout=reach), node_id):
+                client.add_server(node_id, endpoint, timeout=wait)
     _done(out, args, {"added": node_id, "endpoint": endpoint,
                       "as": "observer" if args.observer else "voter"},
           f"n{node_id} ({endpoint}) added as {'an observer' if args.observer else 'a voter'}")
@@ -702,17 +704,29 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
         _report_plan(out, args, plan, lines, applied=False)
         return EXIT_OK
     reach, wait = conn.change_timeouts()
+    from consensus.runtime.progress import track
     with conn.client(timeout=reach) as client:
-        for node_id, endpoint in plan.add_voters.items():
-            client.add_server(node_id, endpoint, timeout=wait)
-        if plan.add_observers:
-            client.update_observers(add=plan.add_observers, timeout=wait)
-        if plan.remove_observers:
-            client.update_observers(remove=plan.remove_observers, timeout=wait)
-        for node_id in plan.remove_voters:
-            client.remove_server(node_id, timeout=wait)
+        calls = _import_calls(client, plan, wait)
+        for call in track(calls, "config import", len(calls)):
+            call()
     _report_plan(out, args, plan, lines, applied=True)
     return EXIT_OK
+
+
+def _import_calls(client: Any, plan: ImportPlan, wait: float) -> list[Callable[[], Any]]:
+    """The plan's changes as the calls that make them, in order (a progress step each):
+    a voter at a time, the observers together."""
+    calls: list[Callable[[], Any]] = [
+        lambda i=node_id, e=endpoint: client.add_server(i, e, timeout=wait)
+        for node_id, endpoint in plan.add_voters.items()]
+    if plan.add_observers:
+        calls.append(lambda: client.update_observers(add=plan.add_observers, timeout=wait))
+    if plan.remove_observers:
+        calls.append(lambda: client.update_observers(remove=plan.remove_observers,
+                                                     timeout=wait))
+    calls += [lambda i=node_id: client.remove_server(i, timeout=wait)
+              for node_id in plan.remove_voters]
+    return calls
 
 
 def _report_plan(out: TextIO, args: argparse.Namespace, plan: ImportPlan, lines: list[str],
