@@ -2,6 +2,7 @@
 external binaries they need, a real Prometheus server, scraping an endpoint."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -18,16 +19,28 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support import wait_until
 
 
+def _missing(reason: str) -> None:
+    """Skip, except in CI (``CI`` set), where .ci/run installs what the operators' tests
+    need: there it fails, so CI cannot skip them silently."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI: {reason}")
+    pytest.skip(reason)
+
+
 def require_binary(name: str, package: str) -> str:
-    """The binary's path. Absent: skip, except in CI (``CI`` set), where .ci/run installs
-    it: there a missing binary fails, so CI cannot skip the test silently."""
+    """The binary's path (see `_missing` when it is absent)."""
     path = shutil.which(name)
     if path is None:
-        reason = f"{name} is not installed (Debian package {package}; .ci/run installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI: {reason}")
-        pytest.skip(reason)
+        _missing(f"{name} is not installed (Debian package {package}; .ci/run installs it)")
     return path
+
+
+def require_module(name: str, extra: str) -> Any:
+    """The imported module (see `_missing` when it is absent)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        _missing(f"Python module {name} is not installed (setup.py's [{extra}] extra)")
 
 
 def logged_url(log_path: str | Path, pattern: str, timeout: float = 15.0) -> str:

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from consensus.runtime.local import LocalCluster
-from tests.operators import logged_url, require_binary
+from tests.operators import logged_url, require_binary, require_module
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.mark.timeout(90)
 def test_status_page_follows_a_failover_in_chromium(tmp_path):
     chromium = require_binary("chromium", "chromium")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright = require_module("playwright.sync_api", "test")
     with LocalCluster(3, status_interval=0.5) as farm:
         leader = farm.wait_for_leader()
         server = _serve(farm, tmp_path / "status.log")
