@@ -4,6 +4,7 @@ without a reload. A screenshot is kept in the test's tmp dir."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from consensus.runtime.local import LocalCluster
 from tests.operators import logged_url, require_binary, require_module
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +113,42 @@ def test_status_page_asks_for_basic_auth_off_loopback(tmp_path):
                 assert answer.status == 200
         finally:
             _stop(server)
+
+
+def test_one_server_serves_several_farms(tmp_path):
+    with LocalCluster(1, cluster="alpha", password="shared-pw", status_interval=0.5) as a, \
+            LocalCluster(1, cluster="beta", password="shared-pw", status_interval=0.5) as b:
+        a.wait_for_leader()
+        b.wait_for_leader()
+        log_path = tmp_path / "status.log"
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "consensus.cli", "status", "--serve", "127.0.0.1:0",
+                 "--credentials", os.path.join(a.data_dir, "credentials"),
+                 "--farm", f"alpha={a.endpoints}", "--farm", f"beta={b.endpoints}"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            url = logged_url(log_path, r"status page on (http://\S+)/ ")
+            with urllib.request.urlopen(f"{url}/", timeout=5) as answer:
+                index = answer.read().decode()
+            assert 'href="/farm/alpha"' in index and 'href="/farm/beta"' in index
+
+            def both() -> dict | None:
+                docs = {}
+                for name in ("alpha", "beta"):
+                    with urllib.request.urlopen(f"{url}/api/farm/{name}", timeout=5) as answer:
+                        docs[name] = json.load(answer)
+                return docs if all(d.get("leader") == 1 for d in docs.values()) else None
+            docs = wait_until(both, 15, 0.1, "both farms' status")
+            assert {d["cluster"] for d in docs.values()} == {"alpha", "beta"}
+            assert [m["role"] for m in docs["beta"]["members"]] == ["leader"]
+        finally:
+            _stop(server)
+
+
+def test_farm_without_serve_is_refused():
+    result = subprocess.run(
+        [sys.executable, "-m", "consensus.cli", "status", "--farm", "a=127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--farm: names the farms of the status page: give --serve" in result.stderr
