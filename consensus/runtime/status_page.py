@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from consensus.runtime.admin import Connection, UsageError, member_rows, plain, \
     resolve_connection, split_endpoints
-from consensus.runtime.http_endpoint import HttpEndpoint, Response
+from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen
 
 log = logging.getLogger("garlicfarm.status_page")
 
@@ -49,7 +49,8 @@ class FarmPoller:
     off while it does not answer) and keeps what the page shows."""
 
     def __init__(self, name: str, conn: Connection) -> None:
-        self.name, self.conn = name, conn
+        self.name = name
+        self.client = conn.client()         # here: a bad option fails the command
         self.view: dict[str, Any] | None = None
         self.error: str | None = None
         self.fetched_at: float | None = None
@@ -66,7 +67,7 @@ class FarmPoller:
     def _run(self) -> None:
         from consensus.runtime.errors import FarmError
         wait = POLL_INTERVAL
-        with self.conn.client() as client:
+        with self.client as client:
             while not self._stop.is_set():
                 try:
                     view = plain(client.status())
@@ -87,12 +88,9 @@ class FarmPoller:
     def _keep(self, view: dict[str, Any]) -> None:
         now = time.time()
         with self._lock:
-            old = self.view
-            if old is None or (old.get("leader_id"), old.get("term")) != \
-                    (view.get("leader_id"), view.get("term")):
-                if old is None or old.get("leader_id") != view.get("leader_id"):
-                    self.leader_changes.appendleft({"at": now, "leader": view.get("leader_id"),
-                                                    "term": view.get("term")})
+            if self.view is None or self.view.get("leader_id") != view.get("leader_id"):
+                self.leader_changes.appendleft({"at": now, "leader": view.get("leader_id"),
+                                                "term": view.get("term")})
             self.view, self.error, self.fetched_at = view, None, now
 
     def document(self) -> dict[str, Any]:
@@ -119,7 +117,10 @@ class FarmPoller:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is None:      # never started: the client is ours to close
+            self.client.close()
+        else:
+            self._thread.join()
 
 
 class StatusPage:
@@ -133,8 +134,13 @@ class StatusPage:
             routes[f"/farm/{name}"] = lambda n=name: Response(_page(n).encode(), _HTML)
             routes[f"/api/farm/{name}"] = lambda p=poller: Response(
                 json.dumps(p.document(), default=str).encode(), "application/json")
-        self.endpoint = HttpEndpoint(listen, "--serve", routes, credentials=credentials,
-                                     name="status-page")
+        try:
+            self.endpoint = HttpEndpoint(listen, "--serve", routes, credentials=credentials,
+                                         name="status-page")
+        except BaseException:
+            for poller in self.pollers.values():
+                poller.stop()
+            raise
         for poller in self.pollers.values():
             poller.start()
 
@@ -176,6 +182,7 @@ def serve_status(args: argparse.Namespace, out: TextIO) -> int:
     base = next(iter(farms.values()))
     credentials = {base.username: base.password} if base.username and base.password \
         else None
+    parse_listen(args.serve, "--serve", credentials)   # before any farm is asked
     page = StatusPage(args.serve, farms, credentials)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
