@@ -172,11 +172,16 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
-def _positive(kind):
+def _number(kind, *, positive: bool):
+    """An argparse type: a number of `kind`, positive (or else at least 0)."""
     def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be {'positive' if positive else 'at least 0'}")
         return value
     return parse
 
@@ -185,19 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="garlicfarm demo", description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", type=_kinds, default=list(STAGES),
                         help="kinds to stream, in order (default raft,dafka,chp)")
-    parser.add_argument("--events", type=_positive(int), default=12_000,
+    parser.add_argument("--events", type=_number(int, positive=True), default=12_000,
                         help="events to generate per kind")
-    parser.add_argument("--files", type=_positive(int), default=6,
+    parser.add_argument("--files", type=_number(int, positive=True), default=6,
                         help="files (micro-batches) to write per kind")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between files")
-    parser.add_argument("--nodes", type=_positive(int), default=3,
+    parser.add_argument("--pause", type=_number(float, positive=False), default=0.5,
+                        help="seconds between files")
+    parser.add_argument("--nodes", type=_number(int, positive=True), default=3,
                         help="Raft nodes in the local farm")
     parser.add_argument("--kill-leader", action="store_true",
                         help="SIGKILL the farm's leader half way through each kind (and "
                              "restart it)")
     parser.add_argument("--status-page", default="127.0.0.1:0", metavar="HOST:PORT",
                         help="where to serve the farm's status page (port 0: any free)")
-    parser.add_argument("--timeout", type=_positive(float), default=120.0,
+    parser.add_argument("--timeout", type=_number(float, positive=True), default=120.0,
                         help="give up on a kind after seconds")
     args = parser.parse_args(argv)
     console = Console()
