@@ -190,11 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="garlicfarm demo", description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", type=_kinds, default=list(STAGES),
                         help="kinds to stream, in order (default raft,dafka,chp)")
-    parser.add_argument("--events", type=_number(int, positive=True), default=12_000,
+    parser.add_argument("--events", type=_number(int, positive=True), default=8_000,
                         help="events to generate per kind")
-    parser.add_argument("--files", type=_number(int, positive=True), default=6,
+    parser.add_argument("--files", type=_number(int, positive=True), default=4,
                         help="files (micro-batches) to write per kind")
-    parser.add_argument("--pause", type=_number(float, positive=False), default=0.5,
+    parser.add_argument("--pause", type=_number(float, positive=False), default=0.4,
                         help="seconds between files")
     parser.add_argument("--nodes", type=_number(int, positive=True), default=3,
                         help="Raft nodes in the local farm")
