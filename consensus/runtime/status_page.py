@@ -128,18 +128,20 @@ class StatusPage:
 
     def __init__(self, listen: str, farms: dict[str, Connection],
                  credentials: dict[str, str] | None = None) -> None:
-        self.pollers = {name: FarmPoller(name, conn) for name, conn in farms.items()}
-        routes = {"/": lambda: Response(_index(list(self.pollers)).encode(), _HTML)}
-        for name, poller in self.pollers.items():
-            routes[f"/farm/{name}"] = lambda n=name: Response(_page(n).encode(), _HTML)
-            routes[f"/api/farm/{name}"] = lambda p=poller: Response(
-                json.dumps(p.document(), default=str).encode(), "application/json")
+        self.pollers: dict[str, FarmPoller] = {}
         try:
+            for name, conn in farms.items():
+                self.pollers[name] = FarmPoller(name, conn)
+            routes = {"/": lambda: Response(_index(list(self.pollers)).encode(), _HTML)}
+            for name, poller in self.pollers.items():
+                routes[f"/farm/{name}"] = lambda n=name: Response(_page(n).encode(), _HTML)
+                routes[f"/api/farm/{name}"] = lambda p=poller: Response(
+                    json.dumps(p.document(), default=str).encode(), "application/json")
             self.endpoint = HttpEndpoint(listen, "--serve", routes, credentials=credentials,
                                          name="status-page")
         except BaseException:
             for poller in self.pollers.values():
-                poller.stop()
+                poller.stop()           # never started: closes its client
             raise
         for poller in self.pollers.values():
             poller.start()
