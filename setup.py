@@ -27,6 +27,7 @@ setup(
         "msgpack>=1.0",
         "h11>=0.14",
         "rich>=13",
+        "prometheus_client>=0.20",  # --metrics (consensus/runtime/metrics.py)
     ],
     extras_require={
         # PySpark 4.0 to 4.x (tested: 4.0, 4.1, 4.2, 4.3). pandas below 3: PySpark 4.2+
@@ -50,6 +51,8 @@ setup(
             # tests/interop runs the zguide's Python Clone examples (../shared/peers):
             # their servers use pyzmq's tornado event loop (tested: tornado 6.6.1).
             "tornado>=6.1",
+            # the status page's test drives Debian's chromium (no browser download)
+            "playwright>=1.40",
         ],
         "bench": ["pysyncobj>=0.3.12"],
     },

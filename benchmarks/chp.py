@@ -23,6 +23,7 @@ receiver. ZeroMQ's high-water marks are lifted so no case drops messages; each c
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import os
 import platform
@@ -42,6 +43,7 @@ from connectors.chp.client import CloneClient  # noqa: E402
 from connectors.chp.proto import Kvset, encode  # noqa: E402
 from connectors.chp.server import CloneServer, ServerConfig  # noqa: E402
 from connectors.chp.zmqio import recv_frames, send_frames  # noqa: E402
+from consensus.runtime.progress import track  # noqa: E402
 
 VALUE_SIZE = 100
 KEYS = 10_000
@@ -159,9 +161,9 @@ def measure(n: int, repeat: int) -> list[tuple[str, float]]:
                  ("chp --data-dir (fsync=batch)",
                   lambda: chp_stream(n, f"{tmp}/{next(runs)}"))]
         best = {name: 0.0 for name, _ in cases}
-        for _ in range(repeat):
-            for name, run in cases:
-                best[name] = max(best[name], run())
+        for _, (name, run) in track(itertools.product(range(repeat), cases), "chp",
+                                    repeat * len(cases)):
+            best[name] = max(best[name], run())
     return list(best.items())
 
 

@@ -19,6 +19,7 @@ against the baseline of the same run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import os
 import sys
@@ -33,6 +34,7 @@ from connectors.dafka import (Consumer, DafkaConfig, Producer, Store, StoreClien
                               Tower)
 from connectors.dafka.node import Node, new_address  # noqa: E402
 from connectors.dafka.partitions import PartitionStore  # noqa: E402
+from consensus.runtime.progress import track  # noqa: E402
 
 SIZE = 100
 TOPIC = "bench"
@@ -246,14 +248,15 @@ def main() -> int:
     args = parser.parse_args()
     cases = ["baseline"] + [c for c in args.cases.split(",") if c and c != "baseline"]
     rates: dict[str, list[float]] = {c: [] for c in cases}
-    for _ in range(args.repeat):   # interleaved, so machine noise hits all alike
-        for case in cases:
-            if case == "baseline":
-                rates[case].append(run_baseline(args.records))
-            elif case in ("store", "consumer"):
-                rates[case].append(run_dafka(args.records, case))
-            else:
-                rates[case].append(run_read(args.records, case))
+    # interleaved, so machine noise hits all alike
+    for _, case in track(itertools.product(range(args.repeat), cases), "dafka",
+                         args.repeat * len(cases)):
+        if case == "baseline":
+            rates[case].append(run_baseline(args.records))
+        elif case in ("store", "consumer"):
+            rates[case].append(run_dafka(args.records, case))
+        else:
+            rates[case].append(run_read(args.records, case))
     best = {k: max(v) for k, v in rates.items()}
     print(f"{args.records} records of {SIZE} bytes, best of {args.repeat}, "
           f"{os.cpu_count()} cores")

@@ -37,6 +37,7 @@ single-client p50 <= 0.3 ms.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import multiprocessing as mp
 import os
@@ -50,6 +51,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from consensus.runtime.progress import track  # noqa: E402
 
 SIZE = 100
 KEYS = 1000
@@ -533,13 +536,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         systems = [s for s in systems if s.startswith(args.only)]
     results: dict[str, list[Row]] = {s: [] for s in systems}
-    for r in range(args.rounds):
-        for system in systems:
-            row = measure(system, args)
-            results[system].append(row)
-            print(f"round {r + 1} {system}: {row.throughput.rate:,.0f} commits/s "
-                  f"({row.throughput.errors} errors), p50 {row.p50_ms:.3f} ms, "
-                  f"p99 {row.p99_ms:.3f} ms", flush=True)
+    for r, system in track(itertools.product(range(args.rounds), systems), "raft_throughput",
+                           args.rounds * len(systems)):
+        row = measure(system, args)
+        results[system].append(row)
+        print(f"round {r + 1} {system}: {row.throughput.rate:,.0f} commits/s "
+              f"({row.throughput.errors} errors), p50 {row.p50_ms:.3f} ms, "
+              f"p99 {row.p99_ms:.3f} ms", flush=True)
     print()
     print(report({s: best(rows) for s, rows in results.items()}, args))
     return 0

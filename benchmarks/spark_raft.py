@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     WriterCommitMessage)
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
+from consensus.runtime.progress import track  # noqa: E402
 from pyspark_farm import LocalFarm, spark_session  # noqa: E402
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL  # noqa: E402
 from pyspark_farm.raft.sink import ipc_payload  # noqa: E402
@@ -186,7 +187,7 @@ class Comparison:
 
     def run(self, rounds: int, farm: Callable[[], object], base: Callable[[], object]) -> None:
         """`rounds` rounds, the two back to back, which one goes first alternating."""
-        for number in range(rounds):
+        for number in track(range(rounds), f"{self.rows:,} rows", rounds):
             if number % 2:
                 self.farm.append(timed(farm))
                 self.base.append(timed(base))

@@ -85,14 +85,24 @@ def _supports_headers_only(client: "FarmClient") -> bool:
 def read_held(client: "FarmClient", start: int, stop: int, *,
               probe: "FarmClient | None" = None, **options: object) -> list["LogRecord"]:
     """read_entries at the leader, or, where its log starts after `start`, at a member
-    that still holds it (asked with `probe`; EntriesGone when no member does)."""
-    from consensus.runtime import IndexUnderflow
-    try:
-        return client.read_entries(start, stop, max_bytes=CHUNK_BYTES, **options)
-    except IndexUnderflow:
-        return read_anywhere(client, probe or client, start, stop,
-                             deadline=time.monotonic() + client.timeout,
-                             max_bytes=CHUNK_BYTES, **options)[1]
+    that still holds it (asked with `probe`; EntriesGone when no member does). Entries
+    the leader has not applied yet (a new leader a little behind the log's end that its
+    predecessor reported) are waited for, with backoff, up to the client's timeout."""
+    from consensus.runtime import IndexOverflow, IndexUnderflow
+    deadline = time.monotonic() + client.timeout
+    delay = 0.01
+    while True:
+        try:
+            return client.read_entries(start, stop, max_bytes=CHUNK_BYTES, **options)
+        except IndexUnderflow:
+            return read_anywhere(client, probe or client, start, stop,
+                                 deadline=time.monotonic() + client.timeout,
+                                 max_bytes=CHUNK_BYTES, **options)[1]
+        except IndexOverflow:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)       # the leader applying what it committed
+            delay = min(delay * 2, 0.2)
 
 
 def entry_sizes(client: "FarmClient", start: int, stop: int, *,

@@ -118,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--peer-timeout", type=_positive, default=2.0, metavar="S",
                         help="the peer is dead after this much silence (2)")
     server.add_argument("--log-level", default="INFO")
+    server.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on "
+                        "http://HOST:PORT/metrics (port 0: any free); off loopback only "
+                        "with --replicated, whose --farm-credentials it then requires as "
+                        "HTTP Basic authentication")
 
     def client_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--server", action="append", metavar="HOST:PORT",
@@ -175,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from .server import Role, ServerConfig, run_server
+    from .server import CloneServer, Role, ServerConfig, serve
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
     if args.replicated is None:
         for option in ("farm_user", "farm_password", "farm_credentials", "farm_tls_ca",
@@ -193,11 +197,33 @@ def _server(args: argparse.Namespace) -> int:
                           hugz_interval=args.hugz_interval,
                           bstar_heartbeat=args.bstar_heartbeat,
                           peer_timeout=args.peer_timeout, bulk=args.bulk)
-    if args.replicated is not None:
-        from .replicated_server import run_replicated
-        server = run_replicated(config, _farm_options(args))
+    farm = _farm_options(args) if args.replicated is not None else None
+    credentials = {farm.username: farm.password} if farm is not None else None
+    if args.metrics:
+        from consensus.runtime.http_endpoint import parse_listen
+        try:
+            parse_listen(args.metrics, "--metrics", credentials,
+                         "--farm-credentials, with --replicated")
+        except ValueError as exc:   # the runtime's ConfigError, naming the option
+            raise ConfigError(str(exc)) from None
+    if farm is not None:
+        from .replicated_server import ReplicatedServer
+        server = ReplicatedServer(config, farm)
     else:
-        server = run_server(config)
+        server = CloneServer(config)
+    metrics = None
+    if args.metrics:
+        from .metrics import serve as serve_metrics
+        try:
+            metrics = serve_metrics(server, args.metrics, credentials)
+        except ValueError as exc:   # cannot listen there
+            raise ConfigError(str(exc)) from None
+        print(f"chp server: metrics on {metrics.url}/metrics", flush=True)
+    try:
+        serve(server)
+    finally:
+        if metrics is not None:
+            metrics.close()
     if server.exit_reason:
         print(f"garlicfarm chp server: {server.exit_reason}", file=sys.stderr)
         return EXIT_FARM if args.replicated is not None else EXIT_SPLIT_BRAIN

@@ -136,6 +136,7 @@ class ServerStats:
     snapshots: int = 0          # ICANHAZ answered
     bulk_snapshots: int = 0     # of which with KVBULK messages
     votes_refused: int = 0      # ICANHAZ dropped because the FSM did not accept them
+    subscriptions: int = 0      # prefix subscriptions open on the publisher (metrics)
     resyncs: int = 0            # snapshots taken from the active while passive
     last_reject: str = ""
     states: list[str] = field(default_factory=list)   # state changes, in order
@@ -199,6 +200,7 @@ class CloneServer:
             self.router.bind(here.snapshot)
             self.publisher = self._socket(zmq.XPUB, self._on_subscription)
             self.publisher.xpub_verbose = 1
+            self.publisher.xpub_verboser = 1    # unsubscriptions too: stats.subscriptions
             self.publisher.sndhwm = cfg.publisher_hwm
             self.publisher.bind(here.publisher)
             self.collector = self._socket(zmq.SUB, self._on_collector)
@@ -367,6 +369,7 @@ class CloneServer:
 
     def _on_subscription(self) -> None:
         subscribed = [frames[0][:1] == b"\x01" for frames in drain(self.publisher)]
+        self.stats.subscriptions += 2 * sum(subscribed) - len(subscribed)
         if any(subscribed):
             self._send_hugz()
 

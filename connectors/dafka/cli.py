@@ -70,6 +70,28 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true")
 
 
+def _metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics "
+                        "on http://HOST:PORT/metrics (loopback only; port 0: any free)")
+
+
+def _serve_metrics(args: argparse.Namespace, collector):
+    """The --metrics endpoint (connectors/dafka/metrics.py), or None."""
+    if not args.metrics:
+        return None
+    from connectors.dafka.metrics import serve
+    endpoint = serve(collector, args.metrics)
+    _say(f"dafka {args.command}: metrics on {endpoint.url}/metrics")
+    return endpoint
+
+
+def _check_metrics(args: argparse.Namespace) -> None:
+    """Refuse a bad --metrics before anything starts."""
+    if args.metrics:
+        from consensus.runtime.http_endpoint import parse_listen
+        parse_listen(args.metrics, "--metrics", None, None)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="garlicfarm dafka",
                                      description="Dafka nodes, wire-compatible with zeromq/dafka")
@@ -84,9 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     tower.add_argument("--advertise-host", metavar="HOST",
                        help="announce nodes that beacon from 127.0.0.1 with this host")
     tower.add_argument("--verbose", action="store_true")
+    _metrics_option(tower)
 
     store = commands.add_parser("store", help="run a store (dafka_stored)")
     _common(store)
+    _metrics_option(store)
     store.add_argument("--data-dir", metavar="DIR", help="data directory (store/db)")
     store.add_argument("--fsync", choices=("always", "batch", "never"),
                        help="store/fsync (default batch: one fsync per drain, then ACK)")
@@ -183,24 +207,34 @@ def run_tower(args: argparse.Namespace) -> int:
     if args.tower:
         sub, pub = tower_endpoints(args.tower)
     sub, pub = args.sub or sub, args.pub or pub
+    _check_metrics(args)
     stop = _until_signal()
     tower = Tower(sub, pub, advertise_host=args.advertise_host).start()
     _say(f"dafka tower: beacons on {tower.sub_endpoint}, announcements on "
          f"{tower.pub_endpoint}")
+    from connectors.dafka.metrics import TowerCollector
+    metrics = _serve_metrics(args, TowerCollector(tower))
     stop.wait()
+    if metrics is not None:
+        metrics.close()
     tower.stop()
     return 0
 
 
 def run_store(args: argparse.Namespace) -> int:
     config = _config(args)
+    _check_metrics(args)
     stop = _until_signal()
     store = Store(config, bulk=not args.no_bulk).start()
     _say(f"dafka store: writer {store.writer.address} at {store.writer.endpoint}, reader "
          f"{store.reader.address} at {store.reader.endpoint}, data in {store.data_dir}")
+    from connectors.dafka.metrics import StoreCollector
+    metrics = _serve_metrics(args, StoreCollector(store))
     try:
         _wait(stop, args.exit_with_parent, store)
     finally:
+        if metrics is not None:
+            metrics.close()
         store.stop()
     if config.verbose:
         print(json.dumps(store.stats), file=sys.stderr)

@@ -418,7 +418,9 @@ def cmd_add_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) ->
         if args.observer:
             client.update_observers(add={node_id: endpoint}, timeout=wait)
         else:
-            client.add_server(node_id, endpoint, timeout=wait)
+            from consensus.runtime.progress import catching_up
+            with catching_up(lambda: target.client(timeout=reach), node_id):
+                client.add_server(node_id, endpoint, timeout=wait)
     _done(out, args, {"added": node_id, "endpoint": endpoint,
                       "as": "observer" if args.observer else "voter"},
           f"n{node_id} ({endpoint}) added as {'an observer' if args.observer else 'a voter'}")
@@ -703,17 +705,29 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
         _report_plan(out, args, plan, lines, applied=False)
         return EXIT_OK
     reach, wait = target.change_timeouts()
+    from consensus.runtime.progress import track
     with target.client(timeout=reach) as client:
-        for node_id, endpoint in plan.add_voters.items():
-            client.add_server(node_id, endpoint, timeout=wait)
-        if plan.add_observers:
-            client.update_observers(add=plan.add_observers, timeout=wait)
-        if plan.remove_observers:
-            client.update_observers(remove=plan.remove_observers, timeout=wait)
-        for node_id in plan.remove_voters:
-            client.remove_server(node_id, timeout=wait)
+        calls = _import_calls(client, plan, wait)
+        for call in track(calls, "config import", len(calls)):
+            call()
     _report_plan(out, args, plan, lines, applied=True)
     return EXIT_OK
+
+
+def _import_calls(client: Any, plan: ImportPlan, wait: float) -> list[Callable[[], Any]]:
+    """The plan's changes as the calls that make them, in order (a progress step each):
+    a voter at a time, the observers together."""
+    calls: list[Callable[[], Any]] = [
+        lambda i=node_id, e=endpoint: client.add_server(i, e, timeout=wait)
+        for node_id, endpoint in plan.add_voters.items()]
+    if plan.add_observers:
+        calls.append(lambda: client.update_observers(add=plan.add_observers, timeout=wait))
+    if plan.remove_observers:
+        calls.append(lambda: client.update_observers(remove=plan.remove_observers,
+                                                     timeout=wait))
+    calls += [lambda i=node_id: client.remove_server(i, timeout=wait)
+              for node_id in plan.remove_voters]
+    return calls
 
 
 def _report_plan(out: TextIO, args: argparse.Namespace, plan: ImportPlan, lines: list[str],
@@ -777,6 +791,10 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog=prog, parents=[parent],
                                     description="Leader, term, publisher and every member: "
                                                 "role, match index, lag, last status.")
+        p.add_argument("--serve", metavar="HOST:PORT", help="serve a live status page there "
+                       "instead (consensus/runtime/status_page.py)")
+        p.add_argument("--farm", action="append", metavar="NAME=HOST:PORT,...",
+                       help="with --serve: a farm (cluster NAME) to show; repeatable")
     elif name == "add-server":
         p = argparse.ArgumentParser(prog=prog, parents=[parent],
                                     description="Add a voter (JRaft's AddServer: the new node "
@@ -853,6 +871,9 @@ def _command(name: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             return EXIT_OK if exit_.code in (0, None) else EXIT_USAGE
         if name == "config":
             return cmd_config(args, out)
+        if name == "status" and (args.serve or args.farm):
+            from consensus.runtime.status_page import serve_status
+            return serve_status(args, out)
         return HANDLERS[name](resolve_connection(args), args, out)
     except UsageError as exc:
         err.write(f"garlicfarm {name}: {exc}\n")

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-machine", help="module:factory of a pluggable application "
                    "state machine for entries that are not farm commands")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on "
+                   "http://HOST:PORT/metrics (port 0: any free, logged); a non-loopback "
+                   "address requires the node's credentials as HTTP Basic authentication")
     return p
 
 
@@ -105,13 +108,21 @@ def main(argv: list[str] | None = None) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from consensus.runtime.node import FarmNode
         node = FarmNode(config, app)
+        metrics = None
+        if config.metrics:
+            from consensus.runtime.metrics import serve_node_metrics
+            metrics = serve_node_metrics(node, config.metrics, node.security.accepted)
     except (ConfigError, FarmError) as exc:
         print(f"garlicfarm node: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"garlicfarm node: {exc}", file=sys.stderr)
         return 1
-    node.run()
+    try:
+        node.run()
+    finally:
+        if metrics is not None:
+            metrics.close()
     return 0
 
 

@@ -94,6 +94,7 @@ class NodeConfig:
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024
     log_level: str = "info"
+    metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
@@ -130,6 +131,9 @@ class NodeConfig:
         if self.insecure_skip_tls_verify and not self.tls_cert:
             raise ConfigError("--insecure-skip-tls-verify", "concerns the TLS a node dials its "
                               "peers with, which it does only with --tls-cert/--tls-key")
+        if self.metrics is not None:
+            from consensus.runtime.http_endpoint import parse_listen
+            parse_listen(self.metrics, "--metrics", self.security().accepted)
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 

@@ -35,6 +35,7 @@ from consensus.raft import (AppendEntries, Configuration, Message, RaftError, Ra
                             TimeoutNow)
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.metrics import NodeObserver
 from consensus.runtime.service import Service
 from consensus.runtime.status import status_json
 from consensus.runtime.storage import DiskStorage, SyncThread
@@ -57,6 +58,7 @@ class FarmNode:
         self.id = config.id
         self.security = config.security()
         self.started = time.monotonic()
+        self.observer = NodeObserver()
         self.app_factory = app_factory
         self.storage = DiskStorage(config.data_dir, fsync=config.fsync,
                                    segment_bytes=config.segment_bytes)
@@ -84,6 +86,7 @@ class FarmNode:
             address_of=self.dial_address_of, on_core=self._inbox_append,
             on_client=self._on_client, on_closed=self._on_closed,
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack)
+        self.transport.on_refused = self.observer.connection_refused
         self.port = self.transport.port
         self.service = Service(self)
         self._inbox: list[Message] = []
@@ -94,7 +97,7 @@ class FarmNode:
         self._status_target = 0
         self._snapshot_due = False
         self._syncing = None                # a Ready waiting for its fsync
-        self._syncer = SyncThread(self.storage, self.transport.wake)
+        self._syncer = SyncThread(self.storage, self.transport.wake, self.observer.fsynced)
         self.stopped_reason: str | None = None
 
     def _bootstrap(self) -> Configuration:
@@ -286,6 +289,7 @@ class FarmNode:
                     carries = carries or type(msg) is not AppendEntries or bool(msg.entries)
                 if carries:                 # replication leaves before our own disk work;
                     transport.flush()       # commit notices wait for the clients' answers
+                    self.observer.sent(rd.send_now)
             if rd.soft_state is not None:
                 self._on_soft_state(rd.soft_state)
             if rd.snapshot is not None:
@@ -293,8 +297,12 @@ class FarmNode:
                 self.machine.restore(rd.snapshot.data, rd.snapshot.index)
                 self._snapshot_index = rd.snapshot.index
                 self.service.on_restored(rd.snapshot.index)
-            if rd.entries and storage.append(rd.entries):
-                self.service.on_truncated(rd.entries[0].index)
+            if rd.entries:
+                started = time.perf_counter()
+                truncated = storage.append(rd.entries)
+                self.observer.appended(time.perf_counter() - started)
+                if truncated:
+                    self.service.on_truncated(rd.entries[0].index)
             if rd.must_sync and self.fsyncs:
                 self._apply_ready(rd)       # its committed entries are durable already
                 transport.flush()           # and their answers leave before the fsync
@@ -352,6 +360,7 @@ class FarmNode:
     def _on_soft_state(self, soft: SoftState) -> None:
         old = self._soft
         self._soft = soft
+        self.observer.soft_state(old, soft)
         if old is None or old.role is not soft.role:
             log.info("node %d: %s -> %s (term %d, leader %s)", self.id,
                      old.role.value if old else "start", soft.role.value, soft.term,

@@ -255,6 +255,7 @@ class Service:
         except (NotLeader, ProposalDropped) as exc:
             error = self.not_leader() if isinstance(exc, NotLeader) else Unavailable(
                 f"the leader refused the write for now ({exc}); retry")
+            self.node.observer.proposals_dropped(len(pending))
             for _, _, _, waiter in pending:
                 if waiter is not None:
                     self._fail_waiter(waiter, error)

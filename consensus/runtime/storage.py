@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 import zlib
-from typing import Sequence
+from typing import Callable, Sequence
 
 from consensus.raft import Configuration, Entry, EntryType, HardState, Snapshot
 from consensus.raft.entry import limit_size
@@ -354,8 +354,9 @@ class SyncThread:
     failed fsync leaves the log unusable (what reached the disk is unknown): `done()`
     raises it, and the node stops."""
 
-    def __init__(self, storage: DiskStorage, wake) -> None:
-        self.storage, self.wake = storage, wake
+    def __init__(self, storage: DiskStorage, wake,
+                 observe: Callable[[float], None] = lambda seconds: None) -> None:
+        self.storage, self.wake, self.observe = storage, wake, observe
         self._wanted = False
         self._finished = threading.Event()
         self._finished.set()
@@ -385,7 +386,9 @@ class SyncThread:
                     return
                 self._wanted = False
             try:
+                started = time.perf_counter()
                 self.storage.sync()
+                self.observe(time.perf_counter() - started)
             except BaseException as exc:    # handed to the loop thread
                 self._error = exc
             self._finished.set()

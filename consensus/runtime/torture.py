@@ -40,6 +40,7 @@ from typing import Any, Sequence, TextIO
 
 from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
 
+from . import progress as progress_bar
 from .admin import console_for, print_json, print_table
 from .faultproxy import ProxyNetwork
 from .torture_nemesis import MEMBERSHIP_SCHEMES, Action, Fault, Nemesis, NemesisLog
@@ -469,7 +470,8 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
             pool.start()
             nemesis.start()
             try:
-                threading.Event().wait(options.duration)      # the run itself
+                progress_bar.wait(options.duration, "torture", progress,   # the run itself
+                                  status=lambda: _running_status(pool, nemesis))
             finally:
                 nemesis.stop()                                 # heals everything
                 if not pool.stop(timeout=options.client_timeout * 6 + 10):
@@ -500,6 +502,13 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
         nemesis.log, str(options.history) if options.history else None,
         result.explain(KVModel(), limit=5) if result.verdict is not Verdict.LINEARIZABLE
         else "", notes))
+
+
+def _running_status(pool: ClientPool, nemesis: Nemesis) -> str:
+    """The progress bar's text: operations answered so far and faults applied."""
+    outcomes = dict(pool.stats.outcomes)
+    ok = sum(n for (_, kind), n in outcomes.items() if kind == "ok")
+    return f"{ok:,} ok / {sum(outcomes.values()):,} ops, {len(nemesis.log.records)} faults"
 
 
 def judge(result: TortureResult) -> TortureResult:

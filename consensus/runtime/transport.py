@@ -214,6 +214,7 @@ class Transport:
             from consensus.runtime.marker_wire import MarkerWire
             self.marker = MarkerWire(self, accept_marker)
         self._closing = False
+        self.on_refused: Callable[[str], None] = lambda reason: None   # metrics
 
     # -- wiring of the wires --------------------------------------------------------------
     def _wire_of_kind(self, kind: str):
@@ -544,6 +545,7 @@ class Transport:
     def _accepted(self, label: str, result) -> None:
         if isinstance(result, Refusal):
             log.warning("refused connection from %s: %s", label, result)
+            self.on_refused(str(result))
             return
         if result is None:
             return

@@ -1,0 +1,168 @@
+"""Prometheus metrics of a `garlicfarm node` (``--metrics HOST:PORT``).
+
+Two sources, one registry per node:
+
+* `NodeCollector` reads the node's public state at scrape time (term, role, leader,
+  commit / applied / last index, each follower's match on the leader, log size,
+  connections, the sink ledger's committed batches): nothing is kept up to date on
+  the loop for it. It runs on the HTTP thread and reads plain attributes; a dict is
+  copied (atomic under the GIL) before it is walked.
+* `NodeObserver` holds what cannot be read afterwards: counters and latency histograms
+  the node feeds at its measurement points (a call each; see docs/operations.md).
+
+Names follow etcd's where one applies (``etcd_server_has_leader`` ->
+``garlicfarm_server_has_leader``, ``etcd_disk_wal_fsync_duration_seconds`` ->
+``garlicfarm_disk_wal_fsync_duration_seconds``, ...).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from consensus.raft import InstallSnapshot, Message, Role, SoftState
+from consensus.runtime.http_endpoint import HttpEndpoint, serve_metrics
+
+if TYPE_CHECKING:
+    from consensus.runtime.node import FarmNode
+
+#: etcd's disk buckets: 1 ms to 8 s, doubling
+DISK_BUCKETS = tuple(0.001 * 2 ** i for i in range(14))
+
+
+class NodeObserver:
+    """The counters and histograms a node feeds; each method is one measurement."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.leader_changes = Counter(
+            "garlicfarm_server_leader_changes_seen", "Leader changes seen by this member "
+            "(a new, known leader).", registry=r)
+        self.proposals_failed = Counter(
+            "garlicfarm_server_proposals_failed", "Proposals the leader refused (not the "
+            "leader any more, or dropped while busy).", registry=r)
+        self.snapshot_sends = Counter(
+            "garlicfarm_network_snapshot_sends", "InstallSnapshot messages sent, by "
+            "follower.", ["to"], registry=r)
+        self.refused = Counter(
+            "garlicfarm_network_connections_refused", "Incoming connections refused "
+            "before any Raft message, by reason (auth: the digest handshake failed).",
+            ["reason"], registry=r)
+        self.fsync = Histogram(
+            "garlicfarm_disk_wal_fsync_duration_seconds", "Latency of the log's fsyncs "
+            "(group commit).", buckets=DISK_BUCKETS, registry=r)
+        self.append = Histogram(
+            "garlicfarm_disk_wal_append_duration_seconds", "Latency of appending a "
+            "Ready's entries to the log (before any fsync).", buckets=DISK_BUCKETS,
+            registry=r)
+
+    def soft_state(self, old: SoftState | None, new: SoftState) -> None:
+        """etcd's rule: count when a known leader differs from the one before."""
+        if new.leader_id is not None and (old is None or old.leader_id != new.leader_id):
+            self.leader_changes.inc()
+
+    def proposals_dropped(self, count: int) -> None:
+        self.proposals_failed.inc(count)
+
+    def sent(self, messages: Iterable[Message]) -> None:
+        for msg in messages:
+            if type(msg) is InstallSnapshot:
+                self.snapshot_sends.labels(str(msg.destination)).inc()
+
+    def connection_refused(self, reason: str) -> None:
+        self.refused.labels("auth" if reason.startswith("handshake refused")
+                            else "other").inc()
+
+    def fsynced(self, seconds: float) -> None:
+        self.fsync.observe(seconds)
+
+    def appended(self, seconds: float) -> None:
+        self.append.observe(seconds)
+
+
+def _gauge(name: str, doc: str, value: float, labels: Mapping[str, str] | None = None
+           ) -> GaugeMetricFamily:
+    if labels:
+        family = GaugeMetricFamily(name, doc, labels=list(labels))
+        family.add_metric(list(labels.values()), value)
+        return family
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class NodeCollector(Collector):
+    """What a node's public state says at scrape time."""
+
+    def __init__(self, node: "FarmNode") -> None:
+        self.node = node
+
+    def collect(self) -> Iterable[Metric]:
+        node = self.node
+        raft, machine = node.raft, node.machine
+        role, leader = raft.role, raft.leader_id
+        info = InfoMetricFamily("garlicfarm_server", "This member: id, cluster, wire.")
+        info.add_metric([], {"id": str(node.id), "cluster": node.config.cluster,
+                             "wire": node.config.wire})
+        yield info
+        yield _gauge("garlicfarm_server_has_leader", "1 when a leader is known.",
+                     int(leader is not None))
+        yield _gauge("garlicfarm_server_is_leader", "1 when this member leads.",
+                     int(role is Role.LEADER))
+        yield _gauge("garlicfarm_server_leader_id", "The known leader's id (0: none).",
+                     leader or 0)
+        roles = GaugeMetricFamily("garlicfarm_server_role", "1 for this member's role.",
+                                  labels=["role"])
+        for r in Role:
+            roles.add_metric([r.value], int(role is r))
+        yield roles
+        yield _gauge("garlicfarm_server_term", "The current Raft term.", raft.term)
+        commit, applied, last = raft.commit_index, machine.applied, raft.last_index
+        yield _gauge("garlicfarm_server_proposals_committed_total", "The commit index "
+                     "(etcd: committed consensus proposals; a gauge).", commit)
+        yield _gauge("garlicfarm_server_proposals_applied_total", "The applied index "
+                     "(etcd: applied consensus proposals; a gauge).", applied)
+        yield _gauge("garlicfarm_server_proposals_pending", "Entries appended but not "
+                     "committed.", max(0, last - commit))
+        yield _gauge("garlicfarm_server_last_index", "The last index of the log.", last)
+        match = GaugeMetricFamily("garlicfarm_server_follower_match_index", "The leader's "
+                                  "match index of each follower.", labels=["follower"])
+        lag = GaugeMetricFamily("garlicfarm_server_follower_match_lag", "Entries each "
+                                "follower is behind the leader's last index.",
+                                labels=["follower"])
+        if role is Role.LEADER:
+            for peer, progress in sorted(dict(raft.progress).items()):
+                if peer != node.id:
+                    match.add_metric([str(peer)], progress.match)
+                    lag.add_metric([str(peer)], max(0, last - progress.match))
+        yield match
+        yield lag
+        yield _gauge("garlicfarm_disk_log_size_bytes", "Bytes of the log's segments.",
+                     node.storage.log_bytes)
+        yield _gauge("garlicfarm_network_incoming_connections", "Open connections that "
+                     "clients and peers made to this member.", len(node.transport.incoming))
+        yield _gauge("garlicfarm_network_active_peers", "Open connections this member "
+                     "made to its peers.", len(node.transport.outgoing))
+        batches = GaugeMetricFamily("garlicfarm_sink_committed_batches", "Batches the "
+                                    "exactly-once sink committed, by streaming query.",
+                                    labels=["query"])
+        for query, indexes in sorted(dict(machine.ledger.effective).items()):
+            batches.add_metric([query], len(indexes))
+        yield batches
+        yield _gauge("garlicfarm_sink_staged_entries", "Sink entries staged and not yet "
+                     "committed or aborted.", len(machine.ledger.staged))
+        yield _gauge("garlicfarm_server_uptime_seconds", "Seconds since the node "
+                     "started.", node.uptime())
+
+
+def serve_node_metrics(node: "FarmNode", listen: str,
+                       credentials: Mapping[str, str] | None = None) -> HttpEndpoint:
+    """Serve the node's metrics on ``http://LISTEN/metrics`` (``--metrics``)."""
+    from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+    registry = node.observer.registry
+    registry.register(NodeCollector(node))
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return serve_metrics(listen, "--metrics", registry, credentials=credentials,
+                         name="metrics")
