@@ -199,7 +199,7 @@ def start_chp_server(log_path: Path) -> tuple[subprocess.Popen, str]:
             continue
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "consensus.cli", "chp", "server", "--port", str(port),
+                [sys.executable, "-m", "garlicfarm", "chp", "server", "--port", str(port),
                  "--hugz-interval", "0.2"], stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + CHP_START_TIMEOUT
