@@ -162,6 +162,12 @@ class RaftNode:
                              "inflight": len(pr.inflight)} for p, pr in self.progress.items()},
         }
 
+    def end_boot_lease(self) -> None:
+        """Vote at once: forget that this node may have confirmed a leader just before a
+        restart (it refuses votes for its first election timeout otherwise). For a
+        caller that knows no leader is alive, such as a test electing a chosen node."""
+        self._boot_lease = False
+
     # ====================================================================================
     # Time
     # ====================================================================================

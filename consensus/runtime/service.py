@@ -42,7 +42,7 @@ from consensus.runtime.errors import (FarmError, Incomplete, IndexOverflow, Inde
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
 from consensus.runtime.machines import CommandError, Outcome
-from consensus.runtime.storage import SnapshotView
+from consensus.runtime.disk_storage import SnapshotView
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
                                   ValueType, check_shape, encode)

@@ -113,18 +113,38 @@ def test_disk_crash_keeps_synced_entries_and_a_prefix_of_the_rest():
     outcomes = set()
     for _ in range(30):
         disk = SimDisk()
-        first = Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2)],
-                      hard_state=HardState(1, 1, 0))
-        disk.write(first)
+        disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2)]))
         disk.sync()
-        disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (3, 4, 5)],
-                         hard_state=HardState(2, None, 2)))
-        assert disk.initial_state() == HardState(1, 1, 0)       # not synced yet
+        disk.save_hard_state(HardState(1, 1, 0), urgent=True)
+        disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (3, 4, 5)]))
         disk.crash(rng)
         assert 2 <= disk.last_index() <= 5
         assert disk.initial_state() == HardState(1, 1, 0)
         outcomes.add(disk.last_index())
     assert len(outcomes) > 2            # sometimes all, sometimes some, sometimes none
+
+
+def test_disk_saves_a_lone_commit_index_lazily_as_the_runtime_does():
+    disk = SimDisk()
+    disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2, 3)]))
+    disk.sync()
+    disk.save_hard_state(HardState(1, 1, 0), urgent=True)
+    disk.save_hard_state(HardState(1, 1, 2), urgent=False)
+    assert disk.initial_state() == HardState(1, 1, 0)       # not saved yet
+    disk.crash(random.Random(0))
+    assert disk.initial_state() == HardState(1, 1, 0)       # lost with the crash
+    disk.save_hard_state(HardState(1, 1, 3), urgent=False)
+    disk.sync()
+    assert disk.initial_state() == HardState(1, 1, 3)       # saved with the next sync
+
+
+def test_disk_never_saves_a_commit_beyond_its_durable_log():
+    disk = SimDisk()
+    disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2)]))
+    disk.sync()
+    disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (3, 4)]))
+    disk.save_hard_state(HardState(2, 1, 4), urgent=True)
+    assert disk.initial_state() == HardState(2, 1, 2)
 
 
 def test_disk_truncation_is_durable_at_once():

@@ -33,7 +33,7 @@ import time
 import zlib
 from typing import Sequence
 
-from consensus.raft import Configuration, Entry, EntryType, HardState, Snapshot
+from consensus.raft import Configuration, Entry, EntryType, HardState, Ready, Snapshot
 from consensus.raft.entry import limit_size
 from consensus.raft.errors import CompactedError, UnavailableError
 from consensus.raft.retention import catch_up_index, compaction_point, snapshots_to_keep
@@ -397,6 +397,40 @@ class SyncThread:
             self._closing = True
             self._cond.notify()
         self._thread.join()
+
+
+class SyncedDisk:
+    """`DiskStorage` as the Ready driver's `Disk` (consensus.raft.driver): writes on the
+    loop thread, fsyncs on the `SyncThread` (the loop goes on meanwhile), or at once
+    under a policy that does not fsync (`fsyncs` False: the sync is then cheap)."""
+
+    def __init__(self, storage: DiskStorage, *, fsyncs: bool, wake) -> None:
+        self.storage = storage
+        self.fsyncs = fsyncs
+        self._syncer = SyncThread(storage, wake)
+
+    def write(self, rd: Ready) -> bool:
+        if rd.snapshot is not None:
+            self.storage.install_snapshot(rd.snapshot)
+        return bool(rd.entries) and self.storage.append(rd.entries)
+
+    def start_sync(self) -> bool:
+        if self.fsyncs:
+            self._syncer.start()
+            return True
+        self.storage.sync()
+        return False
+
+    def sync_done(self) -> bool:
+        return self._syncer.done()
+
+    def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
+        self.storage.save_hard_state(state, urgent=urgent)
+
+    def close(self) -> None:
+        """Wait for a running fsync, stop the thread, then close the storage."""
+        self._syncer.close()
+        self.storage.close()
 
 
 def _core_snapshot(stored) -> Snapshot:
