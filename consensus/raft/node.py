@@ -16,7 +16,7 @@ from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType
 from .errors import InvalidMessage, MembershipChangeError, NotLeader, ProposalDropped, RaftError, \
     StorageStateError
-from .log import RaftLog
+from .log import LogView, RaftLog
 from .membership import IncomingSnapshot, JoinPhase, Joiner, Leaver, ObserverPull
 from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
                        InstallSnapshotResponse, JoinClusterRequest, JoinClusterResponse,
@@ -55,6 +55,7 @@ class RaftNode:
         seed = self.options.seed if self.options.seed is not None else node_id
         self._rng = random.Random(seed)
         self.log = RaftLog(storage, configuration or EMPTY, applied)
+        self.log_view = LogView(self.log)   #: read-only, for the runtime's services
         state = storage.initial_state()
         self.term = state.term
         self.vote = state.vote

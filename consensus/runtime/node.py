@@ -33,9 +33,10 @@ from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftEr
                             Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.node_view import NodeView
 from consensus.runtime.service import Service
 from consensus.runtime.status import status_json
-from consensus.runtime.disk_storage import DiskStorage, SyncedDisk
+from consensus.runtime.disk_storage import DiskStorage, SnapshotView, SyncedDisk
 from consensus.runtime.transport import Transport
 from consensus.storage import FsyncPolicy
 from consensus.wire.jraft import LogEntry, ValueType
@@ -134,7 +135,13 @@ class FarmNode:
             on_client=self._on_client, on_closed=self._on_closed,
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack)
         self.port = self.transport.port
-        self.service = Service(self)
+        self.service = Service(NodeView(
+            id=self.id, config=config, core=self.raft, log=self.raft.log_view,
+            machine=self.machine, transport=self.transport,
+            snapshots=SnapshotView(self.storage.snapshots),
+            latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
+            address_of=self.address_of, learn_address=self.learn_address,
+            status=self.status_dict))
         self._inbox: list[Message] = []
         self._client_inbox: list = []
         self._stop = threading.Event()

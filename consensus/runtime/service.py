@@ -42,14 +42,13 @@ from consensus.runtime.errors import (FarmError, Incomplete, IndexOverflow, Inde
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
 from consensus.runtime.machines import CommandError, Outcome
-from consensus.runtime.disk_storage import SnapshotView
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
                                   ValueType, check_shape, encode)
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection
-    from consensus.runtime.node import FarmNode
+    from consensus.runtime.node_view import NodeView
 
 log = logging.getLogger("garlicfarm.service")
 
@@ -59,7 +58,7 @@ EVENTS = ("leader-changed", "state-changed", "voters-changed")
 
 
 @dataclass(slots=True)
-class _Waiter:
+class _WriteWaiter:
     """A client waiting for the entry (or request id) it wrote to be applied."""
     conn: "Connection"
     request_id: bytes | None
@@ -67,6 +66,15 @@ class _Waiter:
     index: int = 0
     term: int = 0
     done: bool = False
+
+
+@dataclass(slots=True)
+class _Proposal:
+    """A write waiting for the turn's `propose_many`."""
+    data: bytes
+    command: bool                       #: a farm command: stamped with the leader's clock
+    request_id: bytes | None = None
+    waiter: _WriteWaiter | None = None
 
 
 @dataclass(slots=True)
@@ -78,7 +86,7 @@ class _Read:
 
 
 @dataclass(slots=True)
-class _Wait:
+class _AdminWait:
     """An admin call answered when `check()` says so (or at its deadline). A change
     only a leader drives (`leader_only`) is answered NOT_LEADER as soon as this node
     stops leading: the client retries at the new leader (membership calls are
@@ -93,16 +101,16 @@ class _Wait:
 
 
 class Service:
-    def __init__(self, node: "FarmNode") -> None:
+    def __init__(self, node: "NodeView") -> None:
         self.node = node
         self._pending: list[_Proposal] = []
-        self._by_request: dict[bytes, list[_Waiter]] = {}
-        self._by_index: dict[int, list[_Waiter]] = {}
+        self._by_request: dict[bytes, list[_WriteWaiter]] = {}
+        self._by_index: dict[int, list[_WriteWaiter]] = {}
         self._inflight: dict[bytes, int] = {}       # request id -> index in the log, unapplied
         self._inflight_at: dict[int, bytes] = {}
         self._reads: dict[bytes, _Read] = {}
         self._applied_waits: list = []
-        self._waits: list[_Wait] = []
+        self._waits: list[_AdminWait] = []
         self._seq = itertools.count(1)
         self._subscribers: set["Connection"] = set()
 
@@ -114,7 +122,7 @@ class Service:
         self.node.transport.reply(conn, self._frame(message))
 
     def _head(self) -> tuple[int, int, int]:
-        return (self.node.id, 0, self.node.raft.term)
+        return (self.node.id, 0, self.node.core.term)
 
     def _reply(self, conn: "Connection", call_id: int, result: Any) -> None:
         self._send(conn, ext.Reply(*self._head(), call_id, 0, result, "", {}))
@@ -129,10 +137,10 @@ class Service:
         tells them from the log it applied: the term of its last committed entry, and
         the member whose latest status entry says it leads in that term (None until
         the leader of a newer term has published its status)."""
-        raft = self.node.raft
+        raft = self.node.core
         if raft.leader_id is not None or raft.role is not Role.OBSERVER:
             return raft.leader_id, raft.term
-        term = max(raft.term, raft.log.term(raft.commit_index) or 0)
+        term = max(raft.term, self.node.log.term(raft.commit_index) or 0)
         leader, leader_term = None, -1
         for member, status in self.node.machine.statuses.items():
             state = status.get("raft") or {}
@@ -143,7 +151,7 @@ class Service:
         return None, term
 
     def not_leader(self) -> NotLeaderError:
-        raft = self.node.raft
+        raft = self.node.core
         leader, _ = self.leader_and_term()
         endpoint = self.node.address_of(leader) if leader is not None else None
         where = f"node {leader} at {endpoint}" if leader is not None else "no leader is known yet"
@@ -160,7 +168,7 @@ class Service:
         if kind == ExtType.HELLO:
             conn.extensions = True
             conn.client_id = wire.client_id
-            raft = self.node.raft
+            raft = self.node.core
             config = raft.configuration     # the endpoints of its members only: a client
             members = config.members        # would try a removed node's for ever
             config = Configuration(config.voters, config.outgoing, config.observers,
@@ -179,7 +187,7 @@ class Service:
 
     # -- writes ---------------------------------------------------------------------------
     def _client_request(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
-        raft = self.node.raft
+        raft = self.node.core
         entries = wire.entries
         if not entries or any(e.value_type != ValueType.APPLICATION for e in entries):
             try:                    # the common shape passes the quick test; say what is
@@ -194,17 +202,17 @@ class Service:
         if raft.role is not Role.LEADER:
             self._refuse_write(conn, wire, slot, self.not_leader())
             return
-        waiter = _Waiter(conn, None, slot)      # a plain JRaft client: one answer for all
+        waiter = _WriteWaiter(conn, None, slot)      # a plain JRaft client: one answer for all
         last = len(entries) - 1
         for i, entry in enumerate(entries):
             value = entry.value
-            self._pending.append((value, len(value) >= HEAD.size and is_command(value), None,
-                                  waiter if i == last else None))
+            self._pending.append(_Proposal(value, len(value) >= HEAD.size and is_command(value),
+                                           None, waiter if i == last else None))
 
     def _writes(self, conn: "Connection", values: list[bytes]) -> None:
         """A Hello client's writes: farm commands, each answered by a WriteResult (other
         bytes go to the application state machine, answered once applied)."""
-        if self.node.raft.role is not Role.LEADER:
+        if self.node.core.role is not Role.LEADER:
             error = self.not_leader()
             for data in values:
                 found = request_id_of(data)
@@ -215,7 +223,7 @@ class Service:
             if request_id is not None:
                 self._write(conn, data, request_id)
             elif not is_command(data):
-                self._pending.append((data, False, None, _Waiter(conn, None)))
+                self._pending.append(_Proposal(data, False, None, _WriteWaiter(conn, None)))
             else:
                 try:
                     command = decode_command(data)
@@ -231,15 +239,15 @@ class Service:
         if known is not None:
             self._write_result(conn, known)
             return
-        waiter = _Waiter(conn, request_id)
+        waiter = _WriteWaiter(conn, request_id)
         if request_id in self._inflight:         # the same write is in the log already
             self._by_request.setdefault(request_id, []).append(waiter)
             return
-        self._pending.append((data, True, request_id, waiter))
+        self._pending.append(_Proposal(data, True, request_id, waiter))
 
     def propose_raw(self, data: bytes) -> None:
         """An entry of the node's own (its status), answered to nobody."""
-        self._pending.append((data, False, None, None))
+        self._pending.append(_Proposal(data, False))
 
     def propose_pending(self) -> None:
         """Every write of the turn in one `propose_many`; commands get the leader's
@@ -247,22 +255,23 @@ class Service:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        raft = self.node.raft
+        raft = self.node.core
         head = stamp_head(_now_ms())
         try:
-            last = raft.propose_many([head + data[HEAD.size:] if command else data
-                                      for data, command, _, _ in pending])
+            last = raft.propose_many([head + p.data[HEAD.size:] if p.command else p.data
+                                      for p in pending])
         except (NotLeader, ProposalDropped) as exc:
             error = self.not_leader() if isinstance(exc, NotLeader) else Unavailable(
                 f"the leader refused the write for now ({exc}); retry")
-            for _, _, _, waiter in pending:
-                if waiter is not None:
-                    self._fail_waiter(waiter, error)
+            for p in pending:
+                if p.waiter is not None:
+                    self._fail_waiter(p.waiter, error)
             return
         term = raft.term
         inflight, inflight_at = self._inflight, self._inflight_at
         by_request, by_index = self._by_request, self._by_index
-        for index, (_, _, request_id, waiter) in enumerate(pending, last - len(pending) + 1):
+        for index, p in enumerate(pending, last - len(pending) + 1):
+            request_id, waiter = p.request_id, p.waiter
             if request_id is not None:
                 inflight[request_id] = index
                 inflight_at[index] = request_id
@@ -279,11 +288,11 @@ class Service:
     def on_became_leader(self) -> None:
         """Note the request ids in our unapplied log tail (the previous leader's writes):
         a retry of one of them waits for it instead of being appended again."""
-        raft = self.node.raft
+        raft = self.node.core
         applied, last = self.node.machine.applied, raft.last_index
         if last <= applied:
             return
-        for entry in raft.log.slice(applied + 1, last + 1):
+        for entry in self.node.log.slice(applied + 1, last + 1):
             found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
             if found is not None:
                 self._inflight[found[1]] = entry.index
@@ -327,7 +336,7 @@ class Service:
     def on_truncated(self, first: int) -> None:
         """Our log lost its entries from `first` on (a new leader's differ): the writes
         waiting there whose entry is gone must be sent again."""
-        log_ = self.node.raft.log
+        log_ = self.node.log
         for index in [i for i in self._by_index if i >= first]:
             term = log_.term(index)
             for waiter in self._by_index[index]:
@@ -348,17 +357,17 @@ class Service:
                             f"it again"))
 
     def _request_id_at(self, index: int) -> bytes | None:
-        log_ = self.node.raft.log
+        log_ = self.node.log
         if not log_.first_index() <= index <= log_.last_index():
             return None
         entry = log_.slice(index, index + 1)[0]
         found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
         return found[1] if found else None
 
-    def _ack(self, waiter: _Waiter, entry: Entry) -> None:
+    def _ack(self, waiter: _WriteWaiter, entry: Entry) -> None:
         """A write without a request id was applied."""
         if waiter.slot is not None:
-            raft = self.node.raft
+            raft = self.node.core
             waiter.slot.data = encode(RaftResponse(
                 MessageType.APPEND_ENTRIES_RESPONSE, self.node.id, raft.leader_id or 0,
                 raft.term, entry.index + 1, True))
@@ -367,7 +376,7 @@ class Service:
             self._send(waiter.conn, ext.WriteResult(*self._head(), b"", entry.index,
                                                     entry.term, 0, None, "", {}))
 
-    def _fail_waiter(self, waiter: _Waiter, exc: FarmError) -> None:
+    def _fail_waiter(self, waiter: _WriteWaiter, exc: FarmError) -> None:
         waiter.done = True
         if waiter.request_id is not None:
             waiters = self._by_request.get(waiter.request_id)
@@ -376,7 +385,7 @@ class Service:
                 if not waiters:
                     del self._by_request[waiter.request_id]
         if waiter.slot is not None:
-            raft = self.node.raft
+            raft = self.node.core
             waiter.slot.data = encode(RaftResponse(
                 MessageType.APPEND_ENTRIES_RESPONSE, self.node.id, raft.leader_id or 0,
                 raft.term, 0, False))
@@ -387,7 +396,7 @@ class Service:
     def _refuse_write(self, conn: "Connection", wire, slot: ResponseSlot | None,
                       exc: FarmError) -> None:
         if slot is not None:
-            raft = self.node.raft
+            raft = self.node.core
             slot.data = encode(RaftResponse(MessageType.APPEND_ENTRIES_RESPONSE, self.node.id,
                                             raft.leader_id or 0, raft.term, 0, False))
             self.node.transport.mark_dirty(conn)
@@ -398,7 +407,7 @@ class Service:
 
     def _result_frame(self, outcome: Outcome) -> bytes:
         code, message = outcome.error if outcome.error is not None else (0, "")
-        return ext.write_result_frame(self.node.id, self.node.raft.term, outcome.request_id,
+        return ext.write_result_frame(self.node.id, self.node.core.term, outcome.request_id,
                                       outcome.index, outcome.term, code,
                                       None if code else outcome.result, message)
 
@@ -411,7 +420,7 @@ class Service:
 
     # -- JRaft's own membership requests --------------------------------------------------------
     def _jraft_membership(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
-        raft = self.node.raft
+        raft = self.node.core
         accepted = False
         try:
             check_shape(wire)
@@ -461,7 +470,7 @@ class Service:
     def _read(self, conn: "Connection", call: ext.Call, then: Callable[[], Any], *,
               lease: bool) -> object:
         node = self.node
-        raft = node.raft
+        raft = node.core
         if raft.role is not Role.LEADER and (node.config.wire != "garlicfarm"
                                              or raft.role is Role.OBSERVER):
             raise self.not_leader()
@@ -536,22 +545,21 @@ class Service:
     def _c_query_snapshot(self, conn, call, args):
         node = self.node
         index, query = int(args["index"]), _bytes(args, "query")
-        result = node.raft.query_snapshot(index, query, SnapshotView(node.storage.snapshots),
-                                          node.new_machine)
+        result = node.core.query_snapshot(index, query, node.snapshots, node.new_machine)
         if result.status is PullStatus.INDEX_OVERFLOW:
             raise IndexOverflow(f"node {node.id} has applied up to {node.machine.applied}, not "
                                 f"{index} yet: retry later or ask another member",
                                 node.machine.applied)
         if result.status is PullStatus.INDEX_UNDERFLOW:
-            first = node.raft.log.first_index()
+            first = node.log.first_index()
             raise IndexUnderflow(f"index {index} is compacted away at node {node.id} (its log "
                                  f"starts at {first})", first)
         return result.result
 
     def _c_log_bounds(self, conn, call, args):
         node = self.node
-        snapshot = node.storage.snapshot()
-        return [node.raft.log.first_index(), min(node.raft.commit_index, node.machine.applied),
+        snapshot = node.latest_snapshot()
+        return [node.log.first_index(), min(node.core.commit_index, node.machine.applied),
                 snapshot.index if snapshot is not None else 0]
 
     def _c_read_entries(self, conn, call, args):
@@ -561,12 +569,12 @@ class Service:
         payloads = bool(args.get("payloads", True))
         if start < 1 or stop < start:
             raise FarmError(f"read_entries({start}, {stop}): need 1 <= start <= stop")
-        first, applied = node.raft.log.first_index(), node.machine.applied
+        first, applied = node.log.first_index(), node.machine.applied
         if start < first:
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first)
         if stop - 1 > applied:
-            raft = node.raft
+            raft = node.core
             if raft.role is Role.LEADER and not raft.committed_in_term and \
                     stop - 1 <= raft.last_index:
                 # A new leader learns the commit index when its first entry commits: what
@@ -586,7 +594,7 @@ class Service:
         if start == stop:
             return {"entries": [], "verdicts": {}}
         node = self.node
-        entries = node.raft.log.slice(start, stop, max_bytes)
+        entries = node.log.slice(start, stop, max_bytes)
         verdicts = {}
         machine = node.machine
         for entry in entries:
@@ -602,7 +610,7 @@ class Service:
     # membership and admin -----------------------------------------------------------------------
     def members_view(self) -> dict:
         node = self.node
-        raft = node.raft
+        raft = node.core
         config = raft.configuration
         address = node.address_of
         progress = raft.progress if raft.role is Role.LEADER else {}
@@ -638,18 +646,18 @@ class Service:
         view = self.members_view()
         view["publisher"] = self.node.machine.publisher()
         view["cluster"] = self.node.config.cluster
-        view["self"] = self.node.status_dict()
+        view["self"] = self.node.status()
         return view
 
     def _leader(self):
-        raft = self.node.raft
+        raft = self.node.core
         if raft.role is not Role.LEADER:
             raise self.not_leader()
         return raft
 
     def _wait(self, conn, call, args, check, timeout_message: str | Callable[[], str], *,
               leader_only: bool = True, given_up: Callable[[], None] | None = None):
-        self._waits.append(_Wait(conn, call.call_id, self._deadline(args), check,
+        self._waits.append(_AdminWait(conn, call.call_id, self._deadline(args), check,
                                  timeout_message, leader_only, given_up))
         return _LATER
 
@@ -660,8 +668,7 @@ class Service:
                           f"the configuration {what} did not commit in time")
 
     def _config_committed(self) -> bool:
-        log_ = self.node.raft.log
-        return log_.configuration_index <= log_.committed
+        return self.node.log.configuration_committed
 
     def _addresses(self, args: dict, key: str = "add") -> dict[int, str]:
         raw = args.get(key) or {}
@@ -675,7 +682,7 @@ class Service:
     def _check_not_moved(self, node_id: int, endpoint: str) -> None:
         """Adding a member again is a no-op only at its own endpoint: a member cannot
         move by being added (its log and votes live at the old one)."""
-        config = self.node.raft.configuration
+        config = self.node.core.configuration
         if node_id not in config.members:
             return
         current = self.node.address_of(node_id)
@@ -823,7 +830,7 @@ class Service:
 
     def _c_ping(self, conn, call, args):
         leader, term = self.leader_and_term()
-        return {"node": self.node.id, "role": self.node.raft.role.value, "leader": leader,
+        return {"node": self.node.id, "role": self.node.core.role.value, "leader": leader,
                 "term": term}
 
     _CALLS: dict[str, Callable[..., Any]] = {
@@ -839,7 +846,7 @@ class Service:
     def on_tick(self, now: float) -> None:
         if self._waits:
             keep = []
-            leading = self.node.raft.role is Role.LEADER
+            leading = self.node.core.role is Role.LEADER
             for wait in self._waits:
                 if wait.conn.closed:
                     if wait.given_up is not None:
@@ -875,7 +882,7 @@ class Service:
     def publish_event(self, name: str, data: dict) -> None:
         if not self._subscribers:
             return
-        raft = self.node.raft
+        raft = self.node.core
         frame = None
         for conn in list(self._subscribers):
             if conn.closed:
