@@ -44,6 +44,19 @@ class SoftState:
 
 
 @dataclass(slots=True)
+class Outbox:
+    """What the core collected for the next Ready: messages that may go at once, those
+    that wait for this Ready to be durable, and answers to local reads."""
+
+    now: list[Message] = field(default_factory=list)
+    later: list[Message] = field(default_factory=list)
+    read_states: list[ReadState] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.now or self.later or self.read_states)
+
+
+@dataclass(slots=True)
 class Ready:
     soft_state: SoftState | None = None
     hard_state: HardState | None = None

@@ -97,12 +97,14 @@ def test_catching_members_up_with_the_latest_snapshot_loses_staged_entries(monke
 def test_announcing_the_whole_commit_index_to_lagging_followers_is_caught(monkeypatch):
     """Issue 13.1's defect, planted: heartbeats and appends carry the leader's whole
     commit index (a JRaft follower with an empty log trusts it)."""
-    from consensus.raft import AppendEntries, RaftNode
+    from consensus.raft import AppendEntries
+    from consensus.raft.replication import Replicator
 
     def uncapped(self, peer, pr, prev, prev_term, entries):
-        self._send_now.append(AppendEntries(self.term, self.id, peer, prev, prev_term,
-                                            entries, self.log.committed, self._stamp()))
-    monkeypatch.setattr(RaftNode, "_emit_append", uncapped)
+        node = self.node
+        node.outbox.now.append(AppendEntries(node.term, node.id, peer, prev, prev_term,
+                                             entries, node.log.committed, node.reads.stamp()))
+    monkeypatch.setattr(Replicator, "emit_append", uncapped)
     caught = [r for r in (run_seed(seed, SimSettings()) for seed in range(5))
               if r.violation is not None]
     assert caught and {r.violation.prop for r in caught} == {"JRaft-safe commit"}
