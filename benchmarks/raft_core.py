@@ -238,6 +238,9 @@ class ClusterCase:
         target = leader.propose_many([self.payload] * batch)
         cluster.deliver()
         if not all(node.applied_index >= target for node in cluster.nodes.values()):
+            leader.tick()       # a commit index alone goes out once per tick (replication.py)
+            cluster.deliver()
+        if not all(node.applied_index >= target for node in cluster.nodes.values()):
             raise RuntimeError("a round ended before every node applied its entries")
         for applied in cluster.applied.values():
             applied.clear()

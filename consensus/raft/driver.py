@@ -19,7 +19,8 @@ The order, for one Ready (docs/raft-core.md, "The Ready loop", says why it is sa
    `network.send_persisted(rd.send_after_persist)` (votes and acknowledgements promise
    durability);
 6. committed entries and read states, when step 4 did not hand them out already;
-7. `node.advance(rd)`, then `app.after_advance()` (snapshots, compaction).
+7. `node.advance(rd)`, then `app.after_advance()` when the Ready applied something
+   (snapshots, compaction).
 """
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ class Application(Protocol):
         """Hand each read state to its reader once applied up to its index."""
 
     def after_advance(self) -> None:
-        """The Ready is done: the place to take a snapshot and compact."""
+        """A Ready that applied entries or a snapshot is done: the place to take a
+        snapshot and compact."""
 
 
 class Clock(Protocol):
@@ -118,13 +120,15 @@ class ReadyDriver:
     def run(self) -> bool:
         """Handle Readys until none is left or one waits for its sync; True when
         something was done."""
-        done = self.resume()
+        done = False
         if self._syncing is not None:
-            return done
-        while self.node.has_ready():
+            done = self.resume()
+            if not done:
+                return False
+        has_ready, handle_one = self.node.has_ready, self.handle_one
+        while has_ready():
             done = True
-            self.handle_one()
-            if self._syncing is not None:
+            if not handle_one():
                 break
         return done
 
@@ -135,49 +139,55 @@ class ReadyDriver:
             return False
         self._syncing = None
         self._persisted(rd)
-        self._finish(rd)
+        self.node.advance(rd)
+        if rd.committed_entries or rd.snapshot is not None:
+            self._app.after_advance()
         return True
 
-    def handle_one(self) -> None:
-        """Take one Ready and take it as far as the disk allows now."""
+    def handle_one(self) -> bool:
+        """Take one Ready as far as the disk allows now: True when it is done, False
+        when it waits for its sync (`resume` finishes it)."""
         if self._syncing is not None:
             raise RuntimeError("a Ready is still waiting for its sync: resume() first")
-        rd = self.node.ready()
-        app, network = self._app, self._network
+        node = self.node
+        rd = node.ready()
+        app, network, disk = self._app, self._network, self._disk
         app.on_ready(rd)
         if rd.send_now:
             network.send_now(rd.send_now)
         if rd.snapshot is not None or rd.entries:
-            truncated = self._disk.write(rd)
+            truncated = disk.write(rd)
             if rd.snapshot is not None:
                 app.restore(rd.snapshot)
             if truncated:
                 app.on_truncated(rd.entries[0].index)
-        if rd.must_sync and self._disk.start_sync():
-            self._apply(rd)         # durable before this Ready: see the module docstring
+        if rd.must_sync and disk.start_sync():
+            # durable before this Ready (see the module docstring): apply while it syncs
+            if rd.committed_entries:
+                app.apply(rd.committed_entries)
+            if rd.read_states:
+                app.on_read_states(rd.read_states)
             network.flush()
             self._syncing = rd
-            return
-        self._persisted(rd)
-        self._apply(rd)
-        self._finish(rd)
+            return False
+        if rd.hard_state is not None or rd.send_after_persist:
+            self._persisted(rd)
+        if rd.committed_entries:
+            app.apply(rd.committed_entries)
+        if rd.read_states:
+            app.on_read_states(rd.read_states)
+        node.advance(rd)
+        if rd.committed_entries or rd.snapshot is not None:
+            app.after_advance()
+        return True
 
     def abandon(self) -> None:
         """The node crashed: forget the Ready waiting for its sync."""
         self._syncing = None
 
     def _persisted(self, rd: Ready) -> None:
+        """The Ready is durable: save the hard state, send what promised it."""
         if rd.hard_state is not None:
             self._disk.save_hard_state(rd.hard_state, urgent=rd.term_or_vote_changed)
         if rd.send_after_persist:
             self._network.send_persisted(rd.send_after_persist)
-
-    def _apply(self, rd: Ready) -> None:
-        if rd.committed_entries:
-            self._app.apply(rd.committed_entries)
-        if rd.read_states:
-            self._app.on_read_states(rd.read_states)
-
-    def _finish(self, rd: Ready) -> None:
-        self.node.advance(rd)
-        self._app.after_advance()

@@ -73,12 +73,12 @@ class Elections:
     def campaign(self, *, pre_vote: bool, transfer: bool = False) -> None:
         node = self.node
         if pre_vote:
-            node.role = Role.PRE_CANDIDATE
+            node.set_role(Role.PRE_CANDIDATE)
             term = node.term + 1
         else:
             node.term += 1
             node.vote = node.id
-            node.role = Role.CANDIDATE
+            node.set_role(Role.CANDIDATE)
             term = node.term
         node.leader_id = None
         self.votes = {node.id: True}

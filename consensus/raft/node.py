@@ -35,7 +35,7 @@ from .read_index import Reads
 from .reads import SnapshotQueryResult, SparseSnapshots, StateMachine, query_snapshot
 from .ready import Outbox, Ready, Role, SoftState
 from .replication import Replicator
-from .roles import HANDLERS, KNOWN
+from .roles import KNOWN, bind
 from .storage import HardState, Snapshot, Storage
 from .transfer import Transfer
 
@@ -81,7 +81,8 @@ class RaftNode:
         self.puller = Puller(self)
         self.reads = Reads(self)
         self.transfer = Transfer(self)
-        self.role = Role.OBSERVER if self.options.observer else Role.FOLLOWER
+        self._tables = bind(self)
+        self.set_role(Role.OBSERVER if self.options.observer else Role.FOLLOWER)
         self._config = self.log.configuration
         self._prev_hard = HardState(self.term, self.vote, self.log.committed)
         self._prev_soft: SoftState | None = None
@@ -90,15 +91,11 @@ class RaftNode:
         self.membership.update_removed()
         self._prev_soft = self.soft_state()
 
-    @property
-    def role(self) -> Role:
-        return self._role
-
-    @role.setter
-    def role(self, role: Role) -> None:
-        """A new role brings its own message handlers (roles.py)."""
-        self._role = role
-        self._handlers = HANDLERS[role]
+    def set_role(self, role: Role) -> None:
+        """Every role change goes through here: the role brings its message handlers
+        (roles.py)."""
+        self.role = role
+        self._handlers = self._tables[role]
 
     # ====================================================================================
     # Inspection
@@ -217,7 +214,7 @@ class RaftNode:
             return
         handler = self._handlers.get(type(msg))
         if handler is not None:
-            handler(self, msg)
+            handler(msg)
         elif type(msg) not in KNOWN:
             raise RaftError(f"no handler for {type(msg).__name__}")
 
@@ -293,7 +290,7 @@ class RaftNode:
             self.term = term
             self.vote = None
         self.leader_id = leader
-        self.role = Role.OBSERVER if self.role is Role.OBSERVER else Role.FOLLOWER
+        self.set_role(Role.OBSERVER if self.role is Role.OBSERVER else Role.FOLLOWER)
         self.elections.votes = {}
         self.elections.reset_timer()
         if was_leader:
@@ -304,7 +301,7 @@ class RaftNode:
         self._refresh_role()
 
     def become_leader(self) -> None:
-        self.role = Role.LEADER
+        self.set_role(Role.LEADER)
         self.leader_id = self.id
         self.elections.votes = {}
         self.elections.elapsed = 0
@@ -322,11 +319,11 @@ class RaftNode:
         voter = self.elections.still_voter()
         if self.role is Role.OBSERVER:
             if voter:
-                self.role = Role.FOLLOWER
+                self.set_role(Role.FOLLOWER)
                 self.elections.reset_timer()
         elif not voter and (self.id in self.log.configuration.observers
                             or self.options.observer):
-            self.role = Role.OBSERVER
+            self.set_role(Role.OBSERVER)
         if voter:
             self.membership.catching_up = False
 
@@ -443,13 +440,15 @@ class RaftNode:
     def has_ready(self) -> bool:
         """Is there anything to persist, send, apply or report?"""
         self._flush()
-        log = self.log
-        return bool(self.outbox or log.unstable or log.pending_snapshot is not None
-                    or log.has_next_committed() or self._hard_changed() or self._soft_changed())
+        log, outbox = self.log, self.outbox
+        return bool(outbox.now or outbox.later or outbox.read_states or log.unstable
+                    or log.pending_snapshot is not None or log.has_next_committed()
+                    or self._hard_changed() or self._soft_changed())
 
     def _flush(self) -> None:
-        if self.role is Role.LEADER:
-            self.replication.flush()
+        replication = self.replication
+        if self.role is Role.LEADER and (replication.dirty or replication.heartbeat_due):
+            replication.flush()
 
     def _hard_changed(self) -> bool:
         prev = self._prev_hard

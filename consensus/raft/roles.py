@@ -17,45 +17,45 @@ from .ready import Role
 if TYPE_CHECKING:
     from .node import RaftNode
 
-Handler = Callable[["RaftNode", Any], None]
+#: a handler: (the collaborator's attribute on RaftNode, its method's name)
+Handler = tuple[str, str]
 
 # -- any role --------------------------------------------------------------------------------
 _ANY: dict[type, Handler] = {
-    RequestVote: lambda node, msg: node.elections.on_request_vote(msg),
-    ReadIndexResponse: lambda node, msg: node.reads.on_response(msg),
-    JoinClusterRequest: lambda node, msg: node.membership.on_join_cluster(msg),
-    SyncLogRequest: lambda node, msg: node.membership.on_sync_log(msg),
-    LeaveClusterRequest: lambda node, msg: node.membership.on_leave_cluster(msg),
-    PullEntries: lambda node, msg: node.puller.serve_entries(msg),
-    PullSnapshot: lambda node, msg: node.puller.serve_snapshot(msg),
+    RequestVote: ("elections", "on_request_vote"),
+    ReadIndexResponse: ("reads", "on_response"),
+    JoinClusterRequest: ("membership", "on_join_cluster"),
+    SyncLogRequest: ("membership", "on_sync_log"),
+    LeaveClusterRequest: ("membership", "on_leave_cluster"),
+    PullEntries: ("puller", "serve_entries"),
+    PullSnapshot: ("puller", "serve_snapshot"),
     # a leader drops these from another leader of its term (receiver.hear_from_leader),
     # after checking that they are well-formed
-    AppendEntries: lambda node, msg: node.receiver.on_append_entries(msg),
-    InstallSnapshot: lambda node, msg: node.receiver.on_install_snapshot(msg),
+    AppendEntries: ("receiver", "on_append_entries"),
+    InstallSnapshot: ("receiver", "on_install_snapshot"),
 }
 
 FOLLOWER: dict[type, Handler] = {
     **_ANY,
-    TimeoutNow: lambda node, msg: node.elections.on_timeout_now(msg),
-    ReadIndexRequest: lambda node, msg: node.reads.on_request_elsewhere(msg),
-    PullEntriesResponse: lambda node, msg: node.puller.on_entries(msg),
-    PullSnapshotResponse: lambda node, msg: node.puller.on_snapshot(msg),
+    TimeoutNow: ("elections", "on_timeout_now"),
+    ReadIndexRequest: ("reads", "on_request_elsewhere"),
+    PullEntriesResponse: ("puller", "on_entries"),
+    PullSnapshotResponse: ("puller", "on_snapshot"),
 }
 
 CANDIDATE: dict[type, Handler] = {
     **FOLLOWER,
-    RequestVoteResponse: lambda node, msg: node.elections.on_vote_response(msg),
+    RequestVoteResponse: ("elections", "on_vote_response"),
 }
 
 LEADER: dict[type, Handler] = {
     **_ANY,
-    AppendEntriesResponse: lambda node, msg: node.replication.on_append_response(msg),
-    InstallSnapshotResponse:
-        lambda node, msg: node.replication.on_install_snapshot_response(msg),
-    ReadIndexRequest: lambda node, msg: node.reads.on_request_at_leader(msg),
-    JoinClusterResponse: lambda node, msg: node.membership.on_join_cluster_response(msg),
-    SyncLogResponse: lambda node, msg: node.membership.on_sync_log_response(msg),
-    LeaveClusterResponse: lambda node, msg: node.membership.on_leave_cluster_response(msg),
+    AppendEntriesResponse: ("replication", "on_append_response"),
+    InstallSnapshotResponse: ("replication", "on_install_snapshot_response"),
+    ReadIndexRequest: ("reads", "on_request_at_leader"),
+    JoinClusterResponse: ("membership", "on_join_cluster_response"),
+    SyncLogResponse: ("membership", "on_sync_log_response"),
+    LeaveClusterResponse: ("membership", "on_leave_cluster_response"),
 }
 
 HANDLERS: dict[Role, dict[type, Handler]] = {
@@ -66,3 +66,10 @@ HANDLERS: dict[Role, dict[type, Handler]] = {
 
 #: every message type the core knows (anything else is a runtime bug)
 KNOWN: frozenset[type] = frozenset(t for table in HANDLERS.values() for t in table)
+
+
+def bind(node: "RaftNode") -> dict[Role, dict[type, Callable[[Any], None]]]:
+    """Each role's table with the node's collaborators' bound methods (built once per
+    node, so that a step is one dictionary lookup and one call)."""
+    return {role: {t: getattr(getattr(node, part), method) for t, (part, method) in table.items()}
+            for role, table in HANDLERS.items()}
