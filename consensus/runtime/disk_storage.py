@@ -1,4 +1,4 @@
-"""The Raft core's `Storage` over the storage engine, and the write side of the Ready loop.
+"""The Raft core's `Storage` over the storage engine, and `SyncedDisk`, the runtime's disk for the Ready driver.
 
 One node's data directory holds::
 
