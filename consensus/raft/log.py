@@ -14,7 +14,7 @@ from typing import Sequence
 
 from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType, limit_size
-from .errors import RaftError, StorageStateError
+from .errors import RaftError
 from .storage import Snapshot, Storage
 
 _CONFIGURATION = EntryType.CONFIGURATION
