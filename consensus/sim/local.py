@@ -16,13 +16,17 @@ OPTIONS = RaftOptions(election_timeout_min=10, election_timeout_max=20, heartbea
                       pre_vote=False, check_quorum=False)
 
 
-class _Outbox:
+class RecordingIO:
     """A node's network, application and clock for the driver: collects what it sends,
-    applies and reads; ticks come from the test (`due` is always 0)."""
+    applies and reads (into the lists given, or its own); ticks come from the test
+    (`due` is always 0)."""
 
-    def __init__(self, applied: list[Entry], read_states: list[ReadState]) -> None:
-        self.sent: list[Message] = []
-        self.applied, self.read_states = applied, read_states
+    def __init__(self, applied: list[Entry] | None = None,
+                 read_states: list[ReadState] | None = None,
+                 sent: list[Message] | None = None) -> None:
+        self.sent: list[Message] = sent if sent is not None else []
+        self.applied = applied if applied is not None else []
+        self.read_states = read_states if read_states is not None else []
 
     def send_now(self, msgs: list[Message]) -> None:
         self.sent.extend(msgs)
@@ -58,7 +62,7 @@ class _Outbox:
         return out
 
 
-def _drive(node: RaftNode, storage: MemoryStorage, outbox: _Outbox) -> list[Message]:
+def _drive(node: RaftNode, storage: MemoryStorage, outbox: RecordingIO) -> list[Message]:
     ReadyDriver(node, storage, outbox, outbox, outbox).run()
     return outbox.drain()
 
@@ -72,7 +76,7 @@ class InMemoryCluster:
         self.config = Configuration.of(voters if voters is not None else ids)
         self.storages = storages or {i: MemoryStorage() for i in ids}
         self.nodes: dict[int, RaftNode] = {}
-        self._drivers: dict[int, tuple[ReadyDriver, _Outbox]] = {}
+        self._drivers: dict[int, tuple[ReadyDriver, RecordingIO]] = {}
         self.applied: dict[int, list[Entry]] = {i: [] for i in ids}
         self.read_states: dict[int, list[ReadState]] = {i: [] for i in ids}
         self.queue: list[Message] = []
@@ -88,7 +92,7 @@ class InMemoryCluster:
         node = RaftNode(node_id, storage, opts, configuration=self.config,
                         applied=snapshot.index if snapshot else 0)
         self.nodes[node_id] = node
-        outbox = _Outbox(self.applied[node_id], self.read_states[node_id])
+        outbox = RecordingIO(self.applied[node_id], self.read_states[node_id])
         self._drivers[node_id] = (ReadyDriver(node, storage, outbox, outbox, outbox), outbox)
         return node
 
@@ -160,4 +164,4 @@ class InMemoryCluster:
 
 def take(node: RaftNode) -> list[Message]:
     """A lone node's outgoing messages (persisting into its own MemoryStorage)."""
-    return _drive(node, node.log.storage, _Outbox([], []))
+    return _drive(node, node.log.storage, RecordingIO())

@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from consensus.raft import (Configuration, Entry, EntryType, MemoryStorage, Message, RaftNode,
-                            RaftOptions, ReadState, Ready, ReadyDriver, Snapshot, TimeoutNow)
+                            RaftOptions, Ready, ReadyDriver, TimeoutNow)
+from consensus.sim.local import RecordingIO
 
 TESTDATA = Path(__file__).parent / "testdata"
 OPTIONS = RaftOptions(election_timeout_min=10, election_timeout_max=20, heartbeat_interval=2,
@@ -61,10 +62,12 @@ def render_message(m: Message) -> str:
     return f"{m.source}->{m.destination} {type(m).__name__} term={m.term} {rest}".rstrip()
 
 
-class _Node:
-    """One node's disk, network, application and clock for the driver: it records."""
+class _Node(RecordingIO):
+    """One node's network, application and clock for the driver; it renders each
+    Ready into the script's output and queues what it sends."""
 
     def __init__(self, node_id: int, script: "Script") -> None:
+        super().__init__(sent=script.queue)
         self.id, self.script = node_id, script
 
     def on_ready(self, rd: Ready) -> None:
@@ -89,32 +92,6 @@ class _Node:
         for s in rd.read_states:
             lines.append(f"  read: {_value(s.ctx)} index={s.index} {s.status.name}")
         self.script.out.extend(lines)
-
-    def send_now(self, msgs: list[Message]) -> None:
-        self.script.queue.extend(msgs)
-
-    send_persisted = send_now
-
-    def flush(self) -> None:
-        pass
-
-    def restore(self, snapshot: Snapshot) -> None:
-        pass
-
-    def on_truncated(self, index: int) -> None:
-        pass
-
-    def apply(self, entries: list[Entry]) -> None:
-        pass
-
-    def on_read_states(self, states: list[ReadState]) -> None:
-        pass
-
-    def after_advance(self) -> None:
-        pass
-
-    def due(self) -> int:
-        return 0
 
 
 class Script:
