@@ -52,7 +52,7 @@ class Receiver:
         elections.elapsed = 0
         elections.heard_leader_tick = node.ticks
         membership = node.membership
-        if membership.leaving:      # JRaft: a leader still talks to us: wait on
+        if membership.leave_at is not None:     # JRaft: a leader still talks to us: wait on
             membership.start_leaving()
         return True
 

@@ -289,10 +289,6 @@ class Membership:
                                                       not changing))
 
     # -- our own membership -----------------------------------------------------------------
-    def note_member(self) -> None:
-        if self.node.id in self.node.log.configuration.members:
-            self.was_member = True
-
     def update_removed(self) -> None:
         """Leaving: we were a member and a committed configuration no longer lists us.
         As in JRaft, a leaving node reports itself removed only after two election

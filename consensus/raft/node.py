@@ -313,7 +313,8 @@ class RaftNode:
         """Observers and voters switch when their configuration says so. (A node that
         believes itself a voter on the strength of a stale or truncated configuration
         is not stuck: without a leader it pulls committed entries and finds out.)"""
-        self.membership.note_member()
+        if self.id in self.log.configuration.members:
+            self.membership.was_member = True
         if self.role is Role.LEADER:
             return
         voter = self.elections.still_voter()
@@ -439,11 +440,15 @@ class RaftNode:
     # ====================================================================================
     def has_ready(self) -> bool:
         """Is there anything to persist, send, apply or report?"""
-        self._flush()
-        log, outbox = self.log, self.outbox
+        # asked after every step and turn, mostly to hear "no": kept to few calls
+        replication = self.replication
+        if self.role is Role.LEADER and (replication.dirty or replication.heartbeat_due):
+            replication.flush()
+        log, outbox, prev = self.log, self.outbox, self._prev_hard
         return bool(outbox.now or outbox.later or outbox.read_states or log.unstable
                     or log.pending_snapshot is not None or log.has_next_committed()
-                    or self._hard_changed() or self._soft_changed())
+                    or prev.commit != log.committed or prev.term != self.term
+                    or prev.vote != self.vote or self._soft_changed())
 
     def _flush(self) -> None:
         replication = self.replication

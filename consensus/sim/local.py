@@ -99,9 +99,9 @@ class InMemoryCluster:
     # -- driving --------------------------------------------------------------------------
     def process(self, node_id: int) -> list[Message]:
         """Persist, apply and advance one node; its outgoing messages join the queue."""
-        driver, outbox = self._drivers[node_id]
+        driver, io = self._drivers[node_id]
         driver.run()
-        out = outbox.drain()
+        out, io.sent = (io.sent, []) if io.sent else ([], io.sent)    # drain, cheaply
         for msg in out:
             if (msg.source, msg.destination) not in self.cut and not self.drop(msg) \
                     and msg.destination in self.nodes:
