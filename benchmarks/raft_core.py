@@ -41,7 +41,7 @@ from typing import Callable
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from consensus.raft import Entry, EntryType, MemoryStorage, RaftOptions  # noqa: E402
-from consensus.sim.local import LocalCluster  # noqa: E402
+from consensus.sim.local import InMemoryCluster  # noqa: E402
 from consensus.storage import SegmentedLog  # noqa: E402
 from consensus.storage.record import HEADER_SIZE, frame  # noqa: E402
 
@@ -226,7 +226,7 @@ class ClusterCase:
     delivers until all three nodes applied them."""
 
     def __init__(self) -> None:
-        self.cluster = LocalCluster([1, 2, 3], RaftOptions(pre_vote=False, check_quorum=False))
+        self.cluster = InMemoryCluster([1, 2, 3], RaftOptions(pre_vote=False, check_quorum=False))
         self.leader = self.cluster.elect(1)
         self.cluster.deliver()
         self.payload = os.urandom(CLUSTER_PAYLOAD)
@@ -237,6 +237,9 @@ class ClusterCase:
         cluster, leader = self.cluster, self.leader
         target = leader.propose_many([self.payload] * batch)
         cluster.deliver()
+        if not all(node.applied_index >= target for node in cluster.nodes.values()):
+            leader.tick()       # a commit index alone goes out once per tick (replication.py)
+            cluster.deliver()
         if not all(node.applied_index >= target for node in cluster.nodes.values()):
             raise RuntimeError("a round ended before every node applied its entries")
         for applied in cluster.applied.values():

@@ -11,14 +11,8 @@ Drive one node like this (the runtime's loop)::
     node.query_snapshot(index, q, ...)   # two-step read, step two, at any node
     node.transfer_leader(target); node.change_voters(voters); node.update_observers(...)
     node.add_server(id, address); node.remove_server(id)     # JRaft's flows
-    while node.has_ready():
-        rd = node.ready()
-        send(rd.send_now)                # may leave while persisting (leader replication)
-        persist rd.snapshot, then rd.entries (truncating from entries[0].index), sync
-        when rd.must_sync, then save rd.hard_state
-        send(rd.send_after_persist)      # votes, acknowledgements: they promise durability
-        apply rd.committed_entries; answer rd.read_states once applied up to their index
-        node.advance(rd)
+    driver = ReadyDriver(node, disk, network, app, clock)   # driver.py: THE Ready loop
+    driver.tick(); driver.run()          # persist, send, apply, advance, in one order
 
 `Storage` is what the core reads of the persisted log (first_index, last_index, term,
 entries, snapshot, initial_state); `MemoryStorage` implements it in memory. Messages
@@ -36,6 +30,7 @@ from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
                        PullEntriesResponse, PullSnapshot, PullSnapshotResponse, PullStatus,
                        ReadIndexRequest, ReadIndexResponse, RequestVote, RequestVoteResponse,
                        SyncLogRequest, SyncLogResponse, TimeoutNow)
+from .driver import Application, Clock, Disk, Network, ReadyDriver
 from .node import RaftNode
 from .options import RaftOptions
 from .ready import Ready, Role, SoftState
@@ -44,14 +39,14 @@ from .reads import (ReadState, ReadStatus, SnapshotQueryResult, SparseSnapshots,
 from .storage import HardState, MemoryStorage, Snapshot, Storage
 
 __all__ = [
-    "AppendEntries", "AppendEntriesResponse", "CompactedError", "Configuration",
-    "ConfigurationError", "Entry", "EntryType", "HardState", "InstallSnapshot",
+    "AppendEntries", "AppendEntriesResponse", "Application", "Clock", "CompactedError", "Configuration",
+    "ConfigurationError", "Disk", "Entry", "EntryType", "HardState", "InstallSnapshot",
     "InstallSnapshotResponse", "InvalidMessage", "JoinClusterRequest", "JoinClusterResponse",
     "LeaveClusterRequest", "LeaveClusterResponse", "MembershipChangeError", "MemoryStorage",
-    "Message", "NotLeader", "OptionsError", "ProposalDropped", "PullEntries",
+    "Message", "Network", "NotLeader", "OptionsError", "ProposalDropped", "PullEntries",
     "PullEntriesResponse", "PullSnapshot", "PullSnapshotResponse", "PullStatus", "RaftError",
     "RaftNode", "RaftOptions", "ReadIndexRequest", "ReadIndexResponse", "ReadState",
-    "ReadStatus", "Ready", "RequestVote", "RequestVoteResponse", "Role", "Snapshot",
+    "ReadStatus", "Ready", "ReadyDriver", "RequestVote", "RequestVoteResponse", "Role", "Snapshot",
     "SnapshotQueryResult", "SoftState", "SparseSnapshots", "StateMachine", "Storage",
     "StorageStateError", "SyncLogRequest", "SyncLogResponse", "TimeoutNow",
     "UnavailableError", "query_snapshot",

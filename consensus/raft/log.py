@@ -14,7 +14,7 @@ from typing import Sequence
 
 from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType, limit_size
-from .errors import RaftError, StorageStateError
+from .errors import RaftError
 from .storage import Snapshot, Storage
 
 _CONFIGURATION = EntryType.CONFIGURATION
@@ -118,9 +118,6 @@ class RaftLog:
         """The configuration in force once entries up to `index` are in the log."""
         pos = bisect_right(self._config_indexes, index)
         return self._configs[pos - 1] if pos else self.base_configuration
-
-    def has_configuration_after(self, index: int) -> bool:
-        return bool(self._config_indexes) and self._config_indexes[-1] > index
 
     def _scan_configurations(self, lo: int, hi: int) -> None:
         """Find the configuration entries of the stable log (done once, at start)."""
@@ -246,9 +243,33 @@ class RaftLog:
             self.persisted = max(snapshot.index, self.unstable_offset - 1)
             self.applied = max(self.applied, snapshot.index)
 
-    def check_commit(self, commit: int) -> int:
-        """A restarted node's saved commit index, clamped to the log it still has."""
-        if commit < self.first_index() - 1:
-            raise StorageStateError(f"saved commit {commit} is below the snapshot "
-                                    f"{self.first_index() - 1}")
-        return min(commit, self.last_index())
+
+class LogView:
+    """Read-only access to a node's log for the runtime's services (what they may see of
+    the core's log, without the power to change it)."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: RaftLog) -> None:
+        self._log = log
+
+    def first_index(self) -> int:
+        return self._log.first_index()
+
+    def last_index(self) -> int:
+        return self._log.last_index()
+
+    def term(self, index: int) -> int | None:
+        """The term at `index`, or None when compacted away or beyond the end."""
+        return self._log.term(index)
+
+    def slice(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries [lo, hi) (at least one when lo < hi), within max_bytes."""
+        return self._log.slice(lo, hi, max_bytes)
+
+    @property
+    def configuration_committed(self) -> bool:
+        """Has the entry holding the current configuration committed?"""
+        log = self._log
+        return log.configuration_index <= log.committed
+

@@ -1,15 +1,9 @@
 """What the core hands the runtime after some steps and ticks (etcd's Ready).
 
-Process a Ready in this order, then call `RaftNode.advance(ready)`:
-
-1. send `send_now` (may go out while persisting: a leader's replication, observer
-   pulls - nothing in them depends on this Ready being durable);
-2. persist `snapshot` (then restore the application from it), then `entries`
-   (dropping every stored entry at or after `entries[0].index` first), then
-   `hard_state`; make them durable (fsync) when `must_sync`;
-3. send `send_after_persist` (votes, acknowledgements: they promise durability);
-4. apply `committed_entries` in order, and hand each `read_states` to its reader once
-   the application has applied up to its index.
+`ReadyDriver` (driver.py) is the one place that processes a Ready, in the order its
+docstring and docs/raft-core.md give: send `send_now`; write `snapshot` and `entries`;
+fsync when `must_sync`; save `hard_state` and send `send_after_persist`; apply
+`committed_entries` and hand out `read_states`; then `RaftNode.advance(ready)`.
 """
 from __future__ import annotations
 
@@ -41,6 +35,16 @@ class SoftState:
     term: int
     configuration: Configuration
     removed: bool       #: this node is no longer a member: the runtime should stop it
+
+
+@dataclass(slots=True)
+class Outbox:
+    """What the core collected for the next Ready: messages that may go at once, those
+    that wait for this Ready to be durable, and answers to local reads."""
+
+    now: list[Message] = field(default_factory=list)
+    later: list[Message] = field(default_factory=list)
+    read_states: list[ReadState] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -116,14 +116,29 @@ class MemoryStorage:
     def catch_up_snapshot(self) -> Snapshot | None:
         return self._snapshot       # the only one kept: compact() never passes it
 
-    # -- the write side -----------------------------------------------------------------
+    # -- the write side: the Ready driver's Disk (driver.py), in memory -------------------
     def persist(self, rd: "Ready") -> None:
-        """Store what a Ready hands out, in the order ready.py prescribes."""
-        if rd.snapshot is not None:
-            self.apply_snapshot(rd.snapshot)
-        self.append(rd.entries)
+        """Store all of a Ready at once (tests that drive a node by hand)."""
+        self.write(rd)
         if rd.hard_state is not None:
             self._hard_state = rd.hard_state
+
+    def write(self, rd: "Ready") -> bool:
+        """Store the snapshot, then the entries; True when stored entries were dropped."""
+        if rd.snapshot is not None:
+            self.apply_snapshot(rd.snapshot)
+        truncated = bool(rd.entries) and rd.entries[0].index <= self.last_index()
+        self.append(rd.entries)
+        return truncated
+
+    def start_sync(self) -> bool:
+        return False            # memory: durable on write
+
+    def sync_done(self) -> bool:
+        return True
+
+    def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
+        self._hard_state = state
 
     def set_hard_state(self, state: HardState) -> None:
         self._hard_state = state

@@ -8,12 +8,10 @@ machine, the `Transport` and the client `Service`. One loop turn:
    that came due by the monotonic clock (missed ones too);
 3. then the lease-sensitive work: forwarded ReadIndex requests and the clients' calls;
    the service turns the turn's writes into one `propose_many`;
-4. run the Ready loop (docs/raft-core.md): send `send_now` at once when it carries
-   entries (replication leaves before our own disk work; bare commit notices and
-   heartbeats go with the turn's other bytes), persist (fsync when asked), save the hard state, send
-   `send_after_persist` at once (a follower acknowledges before it applies), apply
-   committed entries and answer the clients waiting for them, hand read states to
-   their readers;
+4. run the Ready driver (consensus.raft.driver, the order in docs/raft-core.md) with
+   this node as its application, `SyncedDisk` (fsync on a thread: the loop goes on
+   meanwhile), `PeerNetwork` (replication leaves before our own disk work; bare
+   commit notices and heartbeats go with the turn's other bytes) and `TickClock`;
 5. answer what the core dropped, write everything queued.
 
 Every `status_interval` the node appends its Garlic Farm status to the log (through the
@@ -30,15 +28,16 @@ import threading
 import time
 from typing import Callable
 
-from consensus.raft import (AppendEntries, Configuration, Message, RaftError, RaftNode,
-                            RaftOptions, ReadIndexRequest, Role, SoftState, StateMachine,
-                            TimeoutNow)
+from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftError, RaftNode,
+                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver, Role,
+                            Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.metrics import NodeObserver
+from consensus.runtime.node_view import NodeView
 from consensus.runtime.service import Service
 from consensus.runtime.status import status_json
-from consensus.runtime.storage import DiskStorage, SyncThread
+from consensus.runtime.disk_storage import DiskStorage, SnapshotView, SyncedDisk
 from consensus.runtime.transport import Transport
 from consensus.storage import FsyncPolicy
 from consensus.wire.jraft import LogEntry, ValueType
@@ -47,6 +46,58 @@ log = logging.getLogger("garlicfarm.node")
 
 MAX_CATCH_UP_TICKS = 1000
 SLOW_TURN = 0.1             #: log loop turns slower than this (seconds)
+
+
+class TickClock:
+    """The Ready driver's clock: ticks due by the monotonic clock, the missed ones too
+    (at most `MAX_CATCH_UP_TICKS` at once), so that a stall never shortens a timeout."""
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self._next = time.monotonic() + tick
+
+    def start(self) -> None:
+        """The first tick is one tick from now."""
+        self._next = time.monotonic() + self.tick
+
+    def due(self) -> int:
+        now = time.monotonic()
+        if now < self._next:
+            return 0
+        due = int((now - self._next) / self.tick) + 1
+        self._next += due * self.tick
+        return min(due, MAX_CATCH_UP_TICKS)
+
+    def until_next(self) -> float:
+        """Seconds until the next tick is due (0 when it is)."""
+        return max(0.0, self._next - time.monotonic())
+
+
+class PeerNetwork:
+    """The Ready driver's network: the transport. Replication leaves at once, before
+    our own disk work; bare commit notices and heartbeats wait for the turn's other
+    bytes (the clients' answers); acknowledgements leave before we apply."""
+
+    def __init__(self, transport: Transport, observer: NodeObserver) -> None:
+        self.transport, self.observer = transport, observer
+
+    def send_now(self, msgs: list[Message]) -> None:
+        send = self.transport.send
+        carries = False
+        for msg in msgs:
+            send(msg)
+            carries = carries or type(msg) is not AppendEntries or bool(msg.entries)
+        if carries:
+            self.transport.flush()
+            self.observer.sent(msgs)
+
+    def send_persisted(self, msgs: list[Message]) -> None:
+        for msg in msgs:
+            self.transport.send(msg)
+        self.transport.flush()
+
+    def flush(self) -> None:
+        self.transport.flush()
 
 
 class FarmNode:
@@ -88,7 +139,13 @@ class FarmNode:
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack)
         self.transport.on_refused = self.observer.connection_refused
         self.port = self.transport.port
-        self.service = Service(self)
+        self.service = Service(NodeView(
+            id=self.id, config=config, core=self.raft, log=self.raft.log_view,
+            machine=self.machine, transport=self.transport,
+            snapshots=SnapshotView(self.storage.snapshots),
+            latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
+            address_of=self.address_of, learn_address=self.learn_address,
+            status=self.status_dict, proposals_dropped=self.observer.proposals_dropped))
         self._inbox: list[Message] = []
         self._client_inbox: list = []
         self._stop = threading.Event()
@@ -96,8 +153,11 @@ class FarmNode:
         self._leader_hint: int | None = None
         self._status_target = 0
         self._snapshot_due = False
-        self._syncing = None                # a Ready waiting for its fsync
-        self._syncer = SyncThread(self.storage, self.transport.wake, self.observer.fsynced)
+        self.disk = SyncedDisk(self.storage, fsyncs=self.fsyncs, wake=self.transport.wake,
+                               observer=self.observer)
+        self.clock = TickClock(config.tick)
+        self.driver = ReadyDriver(self.raft, self.disk,
+                                  PeerNetwork(self.transport, self.observer), self, self.clock)
         self.stopped_reason: str | None = None
 
     def _bootstrap(self) -> Configuration:
@@ -164,28 +224,22 @@ class FarmNode:
                  self.id, config.listen.rsplit(":", 1)[0], self.port, config.cluster,
                  config.wire, config.fsync, "observer" if config.observer else "voter")
         self._warn_if_exposed()
-        tick = config.tick
-        next_tick = time.monotonic() + tick
         next_status = time.monotonic() + min(config.status_interval, 0.5)
-        raft, transport, service = self.raft, self.transport, self.service
+        raft, transport, service, driver = self.raft, self.transport, self.service, self.driver
+        clock = self.clock
+        clock.start()
         self._first_campaign()
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
-                busy = self._inbox or self._client_inbox or (
-                    raft.has_ready() if self._syncing is None else self._syncer.done())
-                transport.poll(0.0 if busy else max(0.0, next_tick - now))
+                busy = self._inbox or self._client_inbox or driver.busy()
+                transport.poll(0.0 if busy else clock.until_next())
                 # Peers' messages first, then the ticks that came due meanwhile: a stall
                 # then never makes a leader miss the answers waiting in its sockets.
                 # Lease-checked reads come after the ticks, so a lease is never judged
                 # by a clock that lags (docs/raft-core.md).
                 reads = self._step_inbox()
                 now = time.monotonic()
-                if now >= next_tick:
-                    due = int((now - next_tick) / tick) + 1
-                    for _ in range(min(due, MAX_CATCH_UP_TICKS)):
-                        raft.tick()
-                    next_tick += due * tick
+                if driver.tick():
                     service.on_tick(now)
                 if reads:
                     self._step(reads)
@@ -195,7 +249,7 @@ class FarmNode:
                         if not conn.closed:
                             service.on_client(conn, wire, slot)
                 service.propose_pending()
-                self._process_ready()
+                driver.run()
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()
@@ -257,85 +311,26 @@ class FarmNode:
             log.error("node %d: dropped messages the core refused: %s", self.id, exc)
 
     def _shutdown(self) -> None:
-        self._syncer.close()
         self.service.shutdown()
         self.transport.shutdown()
-        self.storage.close()
+        self.disk.close()
         log.info("node %d stopped", self.id)
 
-    # -- the Ready loop -----------------------------------------------------------------------
-    def _process_ready(self) -> None:
-        """Hand out Readys until none is left. Without an fsync: send `send_now`, append,
-        save the hard state, send `send_after_persist`, then apply (the acknowledgements
-        leave before the apply work). With an fsync to do, it runs on the sync thread
-        and the loop goes on (reading, stepping, proposing: the core allows it before
-        `advance`); the Ready is finished when the fsync is done. Its committed entries
-        and read states are handled at once: they are durable already."""
-        if self._syncing is not None:
-            if not self._syncer.done():
-                return
-            rd, self._syncing = self._syncing, None
-            self._persisted(rd)
-            self._finish(rd)
-        raft, storage, transport = self.raft, self.storage, self.transport
-        send = transport.send
-        while raft.has_ready():
-            rd = raft.ready()
-            transport.handed_out(rd.send_after_persist)
-            if rd.send_now:
-                carries = False
-                for msg in rd.send_now:
-                    send(msg)
-                    carries = carries or type(msg) is not AppendEntries or bool(msg.entries)
-                if carries:                 # replication leaves before our own disk work;
-                    transport.flush()       # commit notices wait for the clients' answers
-                    self.observer.sent(rd.send_now)
-            if rd.soft_state is not None:
-                self._on_soft_state(rd.soft_state)
-            if rd.snapshot is not None:
-                storage.install_snapshot(rd.snapshot)
-                self.machine.restore(rd.snapshot.data, rd.snapshot.index)
-                self._snapshot_index = rd.snapshot.index
-                self.service.on_restored(rd.snapshot.index)
-            if rd.entries:
-                started = time.perf_counter()
-                truncated = storage.append(rd.entries)
-                self.observer.appended(time.perf_counter() - started)
-                if truncated:
-                    self.service.on_truncated(rd.entries[0].index)
-            if rd.must_sync and self.fsyncs:
-                self._apply_ready(rd)       # its committed entries are durable already
-                transport.flush()           # and their answers leave before the fsync
-                self._syncing = rd          # the fsync runs on the sync thread (the
-                self._syncer.start()        # followers persist meanwhile)
-                return
-            if rd.must_sync:
-                storage.sync()
-            self._persisted(rd)
-            self._apply_ready(rd)           # after the acknowledgements left
-            self._finish(rd)
+    # -- the Ready driver's application side (consensus.raft.driver) ------------------------
+    def on_ready(self, rd: Ready) -> None:
+        self.transport.handed_out(rd.send_after_persist)
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
 
-    def _persisted(self, rd) -> None:
-        """The Ready's entries are durable: save the hard state, send what promised it."""
-        if rd.hard_state is not None:
-            self.storage.save_hard_state(rd.hard_state, urgent=rd.term_or_vote_changed)
-        if rd.send_after_persist:
-            for msg in rd.send_after_persist:
-                self.transport.send(msg)
-            self.transport.flush()          # acknowledgements leave before we apply
+    def restore(self, snapshot: Snapshot) -> None:
+        self.machine.restore(snapshot.data, snapshot.index)
+        self._snapshot_index = snapshot.index
+        self.service.on_restored(snapshot.index)
 
-    def _apply_ready(self, rd) -> None:
-        if rd.committed_entries:
-            self._apply(rd.committed_entries)
-        if rd.read_states:
-            self.service.on_read_states(rd.read_states)
+    def on_truncated(self, index: int) -> None:
+        self.service.on_truncated(index)
 
-    def _finish(self, rd) -> None:
-        self.raft.advance(rd)
-        if self._snapshot_due:
-            self._take_snapshot()
-
-    def _apply(self, entries) -> None:
+    def apply(self, entries: list[Entry]) -> None:
         apply, on_applied = self.machine.apply, self.service.on_applied
         for entry in entries:
             on_applied(entry, apply(entry))
@@ -343,6 +338,13 @@ class FarmNode:
         self.service.on_state_changed(last)
         if last - self._snapshot_index >= self.config.snapshot_interval:
             self._snapshot_due = True
+
+    def on_read_states(self, states: list[ReadState]) -> None:
+        self.service.on_read_states(states)
+
+    def after_advance(self) -> None:
+        if self._snapshot_due:
+            self._take_snapshot()
 
     def _take_snapshot(self) -> None:
         self._snapshot_due = False

@@ -29,6 +29,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
@@ -37,29 +38,27 @@ from consensus.runtime import extensions as ext
 from consensus.runtime.envelope import (HEAD, decode_command, described, header_of,
                                         is_command, journal_request_id, request_id_of,
                                         stamp_head)
-from consensus.runtime.errors import (FarmError, Incomplete, IndexOverflow, IndexUnderflow,
+from consensus.runtime.errors import (FarmError, IndexOverflow, IndexUnderflow,
                                       NotLeaderError, RetryableWrite, Unavailable, error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
-from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
+from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.runtime.machines import CommandError, Outcome
-from consensus.runtime.storage import SnapshotView
+from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.wire.errors import ProtocolError
-from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
-                                  ValueType, check_shape, encode)
+from consensus.wire.jraft import MessageType, RaftResponse, ValueType, check_shape, encode
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection
-    from consensus.runtime.node import FarmNode
+    from consensus.runtime.node_view import NodeView
 
 log = logging.getLogger("garlicfarm.service")
 
-DEFAULT_CALL_TIMEOUT = 10.0
 READ_TIMEOUT = 5.0
 EVENTS = ("leader-changed", "state-changed", "voters-changed")
 
 
 @dataclass(slots=True)
-class _Waiter:
+class _WriteWaiter:
     """A client waiting for the entry (or request id) it wrote to be applied."""
     conn: "Connection"
     request_id: bytes | None
@@ -70,6 +69,15 @@ class _Waiter:
 
 
 @dataclass(slots=True)
+class _Proposal:
+    """A write waiting for the turn's `propose_many`."""
+    data: bytes
+    command: bool                       #: a farm command: stamped with the leader's clock
+    request_id: bytes | None = None
+    waiter: _WriteWaiter | None = None
+
+
+@dataclass(slots=True)
 class _Read:
     conn: "Connection"
     call_id: int
@@ -77,34 +85,23 @@ class _Read:
     deadline: float
 
 
-@dataclass(slots=True)
-class _Wait:
-    """An admin call answered when `check()` says so (or at its deadline). A change
-    only a leader drives (`leader_only`) is answered NOT_LEADER as soon as this node
-    stops leading: the client retries at the new leader (membership calls are
-    idempotent) instead of waiting here for a change nobody drives any more."""
-    conn: "Connection"
-    call_id: int
-    deadline: float
-    check: Callable[[], tuple[bool, Any]]
-    timeout_message: str | Callable[[], str]
-    leader_only: bool = True
-    given_up: Callable[[], None] | None = None  #: called when it ends unanswered-for
-
-
 class Service:
-    def __init__(self, node: "FarmNode") -> None:
+    def __init__(self, node: "NodeView") -> None:
         self.node = node
         self._pending: list[_Proposal] = []
-        self._by_request: dict[bytes, list[_Waiter]] = {}
-        self._by_index: dict[int, list[_Waiter]] = {}
+        self._by_request: dict[bytes, list[_WriteWaiter]] = {}
+        self._by_index: dict[int, list[_WriteWaiter]] = {}
         self._inflight: dict[bytes, int] = {}       # request id -> index in the log, unapplied
         self._inflight_at: dict[int, bytes] = {}
         self._reads: dict[bytes, _Read] = {}
         self._applied_waits: list = []
-        self._waits: list[_Wait] = []
         self._seq = itertools.count(1)
         self._subscribers: set["Connection"] = set()
+        self.waits = AdminWaits(self)
+        self.membership = MembershipCalls(node, self, self.waits)
+        self._calls: dict[str, Callable[..., Any]] = {
+            **{op: partial(fn, self) for op, fn in self._CALLS.items()},
+            **{op: getattr(self.membership, op) for op in MembershipCalls.CALLS}}
 
     # -- frames ----------------------------------------------------------------------------
     def _frame(self, message: ext.ExtensionMessage) -> bytes:
@@ -114,12 +111,12 @@ class Service:
         self.node.transport.reply(conn, self._frame(message))
 
     def _head(self) -> tuple[int, int, int]:
-        return (self.node.id, 0, self.node.raft.term)
+        return (self.node.id, 0, self.node.core.term)
 
-    def _reply(self, conn: "Connection", call_id: int, result: Any) -> None:
+    def reply(self, conn: "Connection", call_id: int, result: Any) -> None:
         self._send(conn, ext.Reply(*self._head(), call_id, 0, result, "", {}))
 
-    def _fail(self, conn: "Connection", call_id: int, exc: FarmError) -> None:
+    def fail(self, conn: "Connection", call_id: int, exc: FarmError) -> None:
         self._send(conn, ext.Reply(*self._head(), call_id, int(exc.code), None, str(exc),
                                    error_detail(exc)))
 
@@ -129,10 +126,10 @@ class Service:
         tells them from the log it applied: the term of its last committed entry, and
         the member whose latest status entry says it leads in that term (None until
         the leader of a newer term has published its status)."""
-        raft = self.node.raft
+        raft = self.node.core
         if raft.leader_id is not None or raft.role is not Role.OBSERVER:
             return raft.leader_id, raft.term
-        term = max(raft.term, raft.log.term(raft.commit_index) or 0)
+        term = max(raft.term, self.node.log.term(raft.commit_index) or 0)
         leader, leader_term = None, -1
         for member, status in self.node.machine.statuses.items():
             state = status.get("raft") or {}
@@ -143,7 +140,7 @@ class Service:
         return None, term
 
     def not_leader(self) -> NotLeaderError:
-        raft = self.node.raft
+        raft = self.node.core
         leader, _ = self.leader_and_term()
         endpoint = self.node.address_of(leader) if leader is not None else None
         where = f"node {leader} at {endpoint}" if leader is not None else "no leader is known yet"
@@ -160,7 +157,7 @@ class Service:
         if kind == ExtType.HELLO:
             conn.extensions = True
             conn.client_id = wire.client_id
-            raft = self.node.raft
+            raft = self.node.core
             config = raft.configuration     # the endpoints of its members only: a client
             members = config.members        # would try a removed node's for ever
             config = Configuration(config.voters, config.outgoing, config.observers,
@@ -172,14 +169,14 @@ class Service:
         elif kind == MessageType.CLIENT_REQUEST:
             self._client_request(conn, wire, slot)
         else:
-            self._jraft_membership(conn, wire, slot)
+            self.membership.jraft_request(conn, wire, slot)
 
     def on_closed(self, conn: "Connection") -> None:
         self._subscribers.discard(conn)
 
     # -- writes ---------------------------------------------------------------------------
     def _client_request(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
-        raft = self.node.raft
+        raft = self.node.core
         entries = wire.entries
         if not entries or any(e.value_type != ValueType.APPLICATION for e in entries):
             try:                    # the common shape passes the quick test; say what is
@@ -194,17 +191,17 @@ class Service:
         if raft.role is not Role.LEADER:
             self._refuse_write(conn, wire, slot, self.not_leader())
             return
-        waiter = _Waiter(conn, None, slot)      # a plain JRaft client: one answer for all
+        waiter = _WriteWaiter(conn, None, slot)      # a plain JRaft client: one answer for all
         last = len(entries) - 1
         for i, entry in enumerate(entries):
             value = entry.value
-            self._pending.append((value, len(value) >= HEAD.size and is_command(value), None,
-                                  waiter if i == last else None))
+            self._pending.append(_Proposal(value, len(value) >= HEAD.size and is_command(value),
+                                           None, waiter if i == last else None))
 
     def _writes(self, conn: "Connection", values: list[bytes]) -> None:
         """A Hello client's writes: farm commands, each answered by a WriteResult (other
         bytes go to the application state machine, answered once applied)."""
-        if self.node.raft.role is not Role.LEADER:
+        if self.node.core.role is not Role.LEADER:
             error = self.not_leader()
             for data in values:
                 found = request_id_of(data)
@@ -215,7 +212,7 @@ class Service:
             if request_id is not None:
                 self._write(conn, data, request_id)
             elif not is_command(data):
-                self._pending.append((data, False, None, _Waiter(conn, None)))
+                self._pending.append(_Proposal(data, False, None, _WriteWaiter(conn, None)))
             else:
                 try:
                     command = decode_command(data)
@@ -231,15 +228,15 @@ class Service:
         if known is not None:
             self._write_result(conn, known)
             return
-        waiter = _Waiter(conn, request_id)
+        waiter = _WriteWaiter(conn, request_id)
         if request_id in self._inflight:         # the same write is in the log already
             self._by_request.setdefault(request_id, []).append(waiter)
             return
-        self._pending.append((data, True, request_id, waiter))
+        self._pending.append(_Proposal(data, True, request_id, waiter))
 
     def propose_raw(self, data: bytes) -> None:
         """An entry of the node's own (its status), answered to nobody."""
-        self._pending.append((data, False, None, None))
+        self._pending.append(_Proposal(data, False))
 
     def propose_pending(self) -> None:
         """Every write of the turn in one `propose_many`; commands get the leader's
@@ -247,23 +244,24 @@ class Service:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        raft = self.node.raft
+        raft = self.node.core
         head = stamp_head(_now_ms())
         try:
-            last = raft.propose_many([head + data[HEAD.size:] if command else data
-                                      for data, command, _, _ in pending])
+            last = raft.propose_many([head + p.data[HEAD.size:] if p.command else p.data
+                                      for p in pending])
         except (NotLeader, ProposalDropped) as exc:
             error = self.not_leader() if isinstance(exc, NotLeader) else Unavailable(
                 f"the leader refused the write for now ({exc}); retry")
-            self.node.observer.proposals_dropped(len(pending))
-            for _, _, _, waiter in pending:
-                if waiter is not None:
-                    self._fail_waiter(waiter, error)
+            self.node.proposals_dropped(len(pending))
+            for p in pending:
+                if p.waiter is not None:
+                    self._fail_waiter(p.waiter, error)
             return
         term = raft.term
         inflight, inflight_at = self._inflight, self._inflight_at
         by_request, by_index = self._by_request, self._by_index
-        for index, (_, _, request_id, waiter) in enumerate(pending, last - len(pending) + 1):
+        for index, p in enumerate(pending, last - len(pending) + 1):
+            request_id, waiter = p.request_id, p.waiter
             if request_id is not None:
                 inflight[request_id] = index
                 inflight_at[index] = request_id
@@ -280,11 +278,11 @@ class Service:
     def on_became_leader(self) -> None:
         """Note the request ids in our unapplied log tail (the previous leader's writes):
         a retry of one of them waits for it instead of being appended again."""
-        raft = self.node.raft
+        raft = self.node.core
         applied, last = self.node.machine.applied, raft.last_index
         if last <= applied:
             return
-        for entry in raft.log.slice(applied + 1, last + 1):
+        for entry in self.node.log.slice(applied + 1, last + 1):
             found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
             if found is not None:
                 self._inflight[found[1]] = entry.index
@@ -328,7 +326,7 @@ class Service:
     def on_truncated(self, first: int) -> None:
         """Our log lost its entries from `first` on (a new leader's differ): the writes
         waiting there whose entry is gone must be sent again."""
-        log_ = self.node.raft.log
+        log_ = self.node.log
         for index in [i for i in self._by_index if i >= first]:
             term = log_.term(index)
             for waiter in self._by_index[index]:
@@ -349,17 +347,17 @@ class Service:
                             f"it again"))
 
     def _request_id_at(self, index: int) -> bytes | None:
-        log_ = self.node.raft.log
+        log_ = self.node.log
         if not log_.first_index() <= index <= log_.last_index():
             return None
         entry = log_.slice(index, index + 1)[0]
         found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
         return found[1] if found else None
 
-    def _ack(self, waiter: _Waiter, entry: Entry) -> None:
+    def _ack(self, waiter: _WriteWaiter, entry: Entry) -> None:
         """A write without a request id was applied."""
         if waiter.slot is not None:
-            raft = self.node.raft
+            raft = self.node.core
             waiter.slot.data = encode(RaftResponse(
                 MessageType.APPEND_ENTRIES_RESPONSE, self.node.id, raft.leader_id or 0,
                 raft.term, entry.index + 1, True))
@@ -368,7 +366,7 @@ class Service:
             self._send(waiter.conn, ext.WriteResult(*self._head(), b"", entry.index,
                                                     entry.term, 0, None, "", {}))
 
-    def _fail_waiter(self, waiter: _Waiter, exc: FarmError) -> None:
+    def _fail_waiter(self, waiter: _WriteWaiter, exc: FarmError) -> None:
         waiter.done = True
         if waiter.request_id is not None:
             waiters = self._by_request.get(waiter.request_id)
@@ -377,7 +375,7 @@ class Service:
                 if not waiters:
                     del self._by_request[waiter.request_id]
         if waiter.slot is not None:
-            raft = self.node.raft
+            raft = self.node.core
             waiter.slot.data = encode(RaftResponse(
                 MessageType.APPEND_ENTRIES_RESPONSE, self.node.id, raft.leader_id or 0,
                 raft.term, 0, False))
@@ -388,7 +386,7 @@ class Service:
     def _refuse_write(self, conn: "Connection", wire, slot: ResponseSlot | None,
                       exc: FarmError) -> None:
         if slot is not None:
-            raft = self.node.raft
+            raft = self.node.core
             slot.data = encode(RaftResponse(MessageType.APPEND_ENTRIES_RESPONSE, self.node.id,
                                             raft.leader_id or 0, raft.term, 0, False))
             self.node.transport.mark_dirty(conn)
@@ -399,7 +397,7 @@ class Service:
 
     def _result_frame(self, outcome: Outcome) -> bytes:
         code, message = outcome.error if outcome.error is not None else (0, "")
-        return ext.write_result_frame(self.node.id, self.node.raft.term, outcome.request_id,
+        return ext.write_result_frame(self.node.id, self.node.core.term, outcome.request_id,
                                       outcome.index, outcome.term, code,
                                       None if code else outcome.result, message)
 
@@ -410,59 +408,32 @@ class Service:
         self._send(conn, ext.WriteResult(*self._head(), request_id, 0, 0, int(exc.code), None,
                                          str(exc), error_detail(exc)))
 
-    # -- JRaft's own membership requests --------------------------------------------------------
-    def _jraft_membership(self, conn: "Connection", wire, slot: ResponseSlot | None) -> None:
-        raft = self.node.raft
-        accepted = False
-        try:
-            check_shape(wire)
-            payload = wire.entries[0].payload()
-            if isinstance(payload, ClusterServer):
-                address = endpoint_from_jraft(payload.endpoint)
-                self.node.learn_address(payload.id, address)
-                raft.add_server(payload.id, address)
-            elif isinstance(payload, ServerId):
-                raft.remove_server(payload.id)
-            accepted = True
-        except (ProtocolError, MembershipChangeError, NotLeader) as exc:
-            log.info("node %d: refused %s from %s: %s", self.node.id,
-                     MessageType(wire.message_type).wire_name, conn.label, exc)
-        if slot is not None:
-            slot.data = encode(RaftResponse(slot.response_type, self.node.id,
-                                            raft.leader_id or 0, raft.term,
-                                            raft.last_index + 1, accepted))
-            self.node.transport.mark_dirty(conn)
-
     # -- calls ---------------------------------------------------------------------------------
     def _call(self, conn: "Connection", call: ext.Call) -> None:
-        handler = self._CALLS.get(call.op)
+        handler = self._calls.get(call.op)
         if handler is None:
-            self._fail(conn, call.call_id, FarmError(
-                f"unknown call {call.op!r}; this node knows {', '.join(sorted(self._CALLS))}"))
+            self.fail(conn, call.call_id, FarmError(
+                f"unknown call {call.op!r}; this node knows {', '.join(sorted(self._calls))}"))
             return
         try:
-            result = handler(self, conn, call, call.args)
+            result = handler(conn, call, call.args)
         except FarmError as exc:
-            self._fail(conn, call.call_id, exc)
+            self.fail(conn, call.call_id, exc)
             return
         except (CommandError, MembershipChangeError, ValueError, TypeError, KeyError) as exc:
-            self._fail(conn, call.call_id, _farm_error(exc))
+            self.fail(conn, call.call_id, _farm_error(exc))
             return
         except NotLeader:
-            self._fail(conn, call.call_id, self.not_leader())
+            self.fail(conn, call.call_id, self.not_leader())
             return
-        if result is not _LATER:
-            self._reply(conn, call.call_id, result)
-
-    def _deadline(self, args: dict) -> float:
-        timeout = args.get("timeout", DEFAULT_CALL_TIMEOUT)
-        return time.monotonic() + max(0.05, float(timeout))
+        if result is not LATER:
+            self.reply(conn, call.call_id, result)
 
     # reads -----------------------------------------------------------------------------------
     def _read(self, conn: "Connection", call: ext.Call, then: Callable[[], Any], *,
               lease: bool) -> object:
         node = self.node
-        raft = node.raft
+        raft = node.core
         if raft.role is not Role.LEADER and (node.config.wire != "garlicfarm"
                                              or raft.role is Role.OBSERVER):
             raise self.not_leader()
@@ -472,7 +443,7 @@ class Service:
         except NotLeader:
             raise self.not_leader() from None
         self._reads[ctx] = _Read(conn, call.call_id, then, time.monotonic() + READ_TIMEOUT)
-        return _LATER
+        return LATER
 
     def on_read_states(self, states) -> None:
         for state in states:
@@ -482,21 +453,21 @@ class Service:
             if state.status is ReadStatus.OK:
                 self._when_applied(state.index, lambda read=read: self._finish_read(read))
             elif state.status is ReadStatus.NOT_LEADER:
-                self._fail(read.conn, read.call_id, self.not_leader())
+                self.fail(read.conn, read.call_id, self.not_leader())
             else:
-                self._fail(read.conn, read.call_id, Unavailable(
+                self.fail(read.conn, read.call_id, Unavailable(
                     "the leader could not confirm its leadership with a quorum in time; retry"))
 
     def _finish_read(self, read: _Read) -> None:
         try:
             result = read.then()
         except FarmError as exc:
-            self._fail(read.conn, read.call_id, exc)
+            self.fail(read.conn, read.call_id, exc)
             return
         except CommandError as exc:
-            self._fail(read.conn, read.call_id, _farm_error(exc))
+            self.fail(read.conn, read.call_id, _farm_error(exc))
             return
-        self._reply(read.conn, read.call_id, result)
+        self.reply(read.conn, read.call_id, result)
 
     def _when_applied(self, index: int, callback: Callable[[], None]) -> None:
         if self.node.machine.applied >= index:
@@ -537,22 +508,21 @@ class Service:
     def _c_query_snapshot(self, conn, call, args):
         node = self.node
         index, query = int(args["index"]), _bytes(args, "query")
-        result = node.raft.query_snapshot(index, query, SnapshotView(node.storage.snapshots),
-                                          node.new_machine)
+        result = node.core.query_snapshot(index, query, node.snapshots, node.new_machine)
         if result.status is PullStatus.INDEX_OVERFLOW:
             raise IndexOverflow(f"node {node.id} has applied up to {node.machine.applied}, not "
                                 f"{index} yet: retry later or ask another member",
                                 node.machine.applied)
         if result.status is PullStatus.INDEX_UNDERFLOW:
-            first = node.raft.log.first_index()
+            first = node.log.first_index()
             raise IndexUnderflow(f"index {index} is compacted away at node {node.id} (its log "
                                  f"starts at {first})", first)
         return result.result
 
     def _c_log_bounds(self, conn, call, args):
         node = self.node
-        snapshot = node.storage.snapshot()
-        return [node.raft.log.first_index(), min(node.raft.commit_index, node.machine.applied),
+        snapshot = node.latest_snapshot()
+        return [node.log.first_index(), min(node.core.commit_index, node.machine.applied),
                 snapshot.index if snapshot is not None else 0]
 
     def _c_read_entries(self, conn, call, args):
@@ -562,18 +532,18 @@ class Service:
         payloads = bool(args.get("payloads", True))
         if start < 1 or stop < start:
             raise FarmError(f"read_entries({start}, {stop}): need 1 <= start <= stop")
-        first, applied = node.raft.log.first_index(), node.machine.applied
+        first, applied = node.log.first_index(), node.machine.applied
         if start < first:
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first)
         if stop - 1 > applied:
-            raft = node.raft
+            raft = node.core
             if raft.role is Role.LEADER and not raft.committed_in_term and \
                     stop - 1 <= raft.last_index:
                 # A new leader learns the commit index when its first entry commits: what
                 # it holds may be acknowledged already (a client reading its own write),
                 # so answer once that is applied here instead of "not there yet".
-                return self._wait(
+                return self.waits.add(
                     conn, call, args,
                     lambda: ((True, self._entries(start, stop, max_bytes, payloads))
                              if node.machine.applied >= stop - 1 else (False, None)),
@@ -587,7 +557,7 @@ class Service:
         if start == stop:
             return {"entries": [], "verdicts": {}}
         node = self.node
-        entries = node.raft.log.slice(start, stop, max_bytes)
+        entries = node.log.slice(start, stop, max_bytes)
         verdicts = {}
         machine = node.machine
         for entry in entries:
@@ -600,219 +570,6 @@ class Service:
         return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],
                 "verdicts": verdicts}
 
-    # membership and admin -----------------------------------------------------------------------
-    def members_view(self) -> dict:
-        node = self.node
-        raft = node.raft
-        config = raft.configuration
-        address = node.address_of
-        progress = raft.progress if raft.role is Role.LEADER else {}
-        statuses = node.machine.statuses
-        members = {}
-        leader, term = self.leader_and_term()
-        for member in sorted(config.members | set(statuses)):
-            if member == leader:
-                role = "leader"
-            elif member in config.voters:
-                role = "follower"
-            elif member in config.outgoing:
-                role = "leaving"
-            elif member in config.observers:
-                role = "observer"
-            else:
-                role = "former"
-            match = raft.last_index if member == node.id and raft.role is Role.LEADER else \
-                (progress[member].match if member in progress else None)
-            members[member] = {"endpoint": address(member) or "", "role": role,
-                               "voter": config.is_voter(member), "match": match,
-                               "status": statuses.get(member)}
-        return {"leader": leader, "term": term, "commit": raft.commit_index,
-                "voters": {v: address(v) or "" for v in sorted(config.voters)},
-                "observers": {o: address(o) or "" for o in sorted(config.observers)},
-                "outgoing": {o: address(o) or "" for o in sorted(config.outgoing)},
-                "members": members, "node": node.id}
-
-    def _c_get_servers(self, conn, call, args):
-        return self.members_view()
-
-    def _c_status(self, conn, call, args):
-        view = self.members_view()
-        view["publisher"] = self.node.machine.publisher()
-        view["cluster"] = self.node.config.cluster
-        view["self"] = self.node.status_dict()
-        return view
-
-    def _leader(self):
-        raft = self.node.raft
-        if raft.role is not Role.LEADER:
-            raise self.not_leader()
-        return raft
-
-    def _wait(self, conn, call, args, check, timeout_message: str | Callable[[], str], *,
-              leader_only: bool = True, given_up: Callable[[], None] | None = None):
-        self._waits.append(_Wait(conn, call.call_id, self._deadline(args), check,
-                                 timeout_message, leader_only, given_up))
-        return _LATER
-
-    def _committed(self, conn, call, args, result, what: str):
-        """A membership call whose change is already in force: answer once it commits
-        (a retry of a change made through a leader that lost leadership meanwhile)."""
-        return self._wait(conn, call, args, lambda: (self._config_committed(), result),
-                          f"the configuration {what} did not commit in time")
-
-    def _config_committed(self) -> bool:
-        log_ = self.node.raft.log
-        return log_.configuration_index <= log_.committed
-
-    def _addresses(self, args: dict, key: str = "add") -> dict[int, str]:
-        raw = args.get(key) or {}
-        added = {int(k): str(v) for k, v in raw.items()}
-        for node_id, endpoint in added.items():
-            self._check_not_moved(node_id, endpoint)
-        for node_id, endpoint in added.items():
-            self.node.learn_address(node_id, endpoint)
-        return added
-
-    def _check_not_moved(self, node_id: int, endpoint: str) -> None:
-        """Adding a member again is a no-op only at its own endpoint: a member cannot
-        move by being added (its log and votes live at the old one)."""
-        config = self.node.raft.configuration
-        if node_id not in config.members:
-            return
-        current = self.node.address_of(node_id)
-        if current and current != endpoint:
-            kind = "voter" if node_id in config.voters else "observer" \
-                if node_id in config.observers else "leaving voter"
-            raise FarmError(f"node {node_id} is already a {kind} at {current}, not "
-                            f"{endpoint}: remove it first to move it (or give the new node "
-                            f"another id)")
-
-    def _c_update_voters(self, conn, call, args):
-        self._needs("joint consensus", ("garlicfarm", "marker"), "JRaft's configuration "
-                    "entries hold voters only: change one server at a time with add_server "
-                    "and remove_server")
-        raft = self._leader()
-        add = self._addresses(args)
-        remove = {int(r) for r in args.get("remove") or ()}
-        voters = (raft.configuration.voters | set(add)) - remove
-        if voters == raft.configuration.voters and not raft.configuration.is_joint:
-            return self._committed(conn, call, args, sorted(voters), "with these voters")
-        log.info("node %d: changing the voters to %s (joint consensus)", self.node.id,
-                 sorted(voters))
-        raft.change_voters(voters, add)
-
-        def check():
-            config = raft.configuration
-            done = not config.is_joint and config.voters == voters and self._config_committed()
-            return done, sorted(config.voters)
-        return self._wait(conn, call, args, check,
-                          f"the voters did not become {sorted(voters)} in time")
-
-    def _needs(self, what: str, wires: tuple[str, ...], instead: str) -> None:
-        wire = self.node.config.wire
-        if wire not in wires:
-            raise FarmError(f"{what} cannot travel on --wire {wire} ({instead})")
-
-    def _c_update_observers(self, conn, call, args):
-        self._needs("observers' pulls", ("garlicfarm",), "observers need the garlicfarm "
-                    "wire's extensions")
-        raft = self._leader()
-        add = self._addresses(args)
-        remove = {int(r) for r in args.get("remove") or ()}
-        config = raft.configuration
-        if set(add) <= config.observers and not remove & config.observers:
-            return self._committed(conn, call, args, sorted(config.observers),
-                                   "with these observers")
-        log.info("node %d: observers +%s -%s", self.node.id, sorted(add), sorted(remove))
-        raft.update_observers(add=set(add), remove=remove, addresses=add)
-
-        def check():
-            config = raft.configuration
-            done = set(add) <= config.observers and not (remove & config.observers) \
-                and self._config_committed()
-            return done, sorted(config.observers)
-        return self._wait(conn, call, args, check, "the observer change did not commit in time")
-
-    def _c_add_server(self, conn, call, args):
-        self._needs("JRaft's AddServer flow", ("garlicfarm", "jraft"),
-                    "use update_voters, which needs only AppendEntries")
-        raft = self._leader()
-        node_id, endpoint = int(args["id"]), str(args["endpoint"])
-        self._check_not_moved(node_id, endpoint)
-        if node_id in raft.configuration.voters:
-            return self._committed(conn, call, args, node_id, f"with node {node_id}")
-        self.node.learn_address(node_id, endpoint)
-        log.info("node %d: adding node %d at %s (AddServer)", self.node.id, node_id, endpoint)
-        raft.add_server(node_id, endpoint)
-
-        def check():
-            if node_id in raft.configuration.voters:
-                return self._config_committed(), node_id
-            if raft.role is Role.LEADER:
-                try:                    # the leader gives up on a silent joiner after a
-                    raft.add_server(node_id, endpoint)      # few invitations: invite again
-                except MembershipChangeError:
-                    pass                # still under way
-            return False, node_id
-
-        def timed_out() -> str:
-            error = self.node.transport.dial_error(node_id)
-            if error is not None or not self._heard_from(node_id):
-                why = f" (the leader's last attempt: {error})" if error else ""
-                return (f"node {node_id} did not answer at {endpoint}{why}: it is unreachable "
-                        f"or not running. Start it with join = true (the farm's cluster and "
-                        f"credentials) where the leader reaches it, then add it again; the "
-                        f"leader has stopped inviting it")
-            return (f"node {node_id} answered at {endpoint} but did not finish catching up "
-                    f"in time (it may still complete: check get_servers)")
-
-        def given_up() -> None:
-            if node_id not in raft.configuration.voters:
-                log.info("node %d: the add_server call for node %d ended; stopped inviting "
-                         "node %d (the leader drops it after its last invitations)",
-                         self.node.id, node_id, node_id)
-        return self._wait(conn, call, args, check, timed_out, given_up=given_up)
-
-    def _heard_from(self, node_id: int) -> bool:
-        """Whether a connection from or to `node_id` is open (it answered us)."""
-        transport = self.node.transport
-        return any(peer == node_id for peer, _ in transport.outgoing) or \
-            node_id in transport.last_in
-
-    def _c_remove_server(self, conn, call, args):
-        raft = self._leader()
-        node_id = int(args["id"])
-        config = raft.configuration
-        if node_id not in config.members:
-            return self._committed(conn, call, args, node_id, f"without node {node_id}")
-        log.info("node %d: removing node %d", self.node.id, node_id)
-        if node_id in config.observers:
-            raft.update_observers(remove={node_id})
-        elif self.node.config.wire == "marker" or \
-                (args.get("force") and self.node.config.wire == "garlicfarm"):
-            raft.change_voters(config.voters - {node_id})   # joint consensus
-        else:
-            raft.remove_server(node_id)
-
-        def check():
-            config = raft.configuration
-            return node_id not in config.members and not config.is_joint \
-                and self._config_committed(), node_id
-        return self._wait(conn, call, args, check, f"node {node_id} was not removed in time")
-
-    def _c_transfer_leader(self, conn, call, args):
-        self._needs("TimeoutNow (leader transfer)", ("garlicfarm",), "it is a garlicfarm "
-                    "extension")
-        raft = self._leader()
-        target = int(args["to"])
-        raft.transfer_leader(target)
-
-        def check():
-            moved = raft.role is not Role.LEADER or raft.transferring_to is None
-            return moved, {"leader": raft.leader_id}
-        return self._wait(conn, call, args, check, f"leadership did not move to {target}",
-                          leader_only=False)
-
     def _c_subscribe(self, conn, call, args):
         events = set(args.get("events") or EVENTS)
         unknown = events - set(EVENTS)
@@ -824,59 +581,29 @@ class Service:
 
     def _c_ping(self, conn, call, args):
         leader, term = self.leader_and_term()
-        return {"node": self.node.id, "role": self.node.raft.role.value, "leader": leader,
+        return {"node": self.node.id, "role": self.node.core.role.value, "leader": leader,
                 "term": term}
 
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
-        "read_entries": _c_read_entries, "get_servers": _c_get_servers, "status": _c_status,
-        "update_voters": _c_update_voters, "update_observers": _c_update_observers,
-        "add_server": _c_add_server, "remove_server": _c_remove_server,
-        "transfer_leader": _c_transfer_leader, "subscribe": _c_subscribe, "ping": _c_ping,
+        "read_entries": _c_read_entries, "subscribe": _c_subscribe, "ping": _c_ping,
     }
 
     # -- time ----------------------------------------------------------------------------------
     def on_tick(self, now: float) -> None:
-        if self._waits:
-            keep = []
-            leading = self.node.raft.role is Role.LEADER
-            for wait in self._waits:
-                if wait.conn.closed:
-                    if wait.given_up is not None:
-                        wait.given_up()
-                    continue
-                if wait.leader_only and not leading:
-                    self._fail(wait.conn, wait.call_id, self.not_leader())
-                    continue
-                try:
-                    done, result = wait.check()
-                except FarmError as exc:
-                    self._fail(wait.conn, wait.call_id, exc)
-                    continue
-                if done:
-                    self._reply(wait.conn, wait.call_id, result)
-                elif now >= wait.deadline:
-                    message = f"{wait.timeout_message} (it may still complete: check " \
-                        f"get_servers)" if isinstance(wait.timeout_message, str) \
-                        else wait.timeout_message()      # a callable says it all
-                    self._fail(wait.conn, wait.call_id, Incomplete(message))
-                    if wait.given_up is not None:
-                        wait.given_up()
-                else:
-                    keep.append(wait)
-            self._waits = keep
+        self.waits.tick(now, self.node.core.role is Role.LEADER)
         if self._reads:
             for ctx in [c for c, r in self._reads.items() if now >= r.deadline]:
                 read = self._reads.pop(ctx)
-                self._fail(read.conn, read.call_id, Unavailable(
+                self.fail(read.conn, read.call_id, Unavailable(
                     "the read was not confirmed in time (leader unreachable?); retry"))
 
     # -- events ---------------------------------------------------------------------------------
     def publish_event(self, name: str, data: dict) -> None:
         if not self._subscribers:
             return
-        raft = self.node.raft
+        raft = self.node.core
         frame = None
         for conn in list(self._subscribers):
             if conn.closed:
@@ -887,11 +614,10 @@ class Service:
                 self.node.transport.reply(conn, frame)
 
     def shutdown(self) -> None:
-        self._waits.clear()
+        self.waits.clear()
         self._reads.clear()
 
 
-_LATER = object()
 
 
 def _now_ms() -> int:

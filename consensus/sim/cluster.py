@@ -180,7 +180,7 @@ class SimCluster:
                 self.workload.write_batch(hosts)
         for host in hosts.values():
             if host.up:
-                host.node.tick()
+                host.tick()
         for _ in range(3):
             msgs = self.network.due(step, self.nemesis.reorder and faults)
             for msg in msgs:

@@ -1,10 +1,11 @@
 """A node's disk in the simulator: what survives a crash and what does not.
 
-It models the runtime's storage engine (consensus.storage): appends land in the page
-cache until `sync()`; truncation, snapshots and the hard-state file are durable when
-written (the engine fsyncs them before returning). A crash keeps the synced entries plus
-a random prefix of the unsynced ones - the rest never reached the disk or was torn
-mid-record and is cut by the CRC check on recovery - and the last synced hard state.
+It models the runtime's storage (consensus.runtime.disk_storage): appends land in the
+page cache until `sync()`; truncation, snapshots and a new term or vote are durable when
+written (the engine fsyncs them before returning); a commit index alone is saved
+lazily. A crash keeps the synced entries plus a random prefix of the unsynced ones - the
+rest never reached the disk or was torn mid-record and is cut by the CRC check on
+recovery - and the last saved hard state.
 """
 from __future__ import annotations
 
@@ -19,33 +20,48 @@ class SimDisk(MemoryStorage):
     def __init__(self) -> None:
         super().__init__()
         self.synced_last = 0            # entries <= this are on disk
-        self._pending_hard: HardState | None = None
+        self._lazy_hard: HardState | None = None    # a commit index saved lazily
         self.sparse: dict[int, Snapshot] = {}   # the application's sparse snapshots
 
-    # -- what the host does with a Ready ------------------------------------------------------
-    def write(self, rd: Ready) -> None:
-        """Phase one: snapshot (durable), entries (page cache), hard state (staged)."""
-        hard = self.initial_state()
-        self.persist(rd)
+    # -- the driver's Disk (consensus.raft.driver), less the sync's timing ------------------
+    def write(self, rd: Ready) -> bool:
+        """Snapshot (durable), entries (page cache; the truncation before them is
+        durable at once). True when stored entries were dropped."""
+        truncated = False
         if rd.snapshot is not None:
+            self.apply_snapshot(rd.snapshot)
             self.sparse = {rd.snapshot.index: rd.snapshot}
             self.synced_last = rd.snapshot.index
-        if rd.entries:      # the truncation before the append is durable at once
+        if rd.entries:
+            truncated = rd.entries[0].index <= self.last_index()
+            self.append(rd.entries)
             self.synced_last = min(self.synced_last, rd.entries[0].index - 1)
-        if rd.hard_state is not None:
-            self._pending_hard = rd.hard_state
-            self.set_hard_state(hard)       # not on disk before sync()
+        return truncated
 
     def sync(self) -> None:
-        """Phase two: fsync the entries, then save the hard state."""
+        """The fsync: the entries are durable, and a commit saved lazily with them."""
         self.synced_last = self.last_index()
-        if self._pending_hard is not None:
-            self.set_hard_state(self._pending_hard)
-            self._pending_hard = None
+        if self._lazy_hard is not None:
+            self._save(self._lazy_hard)
+
+    def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
+        """As the runtime's DiskStorage: a new term or vote at once; a commit index
+        alone lazily (here: with the next sync, lost in a crash before it)."""
+        if urgent:
+            self._save(state)
+        else:
+            self._lazy_hard = state
+
+    def _save(self, state: HardState) -> None:
+        # never a commit beyond what the log holds durably (as DiskStorage)
+        self.set_hard_state(HardState(state.term, state.vote,
+                                      min(state.commit, max(self.synced_last,
+                                                            self.first_index() - 1))))
+        self._lazy_hard = None
 
     def crash(self, rng: random.Random) -> str:
         """Lose what was not synced; returns a note for the trace."""
-        self._pending_hard = None
+        self._lazy_hard = None
         unsynced = self.last_index() - self.synced_last
         if unsynced <= 0:
             return "nothing unsynced"

@@ -1,13 +1,15 @@
-"""A simulated server: one pure RaftNode, its SimDisk and its KvMachine, driven the way
-the runtime drives a node (persist, send, apply, advance), with the fsync split off so
-that a crash can land between writing a Ready and making it durable."""
+"""A simulated server: one pure RaftNode, its SimDisk and its KvMachine, driven by the
+runtime's own Ready driver (consensus.raft.driver) - the host is its disk, network,
+application and clock - with the fsync's end left to chance, so that a crash can land
+between writing a Ready and making it durable."""
 from __future__ import annotations
 
 import random
 from typing import Protocol
 
 from consensus.raft import (Configuration, Entry, EntryType, Message, RaftNode, RaftOptions,
-                            ReadState, Ready)
+                            ReadState, Ready, ReadyDriver, Snapshot)
+from consensus.raft.storage import HardState
 
 from .disk import SimDisk
 from .kv import KvMachine
@@ -35,9 +37,13 @@ class SimHost:
         self.up = False
         self.incarnation = 0
         self.node: RaftNode = None  # type: ignore[assignment]   # set by start()
+        self.driver: ReadyDriver = None     # type: ignore[assignment]   # set by start()
         self.kv = KvMachine()
-        self._pending: Ready | None = None
         self._snapshot_index = 0
+        # set for each process() call: who hears, and the odds that an fsync ends now
+        self._events: HostEvents | None = None
+        self._rng = random.Random(0)
+        self._sync_probability = 1.0
 
     def start(self) -> None:
         """Boot (or reboot) from what the disk holds."""
@@ -48,13 +54,13 @@ class SimHost:
         self._snapshot_index = snapshot.index if snapshot else 0
         self.node = RaftNode(self.id, self.disk, self.options, configuration=self.bootstrap,
                              applied=self._snapshot_index)
+        self.driver = ReadyDriver(self.node, self, self, self, self)
         self.incarnation += 1
-        self._pending = None
         self.up = True
 
     def crash(self, rng: random.Random) -> str:
         self.up = False
-        self._pending = None
+        self.driver.abandon()
         return self.disk.crash(rng)
 
     def reconfigure(self, options: RaftOptions, bootstrap: Configuration | None) -> None:
@@ -65,51 +71,81 @@ class SimHost:
     def query_snapshot(self, index: int, key: str):
         return self.node.query_snapshot(index, key, self.disk, KvMachine)
 
+    def tick(self) -> None:
+        self.driver.tick()
+
     # -- the Ready pipeline ----------------------------------------------------------------
     def process(self, rng: random.Random, events: HostEvents, sync_probability: float) -> bool:
         """Advance the pipeline by one or two phases; True when something happened."""
-        if self._pending is not None:
-            if rng.random() >= sync_probability:
-                return False
-            self._finish(events)
-            return True
+        self._rng, self._events, self._sync_probability = rng, events, sync_probability
+        driver = self.driver
+        if driver.syncing:
+            return driver.resume()
         if not self.node.has_ready():
             return False
-        self._write(events)
-        if rng.random() < sync_probability:
-            self._finish(events)
+        driver.handle_one()
+        if driver.syncing:
+            driver.resume()
         return True
 
-    def _write(self, events: HostEvents) -> None:
-        """Phase one: take a Ready, write it (not yet synced), send what may go now."""
-        rd = self.node.ready()
-        events.written(self, rd)
-        self.disk.write(rd)
-        for msg in rd.send_now:
-            events.send(msg)
-        self._pending = rd
+    @property
+    def settled(self) -> bool:
+        """No Ready half-handled: the disk and the machine describe the same point."""
+        return self.up and not self.driver.syncing
 
-    def _finish(self, events: HostEvents) -> None:
-        rd, self._pending = self._pending, None
-        assert rd is not None
+    # -- the driver's Clock: one tick per call -------------------------------------------------
+    def due(self) -> int:
+        return 1
+
+    # -- the driver's Disk -----------------------------------------------------------------
+    def write(self, rd: Ready) -> bool:
+        return self.disk.write(rd)
+
+    def start_sync(self) -> bool:
+        return True             # the fsync ends when sync_done() draws it
+
+    def sync_done(self) -> bool:
+        if self._rng.random() >= self._sync_probability:
+            return False
         self.disk.sync()
-        for msg in rd.send_after_persist:
-            events.send(msg)
-        restored_to = None
-        if rd.snapshot is not None:
-            self.kv.restore(rd.snapshot.data)
-            self._snapshot_index = restored_to = rd.snapshot.index
-        for entry in rd.committed_entries:
+        return True
+
+    def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
+        self.disk.save_hard_state(state, urgent=urgent)
+
+    # -- the driver's Network ----------------------------------------------------------------
+    def send_now(self, msgs: list[Message]) -> None:
+        for msg in msgs:
+            self._heard.send(msg)
+
+    send_persisted = send_now
+
+    def flush(self) -> None:
+        pass
+
+    # -- the driver's Application ------------------------------------------------------------
+    def on_ready(self, rd: Ready) -> None:
+        self._heard.written(self, rd)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        self.kv.restore(snapshot.data)
+        self._snapshot_index = snapshot.index
+        self._heard.applied(self, [], snapshot.index)
+
+    def on_truncated(self, index: int) -> None:
+        pass
+
+    def apply(self, entries: list[Entry]) -> None:
+        for entry in entries:
             if entry.type == EntryType.APPLICATION:
                 self.kv.apply(entry)
-        events.applied(self, rd.committed_entries, restored_to)
-        if rd.read_states:
-            events.read_states(self, rd.read_states)
-        self.node.advance(rd)
-        self._maybe_snapshot()
+        self._heard.applied(self, entries, None)
 
-    def _maybe_snapshot(self) -> None:
-        applied = self.node.log.applied
+    def on_read_states(self, states: list[ReadState]) -> None:
+        self._heard.read_states(self, states)
+
+    def after_advance(self) -> None:
+        applied = self.node.applied_index
         if applied - self._snapshot_index < self.snapshot_every or self.node.installing_snapshot:
             return
         snapshot = self.node.snapshot_at(applied, self.kv.snapshot())
@@ -120,7 +156,6 @@ class SimHost:
                              self.keep_snapshots)
 
     @property
-    def settled(self) -> bool:
-        """No Ready half-handled: the disk and the machine describe the same point."""
-        return self.up and self._pending is None
-
+    def _heard(self) -> HostEvents:
+        assert self._events is not None, "process() sets who hears"
+        return self._events

@@ -1,21 +1,73 @@
 """A hand-driven in-memory cluster of pure RaftNodes, for the tests and the benchmark:
 perfect storage (MemoryStorage) and a message queue that the caller delivers, so that a
-test can drop, cut, reorder or inspect any message. The fault simulator (cluster.py)
-is the randomised, crash-prone counterpart."""
+test can drop, cut, reorder or inspect any message. Each node's Readys go through the
+runtime's Ready driver (consensus.raft.driver). The fault simulator (cluster.py) is the
+randomised, crash-prone counterpart; the runtime's `LocalCluster` runs real processes."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable, Iterable
 
 from consensus.raft import (Configuration, Entry, EntryType, Message, MemoryStorage, RaftNode,
-                            RaftOptions, ReadState, Role)
+                            RaftOptions, ReadState, Ready, ReadyDriver, Role, Snapshot)
 
 # Deterministic defaults: plain Raft (no pre-vote, no CheckQuorum) unless asked for.
 OPTIONS = RaftOptions(election_timeout_min=10, election_timeout_max=20, heartbeat_interval=2,
                       pre_vote=False, check_quorum=False)
 
 
-class LocalCluster:
+class RecordingIO:
+    """A node's network, application and clock for the driver: collects what it sends,
+    applies and reads (into the lists given, or its own); ticks come from the test
+    (`due` is always 0)."""
+
+    def __init__(self, applied: list[Entry] | None = None,
+                 read_states: list[ReadState] | None = None,
+                 sent: list[Message] | None = None) -> None:
+        self.sent: list[Message] = sent if sent is not None else []
+        self.applied = applied if applied is not None else []
+        self.read_states = read_states if read_states is not None else []
+
+    def send_now(self, msgs: list[Message]) -> None:
+        self.sent.extend(msgs)
+
+    send_persisted = send_now
+
+    def flush(self) -> None:
+        pass
+
+    def on_ready(self, rd: Ready) -> None:
+        pass
+
+    def restore(self, snapshot: Snapshot) -> None:
+        pass
+
+    def on_truncated(self, index: int) -> None:
+        pass
+
+    def apply(self, entries: list[Entry]) -> None:
+        self.applied.extend(e for e in entries if e.type == EntryType.APPLICATION)
+
+    def on_read_states(self, states: list[ReadState]) -> None:
+        self.read_states.extend(states)
+
+    def after_advance(self) -> None:
+        pass
+
+    def due(self) -> int:
+        return 0
+
+    def drain(self) -> list[Message]:
+        out, self.sent = self.sent, []
+        return out
+
+
+def _drive(node: RaftNode, storage: MemoryStorage, outbox: RecordingIO) -> list[Message]:
+    ReadyDriver(node, storage, outbox, outbox, outbox).run()
+    return outbox.drain()
+
+
+class InMemoryCluster:
     def __init__(self, ids: Iterable[int], options: RaftOptions = OPTIONS, *,
                  voters: Iterable[int] | None = None,
                  storages: dict[int, MemoryStorage] | None = None) -> None:
@@ -24,6 +76,7 @@ class LocalCluster:
         self.config = Configuration.of(voters if voters is not None else ids)
         self.storages = storages or {i: MemoryStorage() for i in ids}
         self.nodes: dict[int, RaftNode] = {}
+        self._drivers: dict[int, tuple[ReadyDriver, RecordingIO]] = {}
         self.applied: dict[int, list[Entry]] = {i: [] for i in ids}
         self.read_states: dict[int, list[ReadState]] = {i: [] for i in ids}
         self.queue: list[Message] = []
@@ -39,21 +92,16 @@ class LocalCluster:
         node = RaftNode(node_id, storage, opts, configuration=self.config,
                         applied=snapshot.index if snapshot else 0)
         self.nodes[node_id] = node
+        outbox = RecordingIO(self.applied[node_id], self.read_states[node_id])
+        self._drivers[node_id] = (ReadyDriver(node, storage, outbox, outbox, outbox), outbox)
         return node
 
     # -- driving --------------------------------------------------------------------------
     def process(self, node_id: int) -> list[Message]:
         """Persist, apply and advance one node; its outgoing messages join the queue."""
-        node = self.nodes[node_id]
-        out: list[Message] = []
-        while node.has_ready():
-            rd = node.ready()
-            self.storages[node_id].persist(rd)
-            self.applied[node_id].extend(e for e in rd.committed_entries
-                                         if e.type == EntryType.APPLICATION)
-            self.read_states[node_id].extend(rd.read_states)
-            out.extend(rd.messages)
-            node.advance(rd)
+        driver, io = self._drivers[node_id]
+        driver.run()
+        out, io.sent = (io.sent, []) if io.sent else ([], io.sent)    # drain, cheaply
         for msg in out:
             if (msg.source, msg.destination) not in self.cut and not self.drop(msg) \
                     and msg.destination in self.nodes:
@@ -88,7 +136,7 @@ class LocalCluster:
         nodes skip their post-boot vote refusal (a test of its own covers it)."""
         node = self.nodes[node_id]
         for other in self.nodes.values():
-            other._boot_lease = False
+            other.end_boot_lease()
         for _ in range(self.options.election_timeout_max * 2):
             node.tick()
             self.deliver()
@@ -115,11 +163,5 @@ class LocalCluster:
 
 
 def take(node: RaftNode) -> list[Message]:
-    """A lone node's outgoing messages (persisting into its own storage)."""
-    out: list[Message] = []
-    while node.has_ready():
-        rd = node.ready()
-        node.log.storage.persist(rd)
-        out.extend(rd.messages)
-        node.advance(rd)
-    return out
+    """A lone node's outgoing messages (persisting into its own MemoryStorage)."""
+    return _drive(node, node.log.storage, RecordingIO())

@@ -1,4 +1,7 @@
-"""The storage engine: a segmented durable log, the Raft hard state, snapshot files.
+"""The storage engine: a segmented durable log, the Raft hard state, snapshot files -
+files on disk, shared by the Raft log, Dafka stores and CHP servers. (The Raft core's
+`Storage` protocol is consensus.raft.storage; the runtime's `DiskStorage`, which
+implements it over this engine, is consensus.runtime.disk_storage.)
 
     from consensus.storage import SegmentedLog, FsyncPolicy, HardState, HardStateFile, \\
         SnapshotStore, Snapshot, CorruptLogError

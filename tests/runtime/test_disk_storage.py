@@ -5,7 +5,7 @@ import pytest
 
 from consensus.raft import (CompactedError, Configuration, Entry, EntryType, HardState,
                             RaftNode, RaftOptions, Snapshot, UnavailableError)
-from consensus.runtime.storage import DiskStorage
+from consensus.runtime.disk_storage import DiskStorage
 
 CONFIG = Configuration.of([1, 2, 3], addresses={1: "h:1"})
 

@@ -97,12 +97,14 @@ def test_catching_members_up_with_the_latest_snapshot_loses_staged_entries(monke
 def test_announcing_the_whole_commit_index_to_lagging_followers_is_caught(monkeypatch):
     """Issue 13.1's defect, planted: heartbeats and appends carry the leader's whole
     commit index (a JRaft follower with an empty log trusts it)."""
-    from consensus.raft import AppendEntries, RaftNode
+    from consensus.raft import AppendEntries
+    from consensus.raft.replication import Replicator
 
     def uncapped(self, peer, pr, prev, prev_term, entries):
-        self._send_now.append(AppendEntries(self.term, self.id, peer, prev, prev_term,
-                                            entries, self.log.committed, self._stamp()))
-    monkeypatch.setattr(RaftNode, "_emit_append", uncapped)
+        node = self.node
+        node.outbox.now.append(AppendEntries(node.term, node.id, peer, prev, prev_term,
+                                             entries, node.log.committed, node.reads.stamp()))
+    monkeypatch.setattr(Replicator, "emit_append", uncapped)
     caught = [r for r in (run_seed(seed, SimSettings()) for seed in range(5))
               if r.violation is not None]
     assert caught and {r.violation.prop for r in caught} == {"JRaft-safe commit"}
@@ -113,18 +115,38 @@ def test_disk_crash_keeps_synced_entries_and_a_prefix_of_the_rest():
     outcomes = set()
     for _ in range(30):
         disk = SimDisk()
-        first = Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2)],
-                      hard_state=HardState(1, 1, 0))
-        disk.write(first)
+        disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2)]))
         disk.sync()
-        disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (3, 4, 5)],
-                         hard_state=HardState(2, None, 2)))
-        assert disk.initial_state() == HardState(1, 1, 0)       # not synced yet
+        disk.save_hard_state(HardState(1, 1, 0), urgent=True)
+        disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (3, 4, 5)]))
         disk.crash(rng)
         assert 2 <= disk.last_index() <= 5
         assert disk.initial_state() == HardState(1, 1, 0)
         outcomes.add(disk.last_index())
     assert len(outcomes) > 2            # sometimes all, sometimes some, sometimes none
+
+
+def test_disk_saves_a_lone_commit_index_lazily_as_the_runtime_does():
+    disk = SimDisk()
+    disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2, 3)]))
+    disk.sync()
+    disk.save_hard_state(HardState(1, 1, 0), urgent=True)
+    disk.save_hard_state(HardState(1, 1, 2), urgent=False)
+    assert disk.initial_state() == HardState(1, 1, 0)       # not saved yet
+    disk.crash(random.Random(0))
+    assert disk.initial_state() == HardState(1, 1, 0)       # lost with the crash
+    disk.save_hard_state(HardState(1, 1, 3), urgent=False)
+    disk.sync()
+    assert disk.initial_state() == HardState(1, 1, 3)       # saved with the next sync
+
+
+def test_disk_never_saves_a_commit_beyond_its_durable_log():
+    disk = SimDisk()
+    disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (1, 2)]))
+    disk.sync()
+    disk.write(Ready(entries=[Entry(1, i, EntryType.APPLICATION, b"") for i in (3, 4)]))
+    disk.save_hard_state(HardState(2, 1, 4), urgent=True)
+    assert disk.initial_state() == HardState(2, 1, 2)
 
 
 def test_disk_truncation_is_durable_at_once():

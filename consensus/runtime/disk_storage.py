@@ -1,4 +1,4 @@
-"""The Raft core's `Storage` over the storage engine, and the write side of the Ready loop.
+"""The Raft core's `Storage` over the storage engine, and `SyncedDisk`, the runtime's disk for the Ready driver.
 
 One node's data directory holds::
 
@@ -31,9 +31,9 @@ import struct
 import threading
 import time
 import zlib
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
-from consensus.raft import Configuration, Entry, EntryType, HardState, Snapshot
+from consensus.raft import Configuration, Entry, EntryType, HardState, Ready, Snapshot
 from consensus.raft.entry import limit_size
 from consensus.raft.errors import CompactedError, UnavailableError
 from consensus.raft.retention import catch_up_index, compaction_point, snapshots_to_keep
@@ -400,6 +400,58 @@ class SyncThread:
             self._closing = True
             self._cond.notify()
         self._thread.join()
+
+
+class DiskObserver(Protocol):
+    """Who measures the disk (the metrics): seconds per append and per fsync."""
+
+    def appended(self, seconds: float) -> None: ...
+
+    def fsynced(self, seconds: float) -> None: ...
+
+
+class SyncedDisk:
+    """`DiskStorage` as the Ready driver's `Disk` (consensus.raft.driver): writes on the
+    loop thread, fsyncs on the `SyncThread` (the loop goes on meanwhile), or at once
+    under a policy that does not fsync (`fsyncs` False: the sync is then cheap)."""
+
+    def __init__(self, storage: DiskStorage, *, fsyncs: bool, wake,
+                 observer: DiskObserver | None = None) -> None:
+        self.storage = storage
+        self.fsyncs = fsyncs
+        self._appended = observer.appended if observer is not None else None
+        self._syncer = SyncThread(storage, wake, *(() if observer is None
+                                                   else (observer.fsynced,)))
+
+    def write(self, rd: Ready) -> bool:
+        if rd.snapshot is not None:
+            self.storage.install_snapshot(rd.snapshot)
+        if not rd.entries:
+            return False
+        if self._appended is None:
+            return self.storage.append(rd.entries)
+        started = time.perf_counter()
+        truncated = self.storage.append(rd.entries)
+        self._appended(time.perf_counter() - started)
+        return truncated
+
+    def start_sync(self) -> bool:
+        if self.fsyncs:
+            self._syncer.start()
+            return True
+        self.storage.sync()
+        return False
+
+    def sync_done(self) -> bool:
+        return self._syncer.done()
+
+    def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
+        self.storage.save_hard_state(state, urgent=urgent)
+
+    def close(self) -> None:
+        """Wait for a running fsync, stop the thread, then close the storage."""
+        self._syncer.close()
+        self.storage.close()
 
 
 def _core_snapshot(stored) -> Snapshot:

@@ -1,0 +1,136 @@
+"""Elections (Raft §5.2, the dissertation's PreVote and CheckQuorum): the randomized
+timer, campaigning, voting and the lease that makes a node refuse votes while it hears
+from a live leader."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .messages import RequestVote, RequestVoteResponse, TimeoutNow
+from .ready import Role
+
+if TYPE_CHECKING:
+    from .node import RaftNode
+
+
+class Elections:
+    def __init__(self, node: "RaftNode") -> None:
+        self.node = node
+        self.elapsed = 0                #: ticks since the timer was reset
+        self.timeout = self.random_timeout()
+        self.boot_lease = True          #: we may have confirmed a leader just before a restart
+        self.heard_leader_tick = 0      #: when a leader of our term last spoke
+        self.votes: dict[int, bool] = {}
+
+    # -- the timer --------------------------------------------------------------------------
+    def random_timeout(self) -> int:
+        opts = self.node.options
+        return self.node.rng.randrange(opts.election_timeout_min, opts.election_timeout_max)
+
+    def reset_timer(self) -> None:
+        self.elapsed = 0
+        self.timeout = self.random_timeout()
+
+    def tick(self) -> None:
+        """A follower's or candidate's tick: campaign when the timer runs out."""
+        self.elapsed += 1
+        if self.elapsed < self.timeout:
+            return
+        self.reset_timer()
+        self.boot_lease = False
+        node = self.node
+        node.leader_id = None       # silent for a whole timeout: its lease is over here
+        if self.promotable():
+            self.campaign(pre_vote=node.options.pre_vote)
+
+    def in_lease(self) -> bool:
+        """Have we heard from a live leader within the shortest election timeout? Then
+        (with CheckQuorum) we refuse to vote, so the leader's lease stays valid."""
+        node = self.node
+        if not node.options.check_quorum:
+            return False
+        known = node.leader_id is not None or self.boot_lease
+        return known and self.elapsed < node.options.election_timeout_min
+
+    # -- who may campaign -------------------------------------------------------------------
+    def still_voter(self) -> bool:
+        """A voter of our latest configuration; or (Raft dissertation §4.2.2) of the one
+        before while the latest is not committed: a leader that removed itself may still
+        be needed to elect the leader that commits C_new. (Our own vote counts only
+        where we are a voter.)"""
+        node = self.node
+        log = node.log
+        return log.configuration.is_voter(node.id) or (
+            log.configuration_index > log.committed
+            and log.configuration_at(log.configuration_index - 1).is_voter(node.id))
+
+    def promotable(self) -> bool:
+        """May we campaign?"""
+        node = self.node
+        return self.still_voter() and not node.membership.leaving \
+            and not node.removed and node.log.pending_snapshot is None
+
+    # -- campaigning ------------------------------------------------------------------------
+    def campaign(self, *, pre_vote: bool, transfer: bool = False) -> None:
+        node = self.node
+        if pre_vote:
+            node.set_role(Role.PRE_CANDIDATE)
+            term = node.term + 1
+        else:
+            node.term += 1
+            node.vote = node.id
+            node.set_role(Role.CANDIDATE)
+            term = node.term
+        node.leader_id = None
+        self.votes = {node.id: True}
+        self.reset_timer()
+        if self.tally() is not None:
+            return
+        last_index, last_term = node.log.last_index(), node.log.last_term()
+        outbox = node.outbox.now if pre_vote else node.outbox.later
+        for peer in sorted(node.log.configuration.all_voters - {node.id}):
+            outbox.append(RequestVote(term, node.id, peer, last_index, last_term,
+                                      pre_vote, transfer))
+
+    def tally(self) -> bool | None:
+        node = self.node
+        granted = {n for n, ok in self.votes.items() if ok}
+        rejected = {n for n, ok in self.votes.items() if not ok}
+        result = node.log.configuration.vote_result(granted, rejected)
+        if result is True:
+            if node.role is Role.PRE_CANDIDATE:
+                self.campaign(pre_vote=False)
+            else:
+                node.become_leader()
+        elif result is False:
+            node.become_follower(node.term, None)
+        return result
+
+    # -- messages ---------------------------------------------------------------------------
+    def on_request_vote(self, msg: RequestVote) -> None:
+        node = self.node
+        can_vote = (node.vote == msg.source
+                    or (node.vote is None and node.leader_id is None)
+                    or (msg.pre_vote and msg.term > node.term))
+        grant = can_vote and node.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
+        if grant and not msg.pre_vote:
+            node.vote = msg.source
+            self.reset_timer()
+        term = msg.term if (grant and msg.pre_vote) else node.term
+        node.outbox.later.append(RequestVoteResponse(term, node.id, msg.source, grant,
+                                                     msg.pre_vote))
+
+    def on_vote_response(self, msg: RequestVoteResponse) -> None:
+        """A candidate's or pre-candidate's answer (other roles ignore them)."""
+        node = self.node
+        expected = Role.PRE_CANDIDATE if msg.pre_vote else Role.CANDIDATE
+        if node.role is not expected or msg.source in self.votes:
+            return
+        if not msg.pre_vote and msg.term != node.term:
+            return
+        self.votes[msg.source] = msg.granted
+        self.tally()
+
+    def on_timeout_now(self, msg: TimeoutNow) -> None:
+        """Leader transfer: campaign now, past any lease (not at a leader)."""
+        if self.promotable():
+            self.campaign(pre_vote=False, transfer=True)

@@ -1,0 +1,131 @@
+"""The receiving side of replication (Raft §5.3, §7): AppendEntries and InstallSnapshot
+from the leader of our term, and what hearing from that leader means."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from .entry import Entry
+from .errors import InvalidMessage
+from .messages import AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse
+from .ready import Role
+from .storage import Snapshot
+
+if TYPE_CHECKING:
+    from .node import RaftNode
+
+
+def check_run(entries: Sequence[Entry], first: int, field: str) -> None:
+    """Entries must run from `first` on without gaps (their ends are checked; the
+    transport numbers them from the request's position, so the middle follows)."""
+    if entries and (entries[0].index != first or entries[-1].index != first + len(entries) - 1):
+        raise InvalidMessage(field, f"{len(entries)} entries numbered {entries[0].index}.."
+                             f"{entries[-1].index} do not follow index {first - 1}")
+
+
+@dataclass
+class IncomingSnapshot:
+    """Chunks of a leader's snapshot being received."""
+
+    leader: int
+    term: int
+    index: int
+    snapshot_term: int
+    data: bytearray = field(default_factory=bytearray)
+
+
+class Receiver:
+    def __init__(self, node: "RaftNode") -> None:
+        self.node = node
+        self.incoming: IncomingSnapshot | None = None   # a snapshot's chunks so far
+
+    def hear_from_leader(self, leader: int) -> bool:
+        """A leader of our term spoke. False if that cannot be (we lead this term): the
+        message is dropped, and a checker will see two leaders in one term."""
+        node = self.node
+        if node.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            node.become_follower(node.term, leader)
+        elif node.role is Role.LEADER:
+            return False
+        node.leader_id = leader
+        elections = node.elections
+        elections.elapsed = 0
+        elections.heard_leader_tick = node.ticks
+        membership = node.membership
+        if membership.leave_at is not None:     # JRaft: a leader still talks to us: wait on
+            membership.start_leaving()
+        return True
+
+    def on_append_entries(self, msg: AppendEntries) -> None:
+        check_run(msg.entries, msg.prev_log_index + 1, "entries")
+        if not self.hear_from_leader(msg.source):
+            return
+        node = self.node
+        node.outbox.later.append(self._append_response(msg))
+        node.after_log_change()
+
+    def _append_response(self, msg: AppendEntries) -> AppendEntriesResponse:
+        log = self.node.log
+        prev, prev_term, entries = msg.prev_log_index, msg.prev_log_term, msg.entries
+        committed = log.committed
+        if prev < committed:
+            # The head of the request is committed here already, hence identical: skip it.
+            skip = min(len(entries), committed - prev)
+            if skip:
+                prev_term = entries[skip - 1].term
+                prev, entries = prev + skip, entries[skip:]
+            if prev < committed:     # nothing beyond our commit index: nothing to check
+                return self._reply(msg, True, msg.prev_log_index + len(msg.entries) + 1)
+        last_new = log.maybe_append(prev, prev_term, msg.commit, entries)
+        if last_new is None:
+            return self._reply(msg, False, log.rejection_hint(prev))
+        return self._reply(msg, True, last_new + 1)
+
+    def _reply(self, msg: AppendEntries, success: bool, next_index: int) -> AppendEntriesResponse:
+        node = self.node
+        return AppendEntriesResponse(node.term, node.id, msg.source, success, next_index,
+                                     msg.prev_log_index + 1, len(msg.entries), msg.ctx)
+
+    def on_install_snapshot(self, msg: InstallSnapshot) -> None:
+        if not self.hear_from_leader(msg.source):
+            return
+        node = self.node
+        later = node.outbox.later
+        if msg.snapshot_index <= node.log.committed:
+            self.incoming = None
+            later.append(InstallSnapshotResponse(
+                node.term, node.id, msg.source, True, len(msg.data) + msg.offset,
+                msg.snapshot_index, done=True))
+            return
+        inc = self.incoming
+        if inc is None or (inc.leader, inc.term, inc.index) != (msg.source, msg.term,
+                                                                msg.snapshot_index):
+            inc = self.incoming = IncomingSnapshot(msg.source, msg.term, msg.snapshot_index,
+                                                   msg.snapshot_term)
+        if msg.offset != len(inc.data):
+            later.append(InstallSnapshotResponse(
+                node.term, node.id, msg.source, False, len(inc.data), msg.snapshot_index))
+            return
+        inc.data += msg.data
+        if not msg.done:
+            later.append(InstallSnapshotResponse(
+                node.term, node.id, msg.source, True, len(inc.data), msg.snapshot_index))
+            return
+        self.incoming = None
+        self.restore(Snapshot(msg.snapshot_index, msg.snapshot_term, msg.configuration,
+                              bytes(inc.data)))
+        node.log.commit_to(min(msg.commit, node.log.last_index()))
+        later.append(InstallSnapshotResponse(
+            node.term, node.id, msg.source, True, len(inc.data), msg.snapshot_index, done=True))
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take a snapshot received from a leader or an observer's parent."""
+        node = self.node
+        log = node.log
+        if snapshot.index <= log.committed:
+            return
+        if log.match_term(snapshot.index, snapshot.term):
+            log.commit_to(snapshot.index)      # we hold those entries: fast-forward
+            return
+        log.restore(snapshot)
+        node.after_log_change()

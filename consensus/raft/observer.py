@@ -1,0 +1,155 @@
+"""Observers pull committed entries (JournalKeeper's getServerEntries / getServerState)
+from a randomly chosen member, and any member serves those pulls. A voter that has not
+heard from a leader for two election timeouts pulls too, so that one stranded on a stale
+configuration (no leader replicates to it) still catches up."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .configuration import EMPTY
+from .entry import Entry
+from .follower import check_run
+from .messages import (Message, PullEntries, PullEntriesResponse, PullSnapshot,
+                       PullSnapshotResponse, PullStatus)
+from .storage import Snapshot
+
+if TYPE_CHECKING:
+    from .node import RaftNode
+
+
+@dataclass
+class PullState:
+    """An observer's pull loop: one request at a time to a randomly chosen parent."""
+
+    parent: int | None = None
+    sent_tick: int | None = None
+    next_pull_tick: int = 0
+    snapshot_index: int = 0         #: >0 while fetching a snapshot after an underflow
+    snapshot_data: bytearray = field(default_factory=bytearray)
+    fetching_snapshot: bool = False
+
+
+class Puller:
+    def __init__(self, node: "RaftNode") -> None:
+        self.node = node
+        self.state = PullState()
+
+    # -- the pulling side -------------------------------------------------------------------
+    def parents(self) -> list[int]:
+        node = self.node
+        parents = node.options.observer_parents or tuple(node.log.configuration.members)
+        return sorted(set(parents) - {node.id})
+
+    def tick(self) -> None:
+        pull, node = self.state, self.node
+        if pull.sent_tick is not None:
+            if node.ticks - pull.sent_tick < node.options.retry:
+                return
+            pull.sent_tick = None       # unanswered: try another parent
+            pull.parent = None
+            pull.fetching_snapshot = False
+        if node.ticks >= pull.next_pull_tick:
+            self.send()
+
+    def send(self) -> None:
+        pull, node = self.state, self.node
+        parents = self.parents()
+        if not parents:
+            return
+        if pull.parent not in parents:      # JournalKeeper: a random parent per round
+            pull.parent = node.rng.choice(parents)
+        if pull.fetching_snapshot:
+            msg: Message = PullSnapshot(node.term, node.id, pull.parent, pull.snapshot_index,
+                                        len(pull.snapshot_data))
+        else:
+            opts = node.options
+            msg = PullEntries(node.term, node.id, pull.parent, node.log.committed + 1,
+                              opts.observer_pull_max_entries, opts.max_bytes_per_message)
+        node.outbox.now.append(msg)
+        pull.sent_tick = node.ticks
+
+    def on_entries(self, msg: PullEntriesResponse) -> None:
+        """A parent's entries (not at a leader: it has what it needs)."""
+        pull, node = self.state, self.node
+        log = node.log
+        if msg.source != pull.parent or msg.index != log.committed + 1:
+            return
+        check_run(msg.entries, msg.index, "entries")
+        pull.sent_tick = None
+        interval = node.options.observer_pull_interval
+        if msg.status is PullStatus.SUCCESS and msg.entries:
+            entries = msg.entries
+            conflict = log.find_conflict(entries)
+            if conflict:
+                log.append(entries[conflict - entries[0].index:])
+            log.commit_to(entries[-1].index)
+            node.after_log_change()
+            full = len(entries) >= node.options.observer_pull_max_entries
+            pull.next_pull_tick = node.ticks if full else node.ticks + interval
+            if full:
+                self.send()
+        elif msg.status is PullStatus.INDEX_UNDERFLOW:
+            pull.fetching_snapshot = True
+            pull.snapshot_index = 0
+            pull.snapshot_data = bytearray()
+            self.send()
+        else:       # caught up with this parent: next round, pick one at random again
+            pull.next_pull_tick = node.ticks + interval
+            pull.parent = None
+
+    def on_snapshot(self, msg: PullSnapshotResponse) -> None:
+        """A chunk of a parent's snapshot (not at a leader)."""
+        pull, node = self.state, self.node
+        if not pull.fetching_snapshot or msg.source != pull.parent:
+            return
+        pull.sent_tick = None
+        if msg.snapshot_index == 0:         # the parent has no snapshot after all
+            pull.fetching_snapshot = False
+            pull.next_pull_tick = node.ticks + node.options.observer_pull_interval
+            return
+        if msg.snapshot_index != pull.snapshot_index or msg.offset == 0:
+            pull.snapshot_index = msg.snapshot_index
+            pull.snapshot_data = bytearray()
+        if msg.offset != len(pull.snapshot_data):
+            self.send()
+            return
+        pull.snapshot_data += msg.data
+        if not msg.done:
+            self.send()
+            return
+        pull.fetching_snapshot = False
+        node.receiver.restore(Snapshot(msg.snapshot_index, msg.snapshot_term, msg.configuration,
+                                       bytes(pull.snapshot_data)))
+        pull.snapshot_data = bytearray()
+        self.send()
+
+    # -- the serving side (any member) ------------------------------------------------------
+    def serve_entries(self, msg: PullEntries) -> None:
+        node = self.node
+        log = node.log
+        commit, first = log.committed, log.first_index()
+        entries: list[Entry] = []
+        if msg.index < first:
+            status = PullStatus.INDEX_UNDERFLOW
+        elif msg.index > commit:
+            status = PullStatus.INDEX_OVERFLOW
+        else:
+            status = PullStatus.SUCCESS
+            hi = min(commit, msg.index + max(1, msg.max_entries) - 1)
+            entries = log.slice(msg.index, hi + 1, msg.max_bytes)
+        node.outbox.now.append(PullEntriesResponse(node.term, node.id, msg.source, status,
+                                                   msg.index, entries, first, commit))
+
+    def serve_snapshot(self, msg: PullSnapshot) -> None:
+        node = self.node
+        snap = node.log.storage.catch_up_snapshot()
+        if snap is None:
+            node.outbox.now.append(PullSnapshotResponse(node.term, node.id, msg.source, 0, 0,
+                                                        EMPTY, 0, b"", True))
+            return
+        offset = msg.offset if msg.snapshot_index == snap.index else 0
+        chunk = snap.data[offset:offset + node.options.snapshot_chunk_bytes]
+        node.outbox.now.append(PullSnapshotResponse(
+            node.term, node.id, msg.source, snap.index, snap.term, snap.configuration, offset,
+            chunk, offset + len(chunk) >= len(snap.data)))

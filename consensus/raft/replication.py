@@ -1,0 +1,311 @@
+"""The leader's side of replication (Raft §5.3-5.4 with JournalKeeper's parallel
+replication): a window of AppendEntries in flight per follower (progress.py), heartbeats,
+snapshots for members behind the log's start, and the commit rule."""
+from __future__ import annotations
+
+import logging
+from itertools import count
+from typing import TYPE_CHECKING, Iterable
+
+from .entry import Entry, EntryType
+from .errors import StorageStateError
+from .membership import JoinPhase
+from .messages import AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse
+from .progress import Progress, ProgressState
+from .storage import Snapshot
+
+if TYPE_CHECKING:
+    from .node import RaftNode
+
+log = logging.getLogger("garlicfarm.raft")
+
+
+class Replicator:
+    def __init__(self, node: "RaftNode") -> None:
+        self.node = node
+        self.heartbeat_due = False
+        self.heartbeat_elapsed = 0
+        self.notices_due = False    # a tick passed: a commit index alone may go out
+        self.dirty = False          # something to (re)consider sending
+
+    def start(self) -> None:
+        """We lead now: replicate to every voter, heartbeats from now on."""
+        self.heartbeat_elapsed = 0
+        self.node.progress = {}
+        self.sync_progress()
+
+    # -- time -------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """The leader's tick: heartbeats when due, retries of unanswered requests."""
+        node = self.node
+        self.heartbeat_elapsed += 1
+        if self.heartbeat_elapsed >= node.options.heartbeat_interval:
+            self.heartbeat_elapsed = 0
+            self.heartbeat_due = True
+        retry, ticks = node.options.retry, node.ticks
+        for pr in node.progress.values():
+            sent = pr.oldest_sent_tick()
+            if sent is not None and ticks - sent >= retry:
+                if pr.state is ProgressState.SNAPSHOT:
+                    pr.snapshot_sent_tick = None        # resend the chunk
+                else:
+                    pr.become_probe(pr.rep_start)
+
+    # -- whom to replicate to ---------------------------------------------------------------
+    def sync_progress(self) -> None:
+        """Track every voter of the configuration; peers that left stay tracked until
+        they hold (and know committed) the configuration that removed them."""
+        node = self.node
+        config = node.log.configuration
+        next_index = node.log.last_index() + 1
+        progress = node.progress
+        for peer in config.all_voters - {node.id}:
+            if peer not in progress:
+                pr = node.membership.joined(peer)
+                progress[peer] = pr if pr is not None else \
+                    Progress(next_index, node.options.max_inflight)
+        node.transfer.check_target()
+
+    def drop_departed(self, silent_too: bool = False) -> None:
+        """Stop replicating to peers that left the configuration once they hold the entry
+        that removed them and know it committed (or, with `silent_too`, once they have
+        not answered for a quorum-check period)."""
+        log_ = self.node.log
+        index = log_.configuration_index
+        if index > log_.committed:
+            return
+        config = log_.configuration
+        progress = self.node.progress
+        for peer in [p for p in progress if not config.is_voter(p)]:
+            pr = progress[peer]
+            if (pr.match >= index and pr.sent_commit >= index) or \
+                    (silent_too and not pr.recent_active):
+                del progress[peer]
+
+    # -- appending --------------------------------------------------------------------------
+    def append(self, kind: EntryType, datas: Iterable[bytes]) -> int:
+        """The leader appends new entries of its term; returns the last index."""
+        node = self.node
+        first, term = node.log.last_index() + 1, node.term
+        entries = [Entry(term, index, kind, data) for index, data in zip(count(first), datas)]
+        if not entries:
+            return first - 1
+        index = entries[-1].index
+        node.log.append(entries)
+        self.dirty = True
+        if kind is EntryType.CONFIGURATION:
+            node.after_log_change()
+        self.maybe_commit()
+        return index
+
+    # -- sending ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Turn the replication state into messages (lazily, so that many proposals
+        between two Readys share AppendEntries)."""
+        if not (self.dirty or self.heartbeat_due):
+            return
+        self.dirty = False
+        heartbeat = self.heartbeat_due
+        self.heartbeat_due = False
+        # A commit index that nothing else carries goes out at most once per tick: the
+        # next entries carry it anyway, and a notice per commit costs every follower a
+        # message, a turn and an answer per write when writes come one at a time.
+        notices = self.notices_due
+        self.notices_due = False
+        node = self.node
+        commit = node.log.committed
+        for peer, pr in node.progress.items():
+            if not self._send_append(peer, pr) and (
+                    heartbeat or (notices and pr.commit_lags(commit))):
+                self._send_heartbeat(peer, pr)
+        joiner = node.membership.joiner
+        if joiner is not None and joiner.phase is JoinPhase.SNAPSHOT:
+            self.send_snapshot_chunk(joiner.node_id, joiner.progress)
+
+    def _send_append(self, peer: int, pr: Progress) -> bool:
+        """Send what the window allows; True when at least one message went out."""
+        node = self.node
+        if pr.paused_until > node.ticks:
+            return False            # it refused what it should take: see _hold_off
+        if pr.state is ProgressState.SNAPSHOT:
+            return self.send_snapshot_chunk(peer, pr)
+        sent = False
+        log_ = node.log
+        last = log_.last_index()
+        opts = node.options
+        while pr.can_send():
+            next_index = pr.next
+            prev_term = log_.term(next_index - 1)
+            if prev_term is None or next_index < log_.first_index():
+                pr.become_snapshot(self.catch_up_snapshot())
+                return self.send_snapshot_chunk(peer, pr) or sent
+            if next_index > last:
+                if pr.state is ProgressState.PROBE:     # empty probe: find the match point
+                    self.emit_append(peer, pr, next_index - 1, prev_term, [])
+                    pr.sent(next_index, 0, node.ticks)
+                    sent = True
+                break
+            entries = log_.slice(next_index,
+                                 min(last + 1, next_index + opts.max_entries_per_message),
+                                 opts.max_bytes_per_message)
+            self.emit_append(peer, pr, next_index - 1, prev_term, entries)
+            pr.sent(next_index, len(entries), node.ticks)
+            sent = True
+        return sent
+
+    def emit_append(self, peer: int, pr: Progress, prev: int, prev_term: int,
+                    entries: list[Entry]) -> None:
+        # The commit index goes no further than the entries this request vouches for
+        # (etcd: min(match, committed) in heartbeats). Raft followers cap it anyway; a
+        # JRaft follower trusts it when its log is empty (lastLogIndex 0) and would
+        # raise its commit past its log, then refuse every snapshot.
+        node = self.node
+        commit = min(node.log.committed, prev + len(entries))
+        pr.sent_commit = max(pr.sent_commit, commit)
+        node.outbox.now.append(AppendEntries(node.term, node.id, peer, prev, prev_term,
+                                             entries, commit, node.reads.stamp()))
+
+    def _send_heartbeat(self, peer: int, pr: Progress) -> None:
+        """An empty AppendEntries at the follower's match point: it cannot fail on a
+        follower that kept what it acknowledged, and it carries the commit index up to
+        that point, the lease stamp and the ReadIndex round."""
+        prev = pr.match
+        prev_term = self.node.log.term(prev)
+        if prev_term is None:
+            prev, prev_term = 0, 0
+        self.emit_append(peer, pr, prev, prev_term, [])
+
+    def catch_up_snapshot(self) -> Snapshot:
+        """What a member behind our log's start installs (Storage.catch_up_snapshot: not
+        the latest, so that it gets the entries the application still needs below it)."""
+        log_ = self.node.log
+        snapshot = log_.storage.catch_up_snapshot()
+        if snapshot is None:
+            raise StorageStateError(f"the log starts at {log_.first_index()} but storage "
+                                    "has no snapshot to send instead")
+        return snapshot
+
+    def send_snapshot_chunk(self, peer: int, pr: Progress) -> bool:
+        if pr.snapshot_sent_tick is not None or pr.snapshot is None:
+            return False
+        node = self.node
+        snap = pr.snapshot
+        offset = min(pr.snapshot_offset, len(snap.data))
+        chunk = snap.data[offset:offset + node.options.snapshot_chunk_bytes]
+        done = offset + len(chunk) >= len(snap.data)
+        node.outbox.now.append(InstallSnapshot(node.term, node.id, peer, snap.index, snap.term,
+                                               snap.configuration, offset, chunk, done,
+                                               min(node.log.committed, snap.index)))
+        pr.snapshot_sent_tick = node.ticks
+        return True
+
+    # -- answers ----------------------------------------------------------------------------
+    def on_append_response(self, msg: AppendEntriesResponse) -> None:
+        node = self.node
+        pr = node.progress.get(msg.source)
+        if pr is None:
+            return
+        pr.recent_active = True
+        if msg.ctx > pr.ack_ctx:
+            pr.ack_ctx = msg.ctx
+        if msg.success:
+            if msg.entry_count:
+                pr.refusals = 0         # entries taken (a heartbeat proves nothing)
+            last = msg.log_index + msg.entry_count - 1
+            if msg.entry_count == 0:
+                advanced = last > pr.match
+                if advanced:
+                    pr.match = last
+                if pr.state is ProgressState.PROBE and pr.match >= pr.next - 1:
+                    pr.become_replicate()
+            else:
+                advanced = pr.on_success(msg.log_index, last)
+            if advanced:
+                self.maybe_commit()
+            if msg.source not in node.log.configuration.all_voters:
+                self.drop_departed()        # best effort: it was told, unless that was lost
+            node.transfer.maybe_send_timeout_now(msg.source, pr)
+        elif pr.is_refusal_at_start(msg.log_index) and \
+                not pr.back_off(msg.log_index, msg.next_index):
+            self.hold_off(msg.source, pr, f"refused entries from {msg.log_index} again "
+                          f"(it asks for {msg.next_index}; we know it holds up to {pr.match})")
+        node.reads.release()
+
+    def hold_off(self, peer: int, pr: Progress, what: str) -> None:
+        """A follower refuses what it should take (a JRaft node that raised its commit
+        past its log, a disk that lost acknowledged entries): back off instead of
+        resending at once, and say so (the first time, then at every doubling)."""
+        node = self.node
+        pause = pr.hold_off(node.ticks, node.options.retry)
+        if pr.refusals & (pr.refusals - 1) == 0:
+            log.warning("node %d: follower %d %s; refusal %d in a row, resending in %d "
+                        "ticks", node.id, peer, what, pr.refusals, pause)
+
+    def on_install_snapshot_response(self, msg: InstallSnapshotResponse) -> None:
+        node = self.node
+        joiner = node.membership.joiner
+        if joiner is not None and msg.source == joiner.node_id:
+            pr = joiner.progress
+            joiner.sent_tick = None
+        else:
+            found = node.progress.get(msg.source)
+            if found is None:
+                return
+            pr = found
+            pr.recent_active = True
+        snap = pr.snapshot
+        if pr.state is not ProgressState.SNAPSHOT or snap is None or \
+                msg.snapshot_index != snap.index:
+            return
+        pr.snapshot_sent_tick = None
+        if not msg.success:
+            if msg.next_offset != pr.snapshot_offset and not pr.refusals:
+                pr.refusals = 1         # it asks to resume elsewhere: once, at once
+            else:
+                self.hold_off(msg.source, pr, f"refused snapshot {snap.index} at offset "
+                              f"{pr.snapshot_offset} (it asks for {msg.next_offset})")
+        if msg.done and msg.success:
+            pr.refusals = 0
+            pr.match = max(pr.match, snap.index)
+            pr.become_probe(snap.index + 1)
+            if joiner is not None and pr is joiner.progress:
+                joiner.phase = JoinPhase.SYNCING
+                node.membership.sync_joiner(joiner)
+            else:
+                self.maybe_commit()
+        else:
+            pr.snapshot_offset = max(0, min(msg.next_offset, len(snap.data)))
+
+    # -- commit -----------------------------------------------------------------------------
+    def maybe_commit(self) -> None:
+        """Commit what a quorum holds, if it is of our term (Raft §5.4.2); we count
+        ourselves only with what our own disk holds."""
+        node = self.node
+        log_ = node.log
+        progress = node.progress
+        me, persisted = node.id, log_.persisted
+
+        def match(peer: int) -> int:
+            if peer == me:
+                return persisted
+            pr = progress.get(peer)
+            return pr.match if pr is not None else 0
+
+        index = min(log_.configuration.committed_index(match), log_.last_index())
+        if index > log_.committed and log_.term(index) == node.term:
+            log_.commit_to(index)
+            self._on_commit()
+
+    def _on_commit(self) -> None:
+        node = self.node
+        log_ = node.log
+        node.reads.on_commit()
+        config = log_.configuration
+        if log_.configuration_index <= log_.committed:
+            if config.is_joint:
+                self.append(EntryType.CONFIGURATION, (config.leave_joint().encode(),))
+            elif not config.is_voter(node.id):
+                node.become_follower(node.term, None)     # we managed our own removal
+                node.membership.update_removed()
+                return
+        self.drop_departed()
