@@ -12,7 +12,6 @@ forgets `close()` leaves no node running.
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import logging
 import secrets
 import shutil
@@ -20,22 +19,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from consensus.runtime.security import WILDCARDS, is_loopback
+
 if TYPE_CHECKING:
     from consensus.runtime import FarmClient, LocalCluster
 
     from .farm_certificates import FarmCertificates
 
 log = logging.getLogger(__name__)
-WILDCARDS = ("0.0.0.0", "::", "")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class LocalFarm:
@@ -64,8 +55,8 @@ class LocalFarm:
                              "`advertise`, the address or name executors reach the driver "
                              "at (e.g. spark.conf.get('spark.driver.host'))")
         self.host, self.advertise = host, advertise or host
-        self.tls = not _is_loopback(host) if tls is None else tls
-        if not self.tls and not _is_loopback(host):
+        self.tls = not is_loopback(host) if tls is None else tls
+        if not self.tls and not is_loopback(host):
             log.warning("LocalFarm listens on %s without TLS (tls=False): the digest keeps "
                         "the password off the network, but the rows travel in clear", host)
         self._certificates: "FarmCertificates | None" = None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 import logging
 import threading
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 
 from consensus.runtime.errors import ConfigError
-from consensus.runtime.security import split_endpoint
+from consensus.runtime.security import is_loopback, split_endpoint
 
 log = logging.getLogger("garlicfarm.http")
 
@@ -40,13 +39,6 @@ class Response:
 Route = Callable[[], Response]
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 FARM_CREDENTIALS = "--credentials FILE or --user/--password"

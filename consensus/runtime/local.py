@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from consensus.runtime.client import FarmClient
 from consensus.runtime.errors import FarmError, Unavailable
+from consensus.runtime.security import WILDCARDS
 
 STOP_GRACE = 10.0
-WILDCARDS = ("0.0.0.0", "::", "")
 
 
 class LocalCluster:

@@ -24,6 +24,7 @@ reconnect skips the challenge round trip.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import ssl
@@ -172,6 +173,19 @@ class Security:
                 ctx.load_cert_chain(self.tls_cert, self.tls_key)
             self._client_context = ctx
         return self._client_context
+
+
+WILDCARDS = ("0.0.0.0", "::", "")     #: listen addresses that mean "every address"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_proxy(value: str) -> str:
