@@ -2,7 +2,7 @@
 from the leader of our term, and what hearing from that leader means."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 from .entry import Entry
@@ -127,5 +127,12 @@ class Receiver:
         if log.match_term(snapshot.index, snapshot.term):
             log.commit_to(snapshot.index)      # we hold those entries: fast-forward
             return
+        if not snapshot.configuration.members:
+            # Its maker did not know the configuration there: a node that joined without
+            # the bootstrap configuration labels the entries below its first configuration
+            # entry with the empty one. No farm has an empty configuration: keep ours
+            # until the configuration entries after the snapshot arrive (with the empty
+            # one, an observer would know nobody to pull them from).
+            snapshot = replace(snapshot, configuration=node.configuration)
         log.restore(snapshot)
         node.after_log_change()

@@ -146,3 +146,22 @@ def test_no_application_snapshot_while_a_leaders_snapshot_is_pending():
     node.log.storage.persist(rd)
     node.advance(rd)
     assert not node.installing_snapshot and node.applied_index == 10
+
+
+def test_a_snapshot_with_an_empty_configuration_keeps_the_receivers():
+    """A node that joined without the bootstrap configuration labels its snapshots below
+    its first configuration entry with the empty one (the 10,000-seed soak's seed 5609:
+    an observer installed one and then knew nobody to pull from). The receiver keeps its
+    own configuration; the configuration entries after the snapshot replace it."""
+    from consensus.raft import InstallSnapshot
+    node = lone(2)
+    node.step(InstallSnapshot(1, 1, 2, 10, 1, Configuration.of(()), 0, b"s", True, 10))
+    rd = node.ready()
+    assert rd.snapshot.index == 10 and rd.snapshot.configuration == Configuration.of([1, 2, 3])
+    node.log.storage.persist(rd)
+    node.advance(rd)
+    assert node.configuration == Configuration.of([1, 2, 3])
+    assert node.last_index == 10
+    node.step(InstallSnapshot(1, 1, 2, 20, 1, Configuration.of([1, 2]), 0, b"t", True, 20))
+    rd = node.ready()
+    assert rd.snapshot.configuration == Configuration.of([1, 2])   # a real one is taken
