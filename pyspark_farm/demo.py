@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from consensus.runtime.admin import FarmTarget
+    from consensus.runtime.farm_target import FarmTarget
     from consensus.runtime.status_page import StatusPage
     from . import LocalFarm, spark_session
     owned = SparkSession.getActiveSession() is None

@@ -24,8 +24,9 @@ import time
 from collections import deque
 from typing import Any, TextIO
 
-from consensus.runtime.admin import FarmTarget, UsageError, member_rows, plain, \
-    resolve_connection, split_endpoints
+from consensus.runtime.admin import member_rows
+from consensus.runtime.admin_output import UsageError, plain
+from consensus.runtime.farm_target import FarmTarget, resolve_connection, split_endpoints
 from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen
 
 log = logging.getLogger("garlicfarm.status_page")

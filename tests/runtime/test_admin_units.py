@@ -10,10 +10,12 @@ import tomllib
 import pytest
 
 from consensus.runtime import ClusterView, FarmStatus, MemberView
-from consensus.runtime.admin import (EXIT_USAGE, FarmFile, UsageError, build_parser,
-                                     command_main, console_for, farm_from_view, member_rows,
-                                     node_configs, plan_import, plain, print_table,
-                                     render_status, resolve_connection, status_document)
+from consensus.runtime.admin import (build_parser, command_main, member_rows, render_status,
+                                     status_document)
+from consensus.runtime.admin_output import EXIT_USAGE, UsageError, console_for, plain, \
+    print_table
+from consensus.runtime.farm_file import FarmFile, farm_from_view, node_configs, plan_import
+from consensus.runtime.farm_target import resolve_connection
 
 pytestmark = pytest.mark.timeout(30)
 
