@@ -248,9 +248,16 @@ class JRaftNode:
                                      f"until the deadline ({timeout}s)")
             time.sleep(0.1)
 
-    def index_of(self, text: str) -> int:
-        """The index at which this node committed the message `text` (exactly once)."""
-        hits = [i for i, m in self.commits().items() if m == text]
+    def index_of(self, text: str, timeout: float = 20.0) -> int:
+        """The index at which this node committed the message `text` (exactly once),
+        waiting up to `timeout` for dmprinter to print it: a write acknowledged by one
+        node is printed by the others when they apply it, a little later."""
+        deadline = time.monotonic() + timeout
+        while True:
+            hits = [i for i, m in self.commits().items() if m == text]
+            if hits or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         assert len(hits) == 1, f"{text!r} committed at {hits} on jraft node {self.id}"
         return hits[0]
 
