@@ -105,9 +105,21 @@ class KafkaCluster:
                 "replication.factor": str(min(3, self.brokers)),
                 "min.insync.replicas": str(min(2, self.brokers))}
 
+    def _java(self, *args: str, heap: str | None = None) -> list[str]:
+        """A `java` command with the broker's jars and our log4j settings."""
+        classpath = ":".join(str(j) for j in broker_jars(self.kafka_version))
+        return ["java", *([f"-Xmx{heap}"] if heap else []),
+                f"-Dlog4j.configuration=file:{self.folder}/log4j.properties",
+                "-cp", classpath, *args]
+
+    def _tool(self, what: str, *args: str, timeout: float = 120) -> None:
+        """Run one of Kafka's command-line tools to its end; RuntimeError if it fails."""
+        done = subprocess.run(self._java(*args), capture_output=True, text=True,
+                              timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{what} failed: {done.stdout}{done.stderr}")
+
     def start(self, timeout: float = 120) -> "KafkaCluster":
-        jars = broker_jars(self.kafka_version)
-        classpath = ":".join(str(j) for j in jars)
         ports = _free_ports(2 * self.brokers)
         self._ports = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.brokers)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{controller}"
@@ -118,8 +130,6 @@ class KafkaCluster:
             f"log4j.appender.file.File={self.folder}/kafka.log\n"
             "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
             "log4j.appender.file.layout.ConversionPattern=%d %p %c %m%n\n")
-        java = ["java", f"-Dlog4j.configuration=file:{self.folder}/log4j.properties",
-                "-cp", classpath]
         for number, (client, controller) in enumerate(self._ports, start=1):
             data = self.folder / f"broker-{number}"
             data.mkdir()
@@ -143,12 +153,11 @@ class KafkaCluster:
             if self.fsync_every_message:
                 lines["log.flush.interval.messages"] = "1"
             properties.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-            subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                            "-c", str(properties)], check=True, capture_output=True,
-                           timeout=120)
+            self._tool("formatting the storage", "kafka.tools.StorageTool", "format", "-t",
+                       cluster_id, "-c", str(properties))
             log = open(self.folder / f"broker-{number}.out", "wb")
             self._procs.append(subprocess.Popen(
-                [*java[:1], f"-Xmx{self.heap}", *java[1:], "kafka.Kafka", str(properties)],
+                self._java("kafka.Kafka", str(properties), heap=self.heap),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True))
         self._wait_ready(timeout)
@@ -170,29 +179,19 @@ class KafkaCluster:
                     time.sleep(0.2)
 
     def create_topic(self, name: str, partitions: int) -> None:
-        classpath = ":".join(str(j) for j in broker_jars(self.kafka_version))
-        done = subprocess.run(
-            ["java", f"-Dlog4j.configuration=file:{self.folder}/log4j.properties", "-cp",
-             classpath, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
-             self.bootstrap, "--create", "--topic", name, "--partitions", str(partitions),
-             "--replication-factor", str(min(3, self.brokers))],
-            capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(f"creating topic {name}: {done.stdout}{done.stderr}")
+        self._tool(f"creating topic {name}", "org.apache.kafka.tools.TopicCommand",
+                   "--bootstrap-server", self.bootstrap, "--create", "--topic", name,
+                   "--partitions", str(partitions),
+                   "--replication-factor", str(min(3, self.brokers)))
 
     def produce_steadily(self, topic: str, rate: int, seconds: float, record_bytes: int) -> None:
         """Kafka's own ProducerPerformance: `rate` records/s of `record_bytes` for
         `seconds`, acks=all (each record stamped with its CreateTime)."""
-        classpath = ":".join(str(j) for j in broker_jars(self.kafka_version))
-        done = subprocess.run(
-            ["java", f"-Dlog4j.configuration=file:{self.folder}/log4j.properties", "-cp",
-             classpath, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-             "--num-records", str(int(rate * seconds)), "--record-size", str(record_bytes),
-             "--throughput", str(rate), "--producer-props",
-             f"bootstrap.servers={self.bootstrap}", "acks=all"],
-            capture_output=True, text=True, timeout=seconds * 4 + 120)
-        if done.returncode != 0:
-            raise RuntimeError(f"ProducerPerformance failed: {done.stdout}{done.stderr}")
+        self._tool("ProducerPerformance", "org.apache.kafka.tools.ProducerPerformance",
+                   "--topic", topic, "--num-records", str(int(rate * seconds)),
+                   "--record-size", str(record_bytes), "--throughput", str(rate),
+                   "--producer-props", f"bootstrap.servers={self.bootstrap}", "acks=all",
+                   timeout=seconds * 4 + 120)
 
     def close(self) -> None:
         for proc in self._procs:

@@ -355,7 +355,7 @@ class SyncThread:
     raises it, and the node stops."""
 
     def __init__(self, storage: DiskStorage, wake,
-                 observe: Callable[[float], None] = lambda seconds: None) -> None:
+                 observe: Callable[[float], None]) -> None:
         self.storage, self.wake, self.observe = storage, wake, observe
         self._wanted = False
         self._finished = threading.Event()
@@ -416,20 +416,17 @@ class SyncedDisk:
     under a policy that does not fsync (`fsyncs` False: the sync is then cheap)."""
 
     def __init__(self, storage: DiskStorage, *, fsyncs: bool, wake,
-                 observer: DiskObserver | None = None) -> None:
+                 observer: DiskObserver) -> None:
         self.storage = storage
         self.fsyncs = fsyncs
-        self._appended = observer.appended if observer is not None else None
-        self._syncer = SyncThread(storage, wake, *(() if observer is None
-                                                   else (observer.fsynced,)))
+        self._appended = observer.appended
+        self._syncer = SyncThread(storage, wake, observer.fsynced)
 
     def write(self, rd: Ready) -> bool:
         if rd.snapshot is not None:
             self.storage.install_snapshot(rd.snapshot)
         if not rd.entries:
             return False
-        if self._appended is None:
-            return self.storage.append(rd.entries)
         started = time.perf_counter()
         truncated = self.storage.append(rd.entries)
         self._appended(time.perf_counter() - started)

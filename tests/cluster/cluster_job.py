@@ -23,6 +23,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from tests.spark.helpers import values
+
 
 def executor_jvm() -> int:
     """The pid of the JVM this Python worker serves (its nearest `java` ancestor)."""
@@ -70,10 +72,6 @@ def stream_into(spark, inbox: str, schema: str, column: str, step, options: dict
     return query
 
 
-def text_values(frame) -> list[str]:
-    return sorted(bytes(r.value).decode() for r in frame.select("value").collect())
-
-
 def run_raft(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:
     from pyspark_farm.connection import CONNECTION_OPTIONS, FarmClientOptions
     connection = FarmClientOptions.from_options(CONNECTION_OPTIONS.parse(farm))
@@ -88,7 +86,7 @@ def run_raft(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:
     read = (spark.read.format("garlicfarm").options(**farm)
             .option("startingOffsets", json.dumps({"index": start}))
             .option("endingOffsets", json.dumps({"index": end})).load())
-    return {"values": text_values(read), "batch": batch}
+    return {"values": values(read), "batch": batch}
 
 
 def run_dafka(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:

@@ -27,16 +27,6 @@ def chunks(tag: str) -> list[list[str]]:
     return [[f"{tag}-{f}-{i:03d}" for i in range(ROWS)] for f in range(3)]
 
 
-def write_key_values(folder: Path, rows: list[list[tuple[str, str]]]) -> None:
-    folder.mkdir(parents=True)
-    for number, chunk in enumerate(rows):
-        staging = folder.parent / f".{folder.name}-{number}.json"
-        staging.write_text("".join(json.dumps({"key": k, "value": v}) + "\n"
-                                   for k, v in chunk))
-        os.utime(staging, (1_700_000_000 + number * 10,) * 2)
-        staging.rename(folder / f"{number:04d}.json")
-
-
 def run_job(spec: dict, folder: Path, cluster: StandaloneCluster,
             prefix: tuple[str, ...] = (), timeout: float = 600) -> dict:
     """Runs cluster_job.py with `spec` (under `prefix`, e.g. `ip netns exec NS`); its
@@ -76,7 +66,8 @@ def test_three_kinds_through_two_workers_with_an_executor_killed_mid_batch(tmp_p
     write_files(tmp_path / "raft-in", raft_rows)
     write_files(tmp_path / "dafka-in", dafka_rows)
     chp_rows = [[(f"/c/{f}/{i:03d}", f"v{f}-{i}") for i in range(ROWS)] for f in range(3)]
-    write_key_values(tmp_path / "chp-in", chp_rows)
+    write_files(tmp_path / "chp-in", [[{"key": k, "value": v} for k, v in chunk]
+                                      for chunk in chp_rows])
     chp = ServerProcess(tmp_path, "chp", "--hugz-interval", "0.2").start()
     try:
         with LocalFarm(nodes=3) as farm, \

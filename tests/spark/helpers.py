@@ -12,8 +12,9 @@ INPUT_SCHEMA = "value string"
 DRIVER_SCRIPT = Path(__file__).with_name("driver_script.py")
 
 
-def write_files(folder: Path, chunks: Sequence[Sequence[str]], first: int = 0) -> None:
-    """One JSON-lines file per chunk, written aside and renamed in (a file source with
+def write_files(folder: Path, chunks: Sequence[Sequence[str | dict]], first: int = 0) -> None:
+    """One JSON-lines file per chunk (a text row is ``{"value": row}``, a dict row is
+    written as it is), written aside and renamed in (a file source with
     maxFilesPerTrigger=1 then makes one micro-batch per file, in name order). Spark's
     file source takes files oldest first, and files written within one clock tick tie
     (then any order: a flake of the driver-killed tests), so each file gets its own
@@ -24,7 +25,8 @@ def write_files(folder: Path, chunks: Sequence[Sequence[str]], first: int = 0) -
     now = time.time_ns()
     for number, chunk in enumerate(chunks, start=first):
         staging = folder.parent / f".{folder.name}-{number:04d}.json"
-        staging.write_text("".join(json.dumps({"value": v}) + "\n" for v in chunk))
+        staging.write_text("".join(json.dumps(v if isinstance(v, dict) else {"value": v})
+                                   + "\n" for v in chunk))
         stamp = now - (len(chunks) - 1 - (number - first)) * 10_000_000
         os.utime(staging, ns=(stamp, stamp))
         staging.rename(folder / f"{number:04d}.json")
