@@ -22,6 +22,10 @@ READ_OPTIONS = OptionSet("", (
     Option("failOnDataLoss", boolean, True, doc="fail when offsets a query needs are gone"),
     VALUE_FORMAT,
     Option("valueSchema", text, None, doc="columns decoded from values (DDL or JSON)"),
+    # Spark cannot prune the columns of a Python data source (no such pushdown in its
+    # API): a reader builds and ships every column it declares, used or not.
+    Option("columns", text, None,
+           doc="the kind's own columns to produce, comma-separated (default: all)"),
 ))
 
 

@@ -21,12 +21,31 @@ from .errors import GarlicFarmSparkError, OptionError, SchemaError
 
 @dataclass(frozen=True)
 class KindColumns:
-    """A kind's fixed source columns, as DDL and by name."""
+    """A kind's fixed source columns, as DDL and by name; `reserved`: every column of the
+    kind, which decoded value columns must not reuse even when not selected."""
     ddl: str
+    reserved: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
         return [part.split()[0].strip("`") for part in top_level_fields(self.ddl)]
+
+    def selected(self, columns: str | None) -> "KindColumns":
+        """The columns the `columns` option names, in its order (all when None): Spark
+        does not prune a Python source's columns, so a reader that ships only what the
+        query uses saves the conversion of the rest in the Python worker and the JVM."""
+        if columns is None:
+            return self
+        fields = dict(zip(self.names, top_level_fields(self.ddl)))
+        wanted = [name.strip() for name in columns.split(",")]
+        unknown = [name for name in wanted if name and name not in fields]
+        if unknown or not all(wanted) or len(set(wanted)) != len(wanted):
+            problem = (f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown
+                       else "an empty or repeated name")
+            raise OptionError("columns", f"{problem} in {columns!r}; name some of "
+                              f"{', '.join(self.names)}, comma-separated, each once")
+        return KindColumns(",".join(fields[name].strip() for name in wanted),
+                           reserved=tuple(self.names))
 
 
 def top_level_fields(ddl: str) -> list[str]:
@@ -75,9 +94,11 @@ def split_schema(columns: KindColumns, schema: StructType) -> StructType:
     if given[: len(names)] != names:
         raise SchemaError(
             f"the garlicfarm source's columns are fixed ({columns.ddl}); got {given}. Do not "
-            "call .schema() on the reader: describe decoded values with the valueSchema option")
+            "call .schema() on the reader: choose among the source's columns with the "
+            "columns option, and describe decoded values with the valueSchema option")
     values = StructType(schema.fields[len(names):])
-    clash = sorted({n.lower() for n in values.fieldNames()} & {n.lower() for n in names})
+    clash = sorted({n.lower() for n in values.fieldNames()}
+                   & {n.lower() for n in (*names, *columns.reserved)})
     if clash:
         raise OptionError("valueSchema", f"column(s) {', '.join(clash)} clash with the "
                           f"source's own columns ({', '.join(names)}); rename them")

@@ -48,7 +48,8 @@ SERVER_OPTIONS = OptionSet("", (
 ))
 
 VALUE_OPTIONS = OptionSet("", tuple(READ_OPTIONS.by_key[k] for k in ("valueformat",
-                                                                       "valueschema")))
+                                                                       "valueschema",
+                                                                       "columns")))
 
 #: `spark.read`: the map from the server; no farm involved.
 MAP_OPTIONS = SERVER_OPTIONS.named("the chp map read") + VALUE_OPTIONS
@@ -84,11 +85,12 @@ def _map_values(options: Mapping[str, str]) -> dict:
 
 def schema(options: Mapping[str, str]) -> str:
     values = _map_values(options)
-    return source_ddl(COLUMNS, values["valueFormat"], values["valueSchema"])
+    return source_ddl(COLUMNS.selected(values["columns"]), values["valueFormat"],
+                      values["valueSchema"])
 
 
 def _columns(values: dict, schema_: StructType) -> ValueColumns:
-    value_columns = split_schema(COLUMNS, schema_)
+    value_columns = split_schema(COLUMNS.selected(values["columns"]), schema_)
     return ValueColumns(values["valueFormat"], arrow_schema(schema_),
                         arrow_schema(value_columns) if len(value_columns) else None)
 

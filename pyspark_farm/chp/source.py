@@ -42,8 +42,10 @@ class ValueColumns:
     value_schema: pa.Schema | None  # the decoded value columns
 
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """A batch of the chp columns, with the columns `valueFormat` decodes appended."""
-        columns = list(batch.columns)
+        """A batch of the chp columns the schema has (the `columns` option), with the
+        columns `valueFormat` decodes appended."""
+        columns = [batch.column(name) for name in self.schema.names
+                   if name in batch.schema.names]
         if self.value_schema is not None:
             columns += value_decoder(self.value_format, self.value_schema)(batch.column("value"))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

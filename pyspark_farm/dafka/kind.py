@@ -62,13 +62,14 @@ def _source_values(options: Mapping[str, str]) -> dict:
 
 def schema(options: Mapping[str, str]) -> str:
     values = _source_values(options)
-    return source_ddl(COLUMNS, values["valueFormat"], values["valueSchema"])
+    return source_ddl(COLUMNS.selected(values["columns"]), values["valueFormat"],
+                      values["valueSchema"])
 
 
 def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: bool
               ) -> DafkaSourceSettings:
     values = _source_values(options)
-    value_columns = split_schema(COLUMNS, schema_)
+    value_columns = split_schema(COLUMNS.selected(values["columns"]), schema_)
     starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
                                      OffsetsSpec, streaming=streaming,
                                      exact="per-partition JSON")

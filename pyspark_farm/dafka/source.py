@@ -85,10 +85,14 @@ def _batch(settings: DafkaSourceSettings, task: ReadTask, offsets: list[np.ndarr
     values (concat), no Python object per row."""
     value = values[0] if len(values) == 1 else pa.concat_arrays(values)
     count = len(value)
-    columns = [pa.repeat(pa.scalar(task.topic, pa.string()), count),
-               pa.repeat(pa.scalar(task.partition, pa.string()), count),
-               pa.array(np.concatenate(offsets), pa.int64()), value,
-               pa.nulls(count, pa.timestamp("us", tz="UTC"))]
+    makers: dict[str, Callable[[], pa.Array]] = {   # the schema's (`columns` option)
+        "topic": lambda: pa.repeat(pa.scalar(task.topic, pa.string()), count),
+        "partition": lambda: pa.repeat(pa.scalar(task.partition, pa.string()), count),
+        "offset": lambda: pa.array(np.concatenate(offsets), pa.int64()),
+        "value": lambda: value,
+        "timestamp": lambda: pa.nulls(count, pa.timestamp("us", tz="UTC")),
+    }
+    columns = [makers[name]() for name in settings.schema.names if name in makers]
     if decode is not None:
         columns.extend(decode(value))
     return pa.RecordBatch.from_arrays(columns, schema=settings.schema)

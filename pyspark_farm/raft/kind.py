@@ -42,13 +42,14 @@ SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
 
 def schema(options: Mapping[str, str]) -> str:
     values = parse_source(SOURCE_OPTIONS, options)
-    return source_ddl(COLUMNS, values["valueFormat"], values["valueSchema"])
+    return source_ddl(COLUMNS.selected(values["columns"]), values["valueFormat"],
+                      values["valueSchema"])
 
 
 def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: bool
               ) -> RaftSourceSettings:
     values = parse_source(SOURCE_OPTIONS, options)
-    value_columns = split_schema(COLUMNS, schema_)
+    value_columns = split_schema(COLUMNS.selected(values["columns"]), schema_)
     starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
                                      OffsetSpec, streaming=streaming, exact='{"index": N}')
     return RaftSourceSettings(

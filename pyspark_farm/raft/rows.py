@@ -145,15 +145,20 @@ class RowBatchBuilder:
         counts = np.asarray(self._counts, dtype=np.int64)
         values = self._chunks[0] if len(self._chunks) == 1 else pa.concat_arrays(self._chunks)
         rows = len(values)
-        columns = [
-            pa.repeat(pa.scalar(self.cluster, pa.string()), rows),
-            pa.array(np.repeat(np.asarray(self._indexes, dtype=np.int64), counts)),
-            pa.array(np.repeat(np.asarray(self._terms, dtype=np.int64), counts)),
-            _type_names().take(pa.array(np.repeat(np.asarray(self._types, dtype=np.int8), counts))),
-            values,
-            pa.array(np.repeat(np.asarray(self._times, dtype=np.int64) * 1000, counts),
-                     pa.timestamp("us", tz="UTC")),
-        ]
+
+        def per_entry(items: list[int], dtype) -> np.ndarray:
+            return np.repeat(np.asarray(items, dtype=dtype), counts)
+        # only the columns the schema has (the `columns` option), each made on demand
+        makers: dict[str, Callable[[], pa.Array]] = {
+            "cluster": lambda: pa.repeat(pa.scalar(self.cluster, pa.string()), rows),
+            "index": lambda: pa.array(per_entry(self._indexes, np.int64)),
+            "term": lambda: pa.array(per_entry(self._terms, np.int64)),
+            "type": lambda: _type_names().take(pa.array(per_entry(self._types, np.int8))),
+            "value": lambda: values,
+            "timestamp": lambda: pa.array(per_entry(self._times, np.int64) * 1000,
+                                          pa.timestamp("us", tz="UTC")),
+        }
+        columns = [makers[name]() for name in self.schema.names if name in makers]
         if self.decode is not None:
             columns.extend(self.decode(values))
         batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)

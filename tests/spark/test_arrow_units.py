@@ -161,6 +161,36 @@ def test_schema_split_refuses_user_schemas_and_clashes():
         split_schema(columns, RAFT_SCHEMA.add("Value", "string"))
 
 
+def test_columns_option_selects_the_kinds_columns_in_its_order():
+    columns = KindColumns(RAFT_COLUMNS_DDL)
+    assert columns.selected(None) is columns
+    chosen = columns.selected(" value, index ")
+    assert chosen.names == ["value", "index"]
+    assert split_schema(chosen, _struct([("value", "binary"), ("index", "long"),
+                                         ("id", "long")])).fieldNames() == ["id"]
+    # a decoded column may not take the name of a column left out
+    with pytest.raises(OptionError, match="clash"):
+        split_schema(chosen, _struct([("value", "binary"), ("index", "long"),
+                                      ("term", "long")]))
+    for bad, reason in (("value,offset", "unknown column.*'offset'"), ("value,,index", "empty"),
+                        ("value,value", "repeated")):
+        with pytest.raises(OptionError, match=reason) as error:
+            columns.selected(bad)
+        assert "'columns'" in str(error.value) and "cluster, index, term" in str(error.value)
+
+
+def test_row_batches_hold_only_the_schemas_columns():
+    schema = arrow_schema(_struct([("timestamp", "timestamp"), ("value", "binary")]))
+    builder = RowBatchBuilder("farm", schema, max_rows=1000)
+    batches = list(builder.add_records(4, 2, "journal", 1_700_000_000_123, [b"j1", b"j2"]))
+    batches += builder.add_values(6, 2, "commit", 0, pa.array([b"c1"], pa.binary()))
+    batches += builder.finish()
+    assert len(batches) == 1 and batches[0].schema.equals(schema)
+    assert batches[0].column("value").to_pylist() == [b"j1", b"j2", b"c1"]
+    assert batches[0].column("timestamp")[0].as_py() == datetime.datetime(
+        2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
+
+
 def _out(query, batch, partition, refs=(1,)):
     return StagedOutput(TaskTag(query, batch, partition, 0), tuple(refs), (1,) * len(refs))
 

@@ -123,6 +123,8 @@ def test_raft(spark, small_farm, tmp_path, no_queries_left):
         end = client.last_applied() + 1
     everything = sorted(sum(chunks, []))
     assert values(log_range(spark, small_farm, start, end)) == everything
+    chosen = log_range(spark, small_farm, start, end, columns="value,index")
+    assert chosen.columns == ["value", "index"] and values(chosen) == everything
 
     options = {**small_farm.options, "startingOffsets": json.dumps({"index": start})}
     batches = _read_available_now(spark, options, tmp_path / "out", tmp_path / "chk-r")
@@ -166,6 +168,11 @@ def test_dafka(spark, small_farm, dafka, tmp_path, no_queries_left):
     for partition in {r.partition for r in rows}:   # contiguous offsets: no hole, no repeat
         found = sorted(r.offset for r in rows if r.partition == partition)
         assert found == list(range(len(found))), partition
+    chosen = (spark.read.format("garlicfarm").options(**options, subscribe=topic)
+              .option("columns", "offset, value").load().where("offset < 5"))
+    assert chosen.columns == ["offset", "value"]
+    assert sorted((r.offset, bytes(r.value)) for r in chosen.collect()) == sorted(
+        (r.offset, bytes(r.value)) for r in rows if r.offset < 5)
 
     batches = _read_available_now(spark, {**options, "subscribe": topic,
                                           "startingOffsets": "earliest"},
@@ -246,3 +253,7 @@ def test_chp(spark, small_farm, chp_server, tmp_path, no_queries_left):
     # to Spark, so the plan is the same either way: the rows are what is checked.
     _batch_reads(spark, read, "key = '/s/2/007'", sorted(expected.items()),
                  [("/s/2/007", b"v2-7")], to_list)
+    chosen = (spark.read.format("garlicfarm").options(**server).option("columns", "value,key")
+              .load().where("key like '/s/%'"))
+    assert chosen.columns == ["value", "key"]
+    assert sorted((r.key, bytes(r.value)) for r in chosen.collect()) == sorted(expected.items())
