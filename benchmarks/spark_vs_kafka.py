@@ -14,8 +14,11 @@ append as the farm does per batch; `os` is Kafka's default). The same cached Dat
   sink     df.write into garlicfarm (raft, the exactly-once commit), Kafka (at least
            once: Spark's Kafka sink has no exactly-once) and parquet (Spark's file commit
            protocol; no fsync);
-  source   spark.read of the same rows into Spark's `noop` sink: the raft log range, the
-           Kafka topic (earliest to latest), the parquet folder;
+  source   spark.read of the same rows into Spark's `noop` sink: the raft log range (all
+           its columns, and `columns=value`), the Kafka topic (earliest to latest), the
+           parquet folder, and the floor of any Python data source: `bench_ceiling`, which
+           reads nothing and yields batches of the same rows built once in memory (the
+           raft schema, and the value column alone);
   stream   readStream with trigger(availableNow=True) of the same rows into a `noop`
            stream: the raft source and Kafka's (parquet has no such stream source here);
   latency  a steady --latency-rate rows/s for --latency-seconds into each log (raft: a
@@ -24,8 +27,12 @@ append as the farm does per batch; `os` is Kafka's default). The same cached Dat
            reads it: per row, the driver's clock when foreachBatch sees it minus the
            row's `timestamp` (the leader's append time / the producer's CreateTime).
 After a warm-up (the sinks on 10,000 rows, each source and stream once on the rows), each
-round runs the cases of a row in rotating order. Reported per case: rows/s of the median round; per comparison: the median
-of the rounds' own ratios (raft / other), which the machine's load swings less.
+round runs the cases of a row in rotating order. Reported per case: rows/s of the median
+round, and the median CPU seconds of each kind of process per million rows
+(process_cpu.py: Spark's JVM, its Python workers, the farm's nodes, Kafka's brokers); per
+comparison: the median of the rounds' own ratios (ours / other), which the machine's load
+swings less. `--parts` runs some of sink, source, stream, latency (the source's rows are
+written once, untimed, either way).
 """
 from __future__ import annotations
 
@@ -43,10 +50,14 @@ from typing import Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import spark_raft  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
 from kafka_cluster import KafkaCluster, connector_jars  # noqa: E402
-from spark_raft import timed, value_frame  # noqa: E402
+from process_cpu import CpuLedger  # noqa: E402
+from spark_raft import BenchSource, ceiling_reader, value_frame  # noqa: E402
 
 from pyspark_farm import LocalFarm, spark_session  # noqa: E402
+from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL  # noqa: E402
 
 WARM_ROWS = 10_000
 
@@ -56,32 +67,40 @@ def rotate(cases: list, round_number: int) -> list:
     return cases[shift:] + cases[:shift]
 
 
-def run_rounds(rounds: int, cases: dict[str, Callable[[], object]], *,
+def run_rounds(rounds: int, cases: dict[str, Callable[[], object]], ledger: CpuLedger, *,
                warm: bool = False) -> dict[str, list[float]]:
-    """Seconds of each case, round by round (rotating order); `warm`: each case once,
-    untimed, first (a stream's first query pays for Spark's cold start)."""
+    """Seconds of each case, round by round (rotating order), their CPU by process in
+    `ledger`; `warm`: each case once, untimed, first (a stream's first query pays for
+    Spark's cold start)."""
     if warm:
         for action in cases.values():
             action()
     seconds: dict[str, list[float]] = {name: [] for name in cases}
     for number in range(rounds):
         for name in rotate(list(cases), number):
-            seconds[name].append(timed(cases[name]))
+            seconds[name].append(ledger.measure(name, cases[name]))
     return seconds
 
 
-def report(title: str, rows: int, seconds: dict[str, list[float]], ours: str) -> list[str]:
-    lines = [f"{title} ({rows:,} rows, {len(seconds[ours])} rounds)"]
+def report(title: str, rows: int, seconds: dict[str, list[float]],
+           pairs: list[tuple[str, str]]) -> list[str]:
+    """Rows/s of each case (median round) and, per (ours, other) pair, the median of the
+    rounds' own ratios."""
+    lines = [f"{title} ({rows:,} rows, {len(next(iter(seconds.values())))} rounds)"]
     for name, values in seconds.items():
         rates = sorted(rows / s for s in values)
-        lines.append(f"  {name:<14} {statistics.median(rates):>12,.0f} rows/s   "
+        lines.append(f"  {name:<16} {statistics.median(rates):>12,.0f} rows/s   "
                      f"rounds: {', '.join(f'{r:,.0f}' for r in rates)}")
-    for name in seconds:
-        if name != ours:
-            ratios = [other / mine for mine, other in zip(seconds[ours], seconds[name])]
-            lines.append(f"  {ours} / {name}: {statistics.median(ratios):.2f}x "
-                         f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")
+    for ours, other in pairs:
+        ratios = [theirs / mine for mine, theirs in zip(seconds[ours], seconds[other])]
+        lines.append(f"  {ours} / {other}: {statistics.median(ratios):.2f}x "
+                     f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})")
     return lines
+
+
+def noop(frame) -> None:
+    """Reads `frame` whole into Spark's `noop` sink."""
+    frame.write.format("noop").mode("overwrite").save()
 
 
 class LatencyProbe:
@@ -150,8 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-rate", type=int, default=5000,
                         help="rows/s written during the latency phase")
     parser.add_argument("--latency-seconds", type=int, default=20)
+    parser.add_argument("--parts", default="sink,source,stream,latency",
+                        help="comma-separated: which of sink, source, stream, latency to run")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
+    parts = {p.strip() for p in args.parts.split(",")}
+    if not parts <= {"sink", "source", "stream", "latency"}:
+        parser.error(f"--parts: unknown {sorted(parts - {'sink', 'source', 'stream', 'latency'})}")
     for name in ("rows", "value_bytes", "rounds", "partitions", "brokers", "latency_rate",
                  "latency_seconds"):
         if getattr(args, name) < 1:
@@ -163,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         "spark.jars": jars, "spark.ui.enabled": "false", "spark.driver.memory": "4g",
         "spark.sql.shuffle.partitions": str(args.partitions)})
     spark.sparkContext.setLogLevel("ERROR")
+    # the in-memory ceiling source, pickled by value: the workers cannot import benchmarks/
+    cloudpickle.register_pickle_by_value(spark_raft)
+    spark.dataSource.register(BenchSource)
     kafka = KafkaCluster(args.kafka_version, args.brokers, args.kafka_fsync == "every")
     try:
         with kafka, LocalFarm(nodes=3) as farm:
@@ -191,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
                 action()
 
             frame = value_frame(spark, args.rows, args.partitions, args.value_bytes)
-            sink_seconds = run_rounds(args.rounds, sinks(frame, {"sink": topic()}))
-            lines += report("sink: df.write", args.rows, sink_seconds, "raft")
+            if "sink" in parts:
+                ledger = CpuLedger()
+                sink_seconds = run_rounds(args.rounds, sinks(frame, {"sink": topic()}), ledger)
+                lines += report("sink: df.write", args.rows, sink_seconds,
+                                [("raft", "kafka"), ("raft", "parquet")])
+                lines += ledger.lines(args.rows)
 
             # the source's rows: written once by each side, untimed
             source_topic = topic()
@@ -201,28 +232,45 @@ def main(argv: list[str] | None = None) -> int:
             frame.write.format("garlicfarm").options(**farm.options).mode("append").save()
             with farm.client() as client:
                 end = client.last_applied() + 1
-            frame.write.format("kafka").options(**kafka_options).option("topic", source_topic).save()
+            frame.write.format("kafka").options(**kafka_options).option("topic", source_topic) \
+                .save()
             parquet = os.path.join(work, "source.parquet")
             frame.write.mode("overwrite").parquet(parquet)
             raft_range = {**farm.options, "startingOffsets": json.dumps({"index": start}),
                           "endingOffsets": json.dumps({"index": end})}
             kafka_range = {**kafka_options, "subscribe": source_topic,
                            "startingOffsets": "earliest"}
-            readers = {
-                "raft": lambda: spark.read.format("garlicfarm").options(**raft_range).load()
-                .write.format("noop").mode("overwrite").save(),
-                "kafka": lambda: spark.read.format("kafka").options(**kafka_range)
-                .option("endingOffsets", "latest").load()
-                .write.format("noop").mode("overwrite").save(),
-                "parquet": lambda: spark.read.parquet(parquet)
-                .write.format("noop").mode("overwrite").save(),
-            }
-            counts = {"raft": spark.read.format("garlicfarm").options(**raft_range).load().count(),
-                      "kafka": spark.read.format("kafka").options(**kafka_range).load().count()}
-            if any(c != args.rows for c in counts.values()):
-                raise SystemExit(f"the sources hold {counts} rows, not {args.rows}")
-            lines += report("source: spark.read", args.rows,
-                            run_rounds(args.rounds, readers, warm=True), "raft")
+            if "source" in parts:
+                def raft_read(**extra):
+                    return lambda: noop(spark.read.format("garlicfarm").options(**raft_range)
+                                        .options(**extra).load())
+
+                def ceiling(ddl: str):
+                    return lambda: noop(ceiling_reader(spark, args.rows, args.partitions,
+                                                       args.value_bytes, ddl))
+                readers = {
+                    "raft": raft_read(),
+                    "raft value": raft_read(columns="value"),
+                    "kafka": lambda: noop(spark.read.format("kafka").options(**kafka_range)
+                                          .option("endingOffsets", "latest").load()),
+                    "parquet": lambda: noop(spark.read.parquet(parquet)),
+                    # a Python data source that reads nothing: batches of the same rows built
+                    # once in memory (benchmarks/spark_raft.py), the floor of any Python source
+                    "ceiling": ceiling(RAFT_COLUMNS_DDL),
+                    "ceiling value": ceiling("value binary"),
+                }
+                counts = {"raft": spark.read.format("garlicfarm").options(**raft_range).load()
+                          .count(),
+                          "kafka": spark.read.format("kafka").options(**kafka_range).load()
+                          .count()}
+                if any(c != args.rows for c in counts.values()):
+                    raise SystemExit(f"the sources hold {counts} rows, not {args.rows}")
+                ledger = CpuLedger()
+                lines += report("source: spark.read", args.rows,
+                                run_rounds(args.rounds, readers, ledger, warm=True),
+                                [("raft", "kafka"), ("raft", "parquet"), ("raft value", "parquet"),
+                                 ("ceiling", "parquet"), ("ceiling value", "parquet")])
+                lines += ledger.lines(args.rows)
 
             def stream(fmt: str, options: dict) -> Callable[[], object]:
                 def run() -> None:
@@ -237,25 +285,31 @@ def main(argv: list[str] | None = None) -> int:
                     if read != args.rows:
                         raise SystemExit(f"the {fmt} stream read {read} rows, not {args.rows}")
                 return run
-            streams = {"raft": stream("garlicfarm", {**farm.options,
-                                                     "startingOffsets": json.dumps({"index": start})}),
-                       "kafka": stream("kafka", kafka_range)}
-            lines += report("stream: readStream availableNow", args.rows,
-                            run_rounds(args.rounds, streams, warm=True), "raft")
+            if "stream" in parts:
+                streams = {"raft": stream("garlicfarm", {**farm.options, "startingOffsets":
+                                                         json.dumps({"index": start})}),
+                           "kafka": stream("kafka", kafka_range)}
+                ledger = CpuLedger()
+                lines += report("stream: readStream availableNow", args.rows,
+                                run_rounds(args.rounds, streams, ledger, warm=True),
+                                [("raft", "kafka")])
+                lines += ledger.lines(args.rows)
 
-            rate, seconds = args.latency_rate, args.latency_seconds
-            lines.append(f"latency: {rate:,} rows/s for {seconds} s, default trigger")
-            with farm.client() as client:
-                now = client.last_applied() + 1
-            lines.append("  raft  " + steady_latency(
-                spark, "garlicfarm", {**farm.options, "startingOffsets": json.dumps({"index": now})},
-                raft_writer(farm, rate, seconds, args.value_bytes), seconds))
-            latency_topic = topic()
-            lines.append("  kafka " + steady_latency(
-                spark, "kafka", {**kafka_options, "subscribe": latency_topic,
-                                 "startingOffsets": "latest"},
-                lambda: kafka.produce_steadily(latency_topic, rate, seconds, args.value_bytes),
-                seconds))
+            if "latency" in parts:
+                rate, seconds = args.latency_rate, args.latency_seconds
+                lines.append(f"latency: {rate:,} rows/s for {seconds} s, default trigger")
+                with farm.client() as client:
+                    now = client.last_applied() + 1
+                lines.append("  raft  " + steady_latency(
+                    spark, "garlicfarm",
+                    {**farm.options, "startingOffsets": json.dumps({"index": now})},
+                    raft_writer(farm, rate, seconds, args.value_bytes), seconds))
+                latency_topic = topic()
+                lines.append("  kafka " + steady_latency(
+                    spark, "kafka", {**kafka_options, "subscribe": latency_topic,
+                                     "startingOffsets": "latest"},
+                    lambda: kafka.produce_steadily(latency_topic, rate, seconds, args.value_bytes),
+                    seconds))
     finally:
         spark.stop()
         kafka.close()
