@@ -12,10 +12,11 @@ read      A raft source read of a fixed range (`--range` entries, 100,000) at th
           and at the end of a log of 1M, 10M and 50M entries: a read should cost
           O(range), not O(log). The range is read by the executor's read path
           (`PieceReader`: read_entries pages from the leader, journal records out). Also
-          per size: the node's start-up (process start to the leader having applied the
-          log) and, offline, where opening the log goes (SegmentedLog.open, then
-          DiskStorage, which loads every entry's term, then the core's RaftLog, which
-          scans every entry for configuration entries).
+          per size: the node's start-up on that log (a restart: process start until it
+          leads with the log applied; one sample, it is minutes at 50M) and, offline,
+          where opening the log goes (SegmentedLog.open, then DiskStorage, which opens
+          the log and loads every entry's term, then the core's RaftLog, which scans
+          every entry for configuration entries).
 snapshot  A node's state (the kv machine with 10k, 100k and 1M keys, in a snapshot, with
           an empty log behind it): restart (stop the node, start it again, until it
           answers with its commit index applied) and a new voter joining, which installs
@@ -230,7 +231,6 @@ class ReadPoint:
     build: float
     costs: OpenCosts
     start_up: float
-    restart: float
     read_first: float
     read_last: float
 
@@ -254,10 +254,9 @@ def measure_read(workdir: str, entries: int, span: int, repeats: int) -> ReadPoi
                     if read_range(farm, lo, lo + span) != span:
                         raise AssertionError(f"read [{lo}, {lo + span}) came out short")
                     spans.append(time.perf_counter() - began)
-            restart = median([restart_seconds(farm, NODE, entries) for _ in range(repeats)])
         finally:
             farm.close()
-        return ReadPoint(entries, build, costs, start_up, restart, median(firsts),
+        return ReadPoint(entries, build, costs, start_up, median(firsts),
                          median(lasts))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -271,18 +270,18 @@ def part_read(args: argparse.Namespace) -> str:
         points.append(point)
         print(f"  read: {short(entries)} entries done", flush=True)
     rows = [[short(p.entries), f"{p.read_first:.3f}", f"{p.read_last:.3f}",
-             f"{span / p.read_last:,.0f}", f"{p.start_up:.2f}", f"{p.restart:.2f}",
+             f"{span / p.read_last:,.0f}", f"{p.start_up:.2f}",
              f"{p.costs.segments:.2f}", f"{p.costs.storage:.2f}", f"{p.costs.raft_log:.2f}",
              f"{p.build:.1f}"] for p in points]
     text = table(["log entries", f"read first {short(span)} (s)", f"read last {short(span)} (s)",
-                  "entries/s (last)", "farm start-up (s)", "restart (s)",
+                  "entries/s (last)", "node start-up (s)",
                   "SegmentedLog.open (s)", "DiskStorage() (s)", "RaftLog() (s)",
                   "build (s)"], rows)
     sizes = [p.entries for p in points]
     plot("read", "log entries", sizes, {
         f"read first {short(span)} entries": [p.read_first for p in points],
         f"read last {short(span)} entries": [p.read_last for p in points],
-        "node restart": [p.restart for p in points],
+        "node start-up on the log": [p.start_up for p in points],
         "DiskStorage() + RaftLog() (offline)": [p.costs.storage + p.costs.raft_log
                                                 for p in points]},
          "A raft source read of a fixed range vs the log's size")
@@ -368,11 +367,14 @@ class PlanningPoint:
 SPARK_STEPS = ("latestOffset", "queryPlanning", "getBatch", "addBatch", "triggerExecution")
 
 
-def planner_seconds(farm, schema, backlog: int) -> tuple[float, float, float]:
+def planner_seconds(farm, backlog: int) -> tuple[float, float, float]:
     """The stream reader's planning calls for the first micro-batch, timed (no Spark)."""
+    from pyspark.sql.types import _parse_datatype_string
+
     from pyspark_farm.compat import ReadAllAvailable
-    from pyspark_farm.raft.kind import stream_reader
-    reader = stream_reader({**farm.options, "startingOffsets": "earliest"}, schema)
+    from pyspark_farm.raft.kind import schema, stream_reader
+    options = {**farm.options, "startingOffsets": "earliest"}
+    reader = stream_reader(options, _parse_datatype_string(schema(options)))
     try:
         started = time.perf_counter()
         start = reader.initialOffset()
@@ -399,7 +401,7 @@ def spark_progress(spark, farm, checkpoint: str) -> dict[str, float]:
     return {step: first["durationMs"].get(step, 0) / 1000 for step in SPARK_STEPS}
 
 
-def measure_planning(workdir: str, spark, schema, backlog: int, repeats: int) -> PlanningPoint:
+def measure_planning(workdir: str, spark, backlog: int, repeats: int) -> PlanningPoint:
     root = os.path.join(workdir, f"planning-{backlog}")
     try:
         build_journal_node(os.path.join(root, f"node-{NODE}"), backlog)
@@ -407,7 +409,7 @@ def measure_planning(workdir: str, spark, schema, backlog: int, repeats: int) ->
         try:
             with farm.client() as client:
                 wait_applied(client, backlog)
-            direct = [planner_seconds(farm, schema, backlog) for _ in range(repeats)]
+            direct = [planner_seconds(farm, backlog) for _ in range(repeats)]
             runs = [spark_progress(spark, farm, os.path.join(root, f"checkpoint-{n}"))
                     for n in range(repeats)]
         finally:
@@ -419,16 +421,12 @@ def measure_planning(workdir: str, spark, schema, backlog: int, repeats: int) ->
 
 
 def part_planning(args: argparse.Namespace) -> str:
-    from pyspark.sql.types import _parse_datatype_string
-
     from pyspark_farm import spark_session
-    from pyspark_farm.raft.kind import schema as raft_schema
-    spark = spark_session("local[2]")
+    spark = spark_session("growth")
     try:
-        schema = _parse_datatype_string(raft_schema({}))
         points = []
         for backlog in args.backlogs:
-            points.append(measure_planning(args.dir, spark, schema, backlog, args.repeats))
+            points.append(measure_planning(args.dir, spark, backlog, args.repeats))
             print(f"  planning: {short(backlog)} entries done", flush=True)
     finally:
         spark.stop()
