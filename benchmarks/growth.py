@@ -11,7 +11,9 @@ it). Each part writes a PNG beside this file (growth-<part>.png).
 read      A raft source read of a fixed range (`--range` entries, 100,000) at the start
           and at the end of a log of 1M, 10M and 50M entries: a read should cost
           O(range), not O(log). The range is read by the executor's read path
-          (`PieceReader`: read_entries pages from the leader, journal records out). Also
+          (`PieceReader`: read_entries pages from the leader, journal records out), and
+          by Spark (`spark.read.format("garlicfarm")` with startingOffsets and
+          endingOffsets, into `noop`: planning, a Python worker, Arrow rows). Also
           per size: the node's start-up on that log (a restart: process start until it
           leads with the log applied; one sample, it is minutes at 50M) and, offline,
           where opening the log goes (SegmentedLog.open, then DiskStorage, which opens
@@ -225,6 +227,14 @@ def read_range(farm, start: int, stop: int) -> int:
         reader.close()
 
 
+def spark_read_range(spark, farm, start: int, stop: int) -> None:
+    """`spark.read` of the entries [start, stop) into Spark's noop sink."""
+    (spark.read.format("garlicfarm").options(**farm.options)
+     .option("startingOffsets", json.dumps({"index": start}))
+     .option("endingOffsets", json.dumps({"index": stop}))
+     .load().write.format("noop").mode("overwrite").save())
+
+
 @dataclass
 class ReadPoint:
     entries: int
@@ -233,9 +243,11 @@ class ReadPoint:
     start_up: float
     read_first: float
     read_last: float
+    spark_first: float
+    spark_last: float
 
 
-def measure_read(workdir: str, entries: int, span: int, repeats: int) -> ReadPoint:
+def measure_read(workdir: str, spark, entries: int, span: int, repeats: int) -> ReadPoint:
     root = os.path.join(workdir, f"read-{entries}")
     node_dir = os.path.join(root, f"node-{NODE}")
     try:
@@ -247,40 +259,51 @@ def measure_read(workdir: str, entries: int, span: int, repeats: int) -> ReadPoi
             with farm.client() as client:
                 wait_applied(client, entries)
             start_up = time.perf_counter() - started
-            firsts, lasts = [], []
+            spark_read_range(spark, farm, 1, 1 + span)      # warms Spark's workers
+            firsts, lasts, spark_firsts, spark_lasts = [], [], [], []
             for _ in range(repeats):
-                for spans, lo in ((firsts, 1), (lasts, entries + 1 - span)):
+                for spans, spark_spans, lo in ((firsts, spark_firsts, 1),
+                                               (lasts, spark_lasts, entries + 1 - span)):
                     began = time.perf_counter()
                     if read_range(farm, lo, lo + span) != span:
                         raise AssertionError(f"read [{lo}, {lo + span}) came out short")
                     spans.append(time.perf_counter() - began)
+                    spark_spans.append(timed(lambda: spark_read_range(spark, farm, lo,
+                                                                      lo + span)))
         finally:
             farm.close()
-        return ReadPoint(entries, build, costs, start_up, median(firsts),
-                         median(lasts))
+        return ReadPoint(entries, build, costs, start_up, median(firsts), median(lasts),
+                         median(spark_firsts), median(spark_lasts))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def part_read(args: argparse.Namespace) -> str:
+    from pyspark_farm import spark_session
     span = args.range
     points = []
-    for entries in args.log_sizes:
-        point = measure_read(args.dir, entries, span, args.repeats)
-        points.append(point)
-        print(f"  read: {short(entries)} entries done", flush=True)
+    spark = spark_session("growth")
+    try:
+        for entries in args.log_sizes:
+            points.append(measure_read(args.dir, spark, entries, span, args.repeats))
+            print(f"  read: {short(entries)} entries done", flush=True)
+    finally:
+        spark.stop()
     rows = [[short(p.entries), f"{p.read_first:.3f}", f"{p.read_last:.3f}",
-             f"{span / p.read_last:,.0f}", f"{p.start_up:.2f}",
+             f"{span / p.read_last:,.0f}", f"{p.spark_first:.2f}", f"{p.spark_last:.2f}",
+             f"{p.start_up:.2f}",
              f"{p.costs.segments:.2f}", f"{p.costs.storage:.2f}", f"{p.costs.raft_log:.2f}",
              f"{p.build:.1f}"] for p in points]
     text = table(["log entries", f"read first {short(span)} (s)", f"read last {short(span)} (s)",
-                  "entries/s (last)", "node start-up (s)",
+                  "entries/s (last)", "Spark read first (s)", "Spark read last (s)",
+                  "node start-up (s)",
                   "SegmentedLog.open (s)", "DiskStorage() (s)", "RaftLog() (s)",
                   "build (s)"], rows)
     sizes = [p.entries for p in points]
     plot("read", "log entries", sizes, {
         f"read first {short(span)} entries": [p.read_first for p in points],
         f"read last {short(span)} entries": [p.read_last for p in points],
+        f"Spark read of the last {short(span)}": [p.spark_last for p in points],
         "node start-up on the log": [p.start_up for p in points],
         "DiskStorage() + RaftLog() (offline)": [p.costs.storage + p.costs.raft_log
                                                 for p in points]},
