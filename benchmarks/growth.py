@@ -320,10 +320,10 @@ class SnapshotPoint:
     install: float
 
 
-def install_seconds(farm, commit: int) -> float:
+def install_seconds(farm, commit: int, snapshot_index: int) -> float:
     """A new voter joins: seconds from its start until it has applied `commit` (it
-    installs the leader's snapshot: the leader's log starts after it). It is removed and
-    retired after."""
+    installs the leader's snapshot at `snapshot_index`: the leader's log starts after
+    it). It is removed and retired after."""
     cluster = farm.cluster
     with farm.client() as client:
         probe = farm.client(timeout=1.0)
@@ -334,6 +334,8 @@ def install_seconds(farm, commit: int) -> float:
             client.add_server(node_id, endpoint, timeout=600.0)
             wait_applied(probe, commit, endpoint)
             seconds = time.perf_counter() - started
+            if probe.log_bounds(endpoint)[2] != snapshot_index:
+                raise AssertionError(f"node {node_id} did not install the leader's snapshot")
         finally:
             probe.close()
         client.remove_server(node_id, timeout=60.0)
@@ -354,7 +356,7 @@ def measure_snapshot(workdir: str, keys: int, repeats: int) -> SnapshotPoint:
             farm.wait_for_leader()
             with farm.client() as client:
                 commit = client.log_bounds()[1]
-            install = median([install_seconds(farm, commit) for _ in range(repeats)])
+            install = median([install_seconds(farm, commit, keys) for _ in range(repeats)])
         finally:
             farm.close()
         return SnapshotPoint(keys, size, restart, install)
