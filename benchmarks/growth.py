@@ -456,10 +456,10 @@ def part_planning(args: argparse.Namespace) -> str:
     finally:
         spark.stop()
     rows = [[short(p.backlog), f"{p.initial:.3f}", f"{p.latest:.3f}", f"{p.partitions:.3f}",
-             f"{p.backlog / p.latest:,.0f}"]
+             f"{p.backlog / (p.latest + p.partitions):,.0f}"]
             + [f"{p.spark[s]:.3f}" for s in SPARK_STEPS] for p in points]
     text = table(["backlog (entries)", "initialOffset (s)", "latestOffset (s)",
-                  "partitions (s)", "entries/s (latestOffset)"]
+                  "partitions (s)", "entries/s (both)"]
                  + [f"Spark {s} (s)" for s in SPARK_STEPS], rows)
     plot("planning", "backlog (journal entries)", [p.backlog for p in points], {
         "latestOffset (planner)": [p.latest for p in points],
