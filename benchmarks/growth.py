@@ -44,17 +44,17 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import struct
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from consensus.raft import Configuration, EntryType, HardState, Snapshot  # noqa: E402
+from consensus.raft import Configuration, EntryType  # noqa: E402
 from consensus.raft.log import RaftLog  # noqa: E402
 from consensus.runtime.disk_storage import RECORD_HEAD, DiskStorage  # noqa: E402
 from consensus.runtime.envelope import encode_journal  # noqa: E402
@@ -77,10 +77,6 @@ def parse_sizes(text: str) -> list[int]:
 
 def load_average() -> str:
     return "load %.2f %.2f %.2f" % os.getloadavg()
-
-
-def median(samples: list[float]) -> float:
-    return statistics.median(samples)
 
 
 def timed(work: Callable[[], object]) -> float:
@@ -156,7 +152,7 @@ def build_kv_node(node_dir: str, keys: int) -> int:
 @dataclass
 class OpenCosts:
     """Seconds to open a node's log at start-up, step by step (offline, one sample)."""
-    segments: float          # SegmentedLog.open: recovery maps every segment
+    segments: float          # SegmentedLog.open: recovery checks every record's CRC
     storage: float           # DiskStorage: the above, plus every entry's term
     raft_log: float          # RaftLog: scans every entry for configuration entries
 
@@ -175,11 +171,11 @@ def open_costs(node_dir: str) -> OpenCosts:
 
 
 # -- the farm --------------------------------------------------------------------------------
-def start_farm(root: str, **options):
+def start_farm(root: str):
     """A farm of node NODE on the directory built under root/node-1 (it keeps its log)."""
     from pyspark_farm import LocalFarm
     return LocalFarm(nodes=1, data_dir=root, leader_timeout=1800.0,
-                     extra_args=NEVER_COMPACT, **options).start()
+                     extra_args=NEVER_COMPACT).start()
 
 
 def wait_applied(client, target: int, endpoint: str | None = None,
