@@ -54,7 +54,7 @@ setup(
             # the status page's test drives Debian's chromium (no browser download)
             "playwright>=1.40",
         ],
-        "bench": ["pysyncobj>=0.3.12"],
+        "bench": ["pysyncobj>=0.3.12", "matplotlib>=3.5"],
     },
     entry_points={"console_scripts": ["garlicfarm = garlicfarm.cli:main"]},
 )

@@ -372,7 +372,7 @@ class LogPlanner:
     _probe: "FarmClient | None" = None    # short timeout: asks each member in turn
     _target: int | None = None          # Trigger.AvailableNow's end
     _last_batch_at: float | None = None  # for maxTriggerDelay
-    _sizes: tuple[int, int, list[EntrySize]] | None = None
+    _sizes: tuple[int, int, "SizeScan"] | None = None    # next_end's scan, for plan_batch
 
     def client(self) -> "FarmClient":
         if self._client is None:
@@ -439,17 +439,20 @@ class LogPlanner:
             stop = begin
         if stop > begin:
             self._last_batch_at = now
-        self._sizes = (begin, stop, scan.seen) if scan.covers(stop) else None
+        self._sizes = (begin, stop, scan)
         return stop
 
     def plan_batch(self, begin: int, stop: int, *, query_id: str | None = None
                    ) -> list[LogPartition]:
-        """The tasks of the micro-batch [begin, stop) that `next_end` admitted."""
+        """The tasks of the micro-batch [begin, stop) that `next_end` admitted; its scan
+        of entry sizes reads on from where `next_end` stopped (without limits that is after
+        the first page: reading from `begin` again would read that page twice)."""
         if stop <= begin:
             return []
         checked = self.checked_start(begin)
         cached = self._sizes
-        sizes = cached[2] if cached and cached[0] == begin and cached[1] == stop else None
+        sizes = (cached[2].through(stop) if cached and cached[0] == begin and cached[1] == stop
+                 else None)
         return self.plan([(checked, stop)], sizes, query_id=query_id)
 
     def forget_sizes(self) -> None:
@@ -534,6 +537,12 @@ class SizeScan:
             if size is not None and size.rows and size.index < stop:
                 return True
         return False
+
+    def through(self, stop: int) -> list[EntrySize]:
+        """The sizes of the entries below `stop`, reading on only past what was seen."""
+        while not self.covers(stop):
+            self._next()
+        return [s for s in self.seen if s.index < stop]
 
     def covers(self, stop: int) -> bool:
         """Has the scan seen every entry below `stop`?"""

@@ -182,6 +182,49 @@ def test_size_scan_reads_only_as_far_as_needed():
     assert list(scan.counts()) == [(12, 2)] and scan.covers(100)
 
 
+class _PagedLog:
+    """A leader's log for the planner: journal entries 1..`journal`, then entries without
+    rows (status) up to `last`; read_entries serves `page` headers at most and counts
+    the entries it served."""
+    timeout = 1.0
+
+    def __init__(self, journal: int, last: int, page: int) -> None:
+        self.journal, self.last, self.page = journal, last, page
+        self.served = 0
+
+    def last_applied(self) -> int:
+        return self.last
+
+    def log_bounds(self, endpoint=None) -> tuple[int, int, int]:
+        return 1, self.last, 0
+
+    def read_entries(self, start, stop, *, max_bytes=0, payloads=True):
+        from types import SimpleNamespace
+        stop = min(stop, start + self.page)
+        self.served += stop - start
+        return [SimpleNamespace(index=i, type="journal" if i <= self.journal else "status",
+                                commit=None, records=None, count=1) for i in range(start, stop)]
+
+
+def test_a_micro_batch_reads_each_entry_header_once():
+    """latestOffset without limits reads the first page; partitions reads on from there
+    (it read the backlog's first page twice, when the backlog ended with entries without
+    rows, e.g. status entries)."""
+    from types import SimpleNamespace
+
+    from pyspark_farm.log_access import LogPlanner
+    farm_log = _PagedLog(journal=25, last=30, page=10)
+    planner = LogPlanner()
+    planner.settings = SimpleNamespace(limits=Limits(), min_partitions=1, read_from="leader",
+                                       fail_on_data_loss=True)
+    planner._client = planner._probe = farm_log
+    stop = planner.next_end(1, ReadAllAvailable())
+    assert stop == 31 and farm_log.served == 10
+    tasks = planner.plan_batch(1, stop)
+    assert [(p.start, p.stop) for task in tasks for p in task.pieces] == [(1, 26)]
+    assert farm_log.served == 30
+
+
 # --- planning -------------------------------------------------------------------------------
 
 def _covered(tasks):
