@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from .configuration import EMPTY, Configuration
-from .entry import Entry, limit_size
+from .entry import Entry, EntryType, limit_size
 from .errors import CompactedError, RaftError, UnavailableError
 
 if TYPE_CHECKING:
@@ -61,6 +61,11 @@ class Storage(Protocol):
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         """Entries [lo, hi), at least one when lo < hi, then no more than max_bytes."""
+
+    def configuration_indexes(self) -> list[int]:
+        """The indexes of the CONFIGURATION entries in [first_index(), last_index()], in
+        order (RaftLog reads them at start: the configuration is a function of the log).
+        A storage on disk answers from what it keeps per entry, without reading the log."""
 
     def snapshot(self) -> Snapshot | None:
         """The latest snapshot (index >= first_index() - 1); None if there is none."""
@@ -109,6 +114,9 @@ class MemoryStorage:
             raise UnavailableError(f"entries up to {hi - 1} asked, last index is "
                                    f"{self._base + len(self._entries)}")
         return limit_size(self._entries[lo - self._base - 1:hi - self._base - 1], max_bytes)
+
+    def configuration_indexes(self) -> list[int]:
+        return [e.index for e in self._entries if e.type is EntryType.CONFIGURATION]
 
     def snapshot(self) -> Snapshot | None:
         return self._snapshot

@@ -94,6 +94,7 @@ class DiskStorage:
         self._first = self._recover_first_index()
         self._base_term = self._term_before_first()
         self._terms = array.array("q")
+        self._types = bytearray()       # each entry's EntryType, beside its term
         self._load_terms()
         self.cache_entries, self.cache_bytes = cache_entries, cache_bytes
         self._cache: list[Entry] = []       # the newest entries, the last one last
@@ -146,12 +147,15 @@ class DiskStorage:
         return self.snapshots.get(self._first - 1).term
 
     def _load_terms(self) -> None:
+        """Each entry's term and type, in one pass over the log at start."""
         last = self.log.last_index
         index = self._first
         while index <= last:
             batch = self.log.read(index, last + 1, max_bytes=16 << 20)
             for payload in batch:
-                self._terms.append(RECORD_HEAD.unpack_from(payload)[0])
+                term, kind = RECORD_HEAD.unpack_from(payload)
+                self._terms.append(term)
+                self._types.append(kind)
             index += len(batch)
 
     # -- Storage (what the core reads) ----------------------------------------------------
@@ -191,6 +195,16 @@ class DiskStorage:
         payloads = self.log.read(lo, hi, max_bytes=max_bytes)
         return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
 
+    def configuration_indexes(self) -> list[int]:
+        """The indexes of the CONFIGURATION entries in the log, from the types kept
+        beside the terms (bytes.find: no entry is read or decoded)."""
+        found, kind, at = [], bytes([EntryType.CONFIGURATION]), self._types.find
+        position = at(kind)
+        while position >= 0:
+            found.append(self._first + position)
+            position = at(kind, position + 1)
+        return found
+
     def snapshot(self) -> Snapshot | None:
         return self._latest
 
@@ -213,6 +227,7 @@ class DiskStorage:
         self._first = snapshot.index + 1
         self._base_term = snapshot.term
         self._terms = array.array("q")
+        self._types = bytearray()
         self._cache, self._cached_bytes = [], 0
         self._prune()
 
@@ -237,12 +252,13 @@ class DiskStorage:
         truncated = first <= last
         if truncated:
             self.log.truncate_after(first - 1)
-            del self._terms[first - self._first:]
+            del self._terms[first - self._first:], self._types[first - self._first:]
             self._cache, self._cached_bytes = [], 0
         elif first != last + 1:
             raise CorruptLogError(self.log.directory, 0, f"gap: appending {first} after {last}")
         self.log.append_many([encode_record(e) for e in entries])
         self._terms.extend(e.term for e in entries)
+        self._types.extend(e.type for e in entries)
         self._remember(entries)
         return truncated
 
@@ -325,7 +341,7 @@ class DiskStorage:
         if first > self._first:
             self._base_term = self.term(first - 1)
             self._write_base(first - 1, self._base_term)
-            del self._terms[:first - self._first]
+            del self._terms[:first - self._first], self._types[:first - self._first]
             self._first = first
         self._prune()
 

@@ -30,6 +30,32 @@ def test_entries_and_terms_survive_a_restart(tmp_path):
     again.close()
 
 
+def test_configuration_entries_are_named_without_reading_the_log(tmp_path):
+    def configuration(index, voters, term=1):
+        return Entry(term, index, EntryType.CONFIGURATION,
+                     Configuration.of(voters).encode())
+    storage = DiskStorage(str(tmp_path), segment_bytes=200)
+    storage.append([*entries(1, 4), configuration(5, [1, 2]), *entries(6, 9),
+                    configuration(10, [1, 2, 3]), *entries(11, 30)])
+    assert storage.configuration_indexes() == [5, 10]
+    storage.append([configuration(12, [1], term=2), *entries(13, 14, term=2)])   # 12.. replaced
+    assert storage.configuration_indexes() == [5, 10, 12]
+    storage.save_snapshot(Snapshot(8, 1, Configuration.of([1, 2]), b"state-8"))
+    storage.compact(9)
+    first = storage.first_index()
+    assert 5 < first <= 9
+    assert storage.configuration_indexes() == [10, 12]
+    storage.save_hard_state(HardState(2, 1, 14), urgent=True)
+    storage.close()
+    again = DiskStorage(str(tmp_path), segment_bytes=200)
+    assert again.configuration_indexes() == [10, 12]
+    node = RaftNode(1, again, RaftOptions(), applied=8)      # its configuration: entry 12's
+    assert node.configuration == Configuration.of([1])
+    again.install_snapshot(Snapshot(20, 2, Configuration.of([1, 2]), b"state-20"))
+    assert again.configuration_indexes() == []
+    again.close()
+
+
 def test_a_moved_commit_index_alone_is_saved_lazily(tmp_path):
     storage = DiskStorage(str(tmp_path), commit_save_interval=3600)
     storage.append(entries(1, 3))
