@@ -44,8 +44,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from connectors.dafka.proto import FETCH_BLOCK  # noqa: E402
+
 TOPIC = "$STORE_PERF"           # the C perf tools' topic
 PUBLISH_CHUNK = 10_000
+TOOL_TIMEOUT = 120              # seconds one perf tool may run
 RATE = re.compile(rb"mean throughput: (\d+) \[msg/s\]")
 
 
@@ -174,9 +177,10 @@ class Setup:
                     "-c", config, str(count), str(size)]
         proc = self.spawn(argv, tool)
         try:
-            proc.wait(600)
+            proc.wait(TOOL_TIMEOUT)
         except subprocess.TimeoutExpired:
-            raise SystemExit(f"{tool} ({'ours' if ours else 'C'}) ran for 600 s") from None
+            raise SystemExit(f"{tool} ({'ours' if ours else 'C'}) ran for {TOOL_TIMEOUT} s"
+                             ) from None
         with open(os.path.join(self.directory, f"{tool}.log"), "rb") as log:
             output = log.read()
         found = RATE.search(output)
@@ -241,6 +245,10 @@ def main() -> int:
     parser.add_argument("--peers", default=os.path.join(ROOT, "..", "shared", "peers",
                                                         "dafka"))
     args = parser.parse_args()
+    if not 1 <= args.records <= FETCH_BLOCK:
+        parser.error(f"--records: 1..{FETCH_BLOCK} (dafka_perf_consumer stalls past the "
+                     f"first FETCH window: its next FETCH needs a HEAD, and the producer "
+                     f"is gone)")
     peers = os.path.abspath(args.peers)
     if not os.path.exists(os.path.join(peers, "bin", "dafka_perf_store")):
         raise SystemExit(f"no C dafka tools in {peers} (--peers)")

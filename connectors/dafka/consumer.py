@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import zmq
@@ -35,6 +36,7 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import FetchFilter, Node
+from connectors.dafka.sockets import Run, Runs, drain_runs
 
 
 class ConsumerRecord(NamedTuple):
@@ -233,22 +235,42 @@ class Consumer(Node):
         tracker = self.tracker
         delivered: list[ConsumerRecord] = []
         fetches: dict[tuple[str, str], int] = {}
-        for msg in self.messages(self.data):
+        runs = Runs()
+
+        def deliver(run: Run) -> None:
+            count = len(run.contents)
+            if count:
+                subject, address = run.key
+                delivered.extend(map(ConsumerRecord, repeat(subject, count),
+                                     repeat(address, count), range(run.first, run.next),
+                                     run.contents))
+                tracker.cursors[run.key].last = run.next - 1
+
+        def handle(msg: proto.Message, frame0: bytes) -> None:
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 if msg.subject not in topics or (kind is proto.Record
                                                  and msg.topic != msg.subject):
                     self.stats["filtered"] += 1
-                    continue
+                    return
+                key = (msg.subject, msg.address)
+                run = runs.take(key)
+                if run is not None:
+                    deliver(run)
                 fetch = tracker.on_record(msg.subject, msg.address, msg.sequence,
                                           msg.content, delivered)
                 if fetch is not None:
-                    fetches[(msg.subject, msg.address)] = fetch
+                    fetches[key] = fetch
+                elif not tracker.cursors[key].ahead:
+                    runs.open(frame0, key, tracker.cursors[key].last + 1)
             elif kind is proto.Head or kind is proto.DirectHead:
                 if msg.subject not in topics or (kind is proto.Head
                                                  and msg.topic != msg.subject):
                     self.stats["filtered"] += 1
-                    continue
+                    return
+                run = runs.take((msg.subject, msg.address))
+                if run is not None:
+                    deliver(run)
                 fetch = tracker.on_head(msg.subject, msg.address, msg.sequence)
                 if fetch is not None:
                     fetches[(msg.subject, msg.address)] = fetch
@@ -257,6 +279,10 @@ class Consumer(Node):
                 self._hello(msg.address)
             else:
                 self.drop_unexpected()
+
+        drain_runs(self.data, self.decoder, self.stats, runs, handle)
+        for run in runs.by_key.values():
+            deliver(run)
         for (subject, address), seq in fetches.items():
             if self.tracker.cursors[(subject, address)].last + 1 != seq:
                 continue   # repaired within this drain

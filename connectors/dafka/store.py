@@ -48,7 +48,6 @@ with Store(config, "/var/lib/dafka") as store:   # config.store_db is the defaul
 """
 from __future__ import annotations
 
-import itertools
 import os
 from array import array
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
+from connectors.dafka.sockets import Run, Runs, drain_runs
 
 READ_CHUNK = 1000          # records read from the log and sent per loop turn (FETCH answers)
 BULK_SLICE_RECORDS = 16384     # records per BULK-RECORDS message (one per loop turn)
@@ -110,16 +110,27 @@ class StoreWriter(Node):
                                      self._drain)
 
     def _drain(self, now: float) -> None:
-        partitions = self.partitions
         acks: dict[Key, int] = {}
         fetches: dict[Key, int] = {}
+        runs = Runs()
         stored = 0
-        # DIRECT-RECORDs (FETCH answers) first, as the C writer gives them priority.
-        for msg in itertools.chain(self.messages(self.direct), self.messages(self.records)):
+
+        def stage(run: Run) -> None:
+            nonlocal stored
+            if run.contents:
+                self.partitions.stage_many(run.key, run.first, run.contents)
+                acks[run.key] = run.next - 1
+                fetches.pop(run.key, None)
+                stored += len(run.contents)
+
+        def handle(msg: proto.Message, frame0: bytes) -> None:
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 key = (msg.subject, msg.address)
-                head = partitions.pending_head(key)
+                run = runs.take(key)
+                if run is not None:
+                    stage(run)
+                head = self.partitions.pending_head(key)
                 seq = msg.sequence
                 if head is None and seq != 0:
                     fetches[key] = 0
@@ -129,13 +140,15 @@ class StoreWriter(Node):
                 elif head is not None and seq != head + 1:
                     fetches[key] = head + 1
                 else:
-                    partitions.stage(key, seq, msg.content)
-                    acks[key] = seq
-                    fetches.pop(key, None)
-                    stored += 1
+                    run = runs.open(frame0, key, seq)
+                    run.contents.append(msg.content)
+                    run.next += 1
             elif kind is proto.Head:
                 key = (msg.subject, msg.address)
-                head = partitions.pending_head(key)
+                run = runs.take(key)
+                if run is not None:
+                    stage(run)
+                head = self.partitions.pending_head(key)
                 if head is None:
                     fetches[key] = 0
                 elif head < msg.sequence:
@@ -144,8 +157,14 @@ class StoreWriter(Node):
                     acks.setdefault(key, msg.sequence)   # re-ACK: see the docstring
             else:
                 self.drop_unexpected()
+
+        # DIRECT-RECORDs (FETCH answers) first, as the C writer gives them priority.
+        for sock in (self.direct, self.records):
+            drain_runs(sock, self.decoder, self.stats, runs, handle)
+        for run in runs.by_key.values():
+            stage(run)
         if stored:
-            partitions.commit()
+            self.partitions.commit()
             self.stats["stored"] += stored
             self.stats["commits"] += 1
         for (subject, address), seq in acks.items():
