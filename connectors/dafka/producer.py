@@ -34,6 +34,7 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import Node
+from connectors.dafka.sockets import raw_send
 
 _SNDMORE = zmq.SNDMORE
 FETCH_CHUNK = 1000   # DIRECT-RECORDs sent per lock hold when answering a FETCH
@@ -134,7 +135,7 @@ class Producer(Node):
         limit = self.config.max_unacked
         unacked = self.unacked
         records = unacked.records
-        send = self.pub.send
+        send = raw_send(self.pub)
         self.check()   # with the thread gone, nothing would be acknowledged or re-sent
         with self._lock:
             seq = unacked.next
@@ -228,6 +229,7 @@ class Producer(Node):
         prefix = proto.frame0_prefix(proto.Command.DIRECT_RECORD, fetch.address,
                                      self.address, self.topic)
         window = self.unacked.window(fetch.sequence, fetch.count)
+        send = raw_send(self.pub)
         for start in range(window.start, window.stop, FETCH_CHUNK):
             with self._lock:
                 records = self.unacked.records
@@ -235,8 +237,8 @@ class Producer(Node):
                     content = records.get(seq)
                     if content is None:
                         return   # ACKed meanwhile: a store has it
-                    self.pub.send(prefix + proto.pack_sequence(seq), _SNDMORE)
-                    self.pub.send(content)
+                    send(prefix + proto.pack_sequence(seq), _SNDMORE)
+                    send(content)
                     self.stats["direct_records"] += 1
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import zmq
+import zmq.backend
 
 from connectors.dafka import proto
 from consensus.wire.errors import LimitExceeded, ProtocolError, UnknownMessageType
@@ -20,6 +21,13 @@ DRAIN_BATCH = 100_000   # messages handled per socket per wake-up, as the C stor
 
 
 _CONTENT_COMMANDS = (b"M", b"D", b"Y")   # RECORD, DIRECT-RECORD, BULK-RECORDS
+
+
+def raw_send(sock: zmq.Socket) -> Callable[..., Any]:
+    """`sock.send` without pyzmq's Python-level wrapper (zmq.sugar's Socket.send checks
+    for Frame routing ids and groups, which Dafka never uses: ~0.3 us of a ~0.45 us
+    call): the backend's send bound to `sock`, for loops that send per record."""
+    return zmq.backend.Socket.send.__get__(sock)
 
 
 def _decoded(decoder: proto.Decoder, frames: list[bytes], stats: Counter
@@ -143,4 +151,4 @@ def drain_runs(sock: zmq.Socket, decoder: proto.Decoder, stats: Counter, runs: R
             handle(msg, frame0)
 
 
-__all__ = ["DRAIN_BATCH", "Run", "Runs", "drain_runs", "iter_messages"]
+__all__ = ["DRAIN_BATCH", "Run", "Runs", "drain_runs", "iter_messages", "raw_send"]

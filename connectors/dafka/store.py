@@ -58,7 +58,7 @@ from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
-from connectors.dafka.sockets import Run, Runs, drain_runs
+from connectors.dafka.sockets import Run, Runs, drain_runs, raw_send
 
 READ_CHUNK = 1000          # records read from the log and sent per loop turn (FETCH answers)
 BULK_SLICE_RECORDS = 16384     # records per BULK-RECORDS message (one per loop turn)
@@ -309,7 +309,7 @@ class StoreReader(Node):
             return
         chunk = self.partitions.read(answer.key, answer.next,
                                      min(answer.next + self.read_chunk, answer.stop))
-        send = self.pub.send
+        send = raw_send(self.pub)
         prefix = answer.prefix
         for seq, content in enumerate(chunk, answer.next):
             send(prefix + proto.pack_sequence(seq), zmq.SNDMORE)
