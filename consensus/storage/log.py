@@ -141,6 +141,11 @@ class SegmentedLog:
         """Append records in order with as few writes as possible; returns the index of
         the last one (last_index when `payloads` is empty). Every payload is checked
         before anything is written."""
+        if type(payloads) is list and all(type(p) is bytes for p in payloads):
+            sizes = list(map(len, payloads))     # the common case, without a call each
+            if not sizes or max(sizes) <= self.max_record_bytes:
+                return self._append(list(zip(payloads, sizes,
+                                             map(record.payload_crc, payloads))))
         return self._append([self._prepared(p) for p in payloads])
 
     def _append(self, items: Sequence[tuple[bytes, int, int]]) -> int:
@@ -173,6 +178,7 @@ class SegmentedLog:
         parts: list[bytes] = []
         starts: list[int] = []
         position = segment.size
+        header = record.header
         try:
             for payload, size, crc in items:
                 framed = record.HEADER_SIZE + size
@@ -180,7 +186,7 @@ class SegmentedLog:
                     self._flush(segment, parts, starts, position)
                     segment = self._roll()
                     parts, starts, position = [], [], segment.size
-                parts += (record.header(size, crc, position), payload)
+                parts += (header(size, crc, position), payload)
                 starts.append(position)
                 position += framed
             self._flush(segment, parts, starts, position)
