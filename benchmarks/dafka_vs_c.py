@@ -230,7 +230,14 @@ def main() -> int:
         tool.add_argument("size", type=int)
         args = tool.parse_args(sys.argv[2:])
         _profile_nodes()
-        commands[sys.argv[1]](args.config, args.count, args.size)
+        directory = os.environ.get("DAFKA_BENCH_PROFILE")
+        if not directory:
+            commands[sys.argv[1]](args.config, args.count, args.size)
+            return 0
+        import cProfile            # the tool's own thread too (publish, poll)
+        profile = cProfile.Profile()
+        profile.runcall(commands[sys.argv[1]], args.config, args.count, args.size)
+        profile.dump_stats(os.path.join(directory, f"{sys.argv[1]}-{os.getpid()}.prof"))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "store":
         return run_store(sys.argv[2:])
@@ -262,6 +269,8 @@ def main() -> int:
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
             if round_:
                 rates[kind].append((produced, consumed))
+    if not args.rounds:
+        return 0
     print(f"\n{args.records} records of {args.size} B, median of {args.rounds} rounds, "
           f"our store/fsync = {args.fsync}, load average {os.getloadavg()[0]:.2f}")
     print(f"{'set-up':<8}{'producer->store':>17}{'store->consumer':>17}"
