@@ -50,6 +50,7 @@ TOPIC = "$STORE_PERF"           # the C perf tools' topic
 PUBLISH_CHUNK = 10_000
 TOOL_TIMEOUT = 120              # seconds one perf tool may run
 RATE = re.compile(rb"mean throughput: (\d+) \[msg/s\]")
+FETCHES = re.compile(rb"fetches: (\d+) bulk, (\d+) plain")
 
 
 # --------------------------------------------------------------------- our perf tools
@@ -105,6 +106,8 @@ def perf_consumer(config_file: str, count: int, size: int) -> None:
     elapsed = time.perf_counter() - began
     consumer.stop()
     print(f"mean throughput: {int(count / elapsed)} [msg/s]", flush=True)
+    print(f"fetches: {consumer.stats['bulk_fetches']} bulk, {consumer.stats['fetches']} "
+          f"plain", flush=True)
 
 
 def run_store(argv: list[str]) -> int:
@@ -132,6 +135,7 @@ class Setup:
         self.peers = peers
         self.directory = directory
         self.procs: list[subprocess.Popen] = []
+        self.note = ""          # how our consumer fetched
         self.env = dict(os.environ, PYTHONPATH=ROOT)
 
     def spawn(self, argv: list[str], name: str) -> subprocess.Popen:
@@ -187,6 +191,9 @@ class Setup:
         if proc.returncode != 0 or not found:
             raise SystemExit(f"{tool} ({'ours' if ours else 'C'}) failed:\n"
                              f"{output.decode(errors='replace')}")
+        fetched = FETCHES.search(output)
+        if fetched:
+            self.note = f"  ({int(fetched[1])} BULK-FETCH, {int(fetched[2])} FETCH)"
         return float(found.group(1))
 
     def close(self) -> None:
@@ -207,7 +214,7 @@ SETUPS = {"C": (False, False, False), "ours": (True, True, True),
 
 
 def run_setup(kind: str, peers: str, count: int, size: int, fsync: str
-              ) -> tuple[float, float]:
+              ) -> tuple[float, float, str]:
     tower_ours, store_ours, tools_ours = SETUPS[kind]
     with tempfile.TemporaryDirectory(prefix=f"dafka-vs-c-{kind}-") as directory:
         setup = Setup(peers, directory)
@@ -218,7 +225,7 @@ def run_setup(kind: str, peers: str, count: int, size: int, fsync: str
             consumed = setup.measure(tools_ours, "perf-consumer", config, count, size)
         finally:
             setup.close()
-    return produced, consumed
+    return produced, consumed, setup.note
 
 
 def main() -> int:
@@ -263,10 +270,11 @@ def main() -> int:
     rates: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     for round_ in range(args.rounds + 1):
         for kind in kinds:         # alternating, so machine noise hits all alike
-            produced, consumed = run_setup(kind, peers, args.records, args.size, args.fsync)
+            produced, consumed, note = run_setup(kind, peers, args.records, args.size,
+                                                 args.fsync)
             print(f"round {round_}{' (warm-up)' if round_ == 0 else ''} {kind:<6} "
                   f"producer->store {produced:>9,.0f}  store->consumer {consumed:>9,.0f}  "
-                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+                  f"load {os.getloadavg()[0]:.2f}{note}", flush=True)
             if round_:
                 rates[kind].append((produced, consumed))
     if not args.rounds:

@@ -210,11 +210,14 @@ class StoreReader(Node):
 
     def _setup(self) -> None:
         prefixes = [proto.subscription_prefix(proto.Command.FETCH),
-                    proto.subscription_prefix(proto.Command.GET_HEADS),
-                    proto.subscription_prefix(proto.Command.CONSUMER_HELLO, self.address)]
+                    proto.subscription_prefix(proto.Command.GET_HEADS)]
         if self.bulk:
             prefixes += [proto.subscription_prefix(command, self.address) for command in
                          (proto.Command.BULK_FETCH, proto.Command.BULK_GET_HEADS)]
+        # CONSUMER-HELLO last: a consumer that sees this subscription (and then probes
+        # for the bulk extension) has already taken the ones before it.
+        prefixes.append(proto.subscription_prefix(proto.Command.CONSUMER_HELLO,
+                                                  self.address))
         self.requests = self._add_sub(prefixes, self._drain_requests)
         self._watch(self.pub, self._drain_subscriptions)
 
