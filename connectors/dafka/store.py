@@ -60,6 +60,7 @@ from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
 from connectors.dafka.sockets import Run, Runs, drain_runs, raw_send
 
+_SNDMORE = zmq.SNDMORE
 READ_CHUNK = 1000          # records read from the log and sent per loop turn (FETCH answers)
 BULK_SLICE_RECORDS = 16384     # records per BULK-RECORDS message (one per loop turn)
 BULK_SLICE_BYTES = 1 << 20     # payload bytes per BULK-RECORDS message (>= 1 record)
@@ -313,9 +314,10 @@ class StoreReader(Node):
         chunk = self.partitions.read(answer.key, answer.next,
                                      min(answer.next + self.read_chunk, answer.stop))
         send = raw_send(self.pub)
-        prefix = answer.prefix
-        for seq, content in enumerate(chunk, answer.next):
-            send(prefix + proto.pack_sequence(seq), zmq.SNDMORE)
+        heads = map(answer.prefix.__add__, map(proto.pack_sequence,
+                                               range(answer.next, answer.next + len(chunk))))
+        for head, content in zip(heads, chunk):
+            send(head, _SNDMORE)
             send(content)
         self.stats["direct_records"] += len(chunk)
         answer.next += len(chunk)
