@@ -21,6 +21,15 @@ are buffered (bounded) rather than dropped, so the repair only refetches the gap
 duplicates are dropped; records of topics that merely share a prefix with a subscribed
 one are filtered out.
 
+Catching up from our stores (garlicfarm only, docs/protocol.md "Bulk read extension"):
+before its CONSUMER-HELLO to a store reader the consumer sends an empty BULK-FETCH, which
+our stores answer at once and C stores never; once a reader answered, a FETCH becomes a
+BULK-FETCH of `BULK_WINDOW` records to one such reader (by the partition's hash), and a
+window that came back full is followed by the next one at once, so a consumer reads a
+partition to its end without waiting for the producer's HEAD (the C consumer stalls at
+the end of a 100000-record FETCH window when the producer is gone). An empty answer
+(that store lacks the records) falls back to plain FETCH. `bulk=False`: plain FETCH only.
+
 `OffsetTracker` is the sans-I/O core; `Consumer` the node around it.
 """
 from __future__ import annotations
