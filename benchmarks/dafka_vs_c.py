@@ -4,13 +4,16 @@
         [--rounds 3] [--fsync never]
 
 The C tools come from ``<repo>/../shared/peers/dafka`` (or --peers). Each round runs
-three set-ups, each on a fresh tower and an empty store directory, one after the other:
+the set-ups (--setups), each on a fresh tower and an empty store directory, one after
+the other:
 
   C      dafka_towerd, dafka_stored, dafka_perf_store, then dafka_perf_consumer
   ours   `garlicfarm dafka tower`, `garlicfarm dafka store`, then this script's
          perf-store and perf-consumer (the C tools' loops over our Producer / Consumer)
   mixed  dafka_towerd, *our* store, dafka_perf_store, then dafka_perf_consumer: the C
          producer and consumer against our store, to show which side is slow
+  tools  dafka_towerd, dafka_stored, then our perf-store and perf-consumer: our
+         producer and consumer against the C store (our consumer by plain FETCH)
 
 Both measures are what the C tools print ("mean throughput"):
   producer -> store   count / time from the first send until the store ACKed every
@@ -32,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import signal
 import socket
 import statistics
@@ -210,7 +212,7 @@ class Setup:
 
 # (tower, store, producer and consumer tools) ours?
 SETUPS = {"C": (False, False, False), "ours": (True, True, True),
-          "mixed": (False, True, False)}
+          "mixed": (False, True, False), "tools": (False, False, True)}
 
 
 def run_setup(kind: str, peers: str, count: int, size: int, fsync: str
@@ -255,7 +257,7 @@ def main() -> int:
                         "one warm-up round)")
     parser.add_argument("--fsync", choices=("always", "batch", "never"), default="never",
                         help="our store's store/fsync (never matches LevelDB's default)")
-    parser.add_argument("--setups", default="C,ours,mixed")
+    parser.add_argument("--setups", default="C,ours,mixed,tools")
     parser.add_argument("--peers", default=os.path.join(ROOT, "..", "shared", "peers",
                                                         "dafka"))
     args = parser.parse_args()
@@ -287,11 +289,14 @@ def main() -> int:
         row = rates[kind]
         cells = [statistics.median(r[0] for r in row), statistics.median(r[1] for r in row)]
         ratios = ["", ""]
-        if "C" in rates and kind != "C":
-            ratios = [f"{statistics.median(r[i] / c[i] for r, c in zip(row, rates['C'])):.2f}x"
+        if "C" in rates and kind != "C":   # medians of the per-round ratios
+            pairs = list(zip(row, rates["C"]))
+            ratios = [f"{statistics.median(r[i] / c[i] for r, c in pairs):.2f}x"
                       for i in (0, 1)]
-        print(f"{kind:<8}{cells[0]:>17,.0f}{cells[1]:>17,.0f}{ratios[0]:>12}{ratios[1]:>12}")
-    print("all rounds:", {k: [(round(p), round(c)) for p, c in v] for k, v in rates.items()})
+        print(f"{kind:<8}{cells[0]:>17,.0f}{cells[1]:>17,.0f}"
+              f"{ratios[0]:>12}{ratios[1]:>12}")
+    print("all rounds:", {kind: [(round(p), round(c)) for p, c in row]
+                          for kind, row in rates.items()})
     return 0
 
 

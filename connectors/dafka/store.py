@@ -314,8 +314,8 @@ class StoreReader(Node):
         chunk = self.partitions.read(answer.key, answer.next,
                                      min(answer.next + self.read_chunk, answer.stop))
         send = raw_send(self.pub)
-        heads = map(answer.prefix.__add__, map(proto.pack_sequence,
-                                               range(answer.next, answer.next + len(chunk))))
+        sequences = range(answer.next, answer.next + len(chunk))
+        heads = map(answer.prefix.__add__, map(proto.pack_sequence, sequences))
         for head, content in zip(heads, chunk):
             send(head, _SNDMORE)
             send(content)
