@@ -63,8 +63,11 @@ class UnackedWindow:
         """Drop every record <= `sequence`; return how many were dropped."""
         stop = min(sequence + 1, self.next)
         records = self.records
-        for seq in range(self.first, stop):
-            del records[seq]
+        if stop == self.next:
+            records.clear()          # all of them (a flush's last ACK): no step per record
+        else:
+            for seq in range(self.first, stop):
+                del records[seq]
         dropped = max(0, stop - self.first)
         self.first = max(self.first, stop)
         return dropped

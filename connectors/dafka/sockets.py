@@ -77,7 +77,7 @@ def iter_messages(sock: zmq.Socket, decoder: proto.Decoder, stats: Counter,
             yield msg
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Run:
     """Consecutive records of one partition taken in one drain: sequences
     [first, next), contents in order."""
@@ -132,9 +132,9 @@ def drain_runs(sock: zmq.Socket, decoder: proto.Decoder, stats: Counter, runs: R
         except zmq.Again:
             return
         frame0 = frame.bytes
-        if frame.more and frame0[:1] in _CONTENT_COMMANDS:
+        run = by_prefix.get(frame0[:-8]) if frame.more else None
+        if run is not None or (frame.more and frame0[:1] in _CONTENT_COMMANDS):
             content = recv(zmq.NOBLOCK)
-            run = by_prefix.get(frame0[:-8])
             if (run is not None and from_bytes(frame0[-8:], "big") == run.next
                     and len(content) <= max_content):
                 run.contents.append(content)
