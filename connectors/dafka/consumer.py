@@ -21,13 +21,24 @@ are buffered (bounded) rather than dropped, so the repair only refetches the gap
 duplicates are dropped; records of topics that merely share a prefix with a subscribed
 one are filtered out.
 
+Catching up from our stores (garlicfarm only, docs/protocol.md "Bulk read extension"):
+before its CONSUMER-HELLO to a store reader the consumer sends an empty BULK-FETCH, which
+our stores answer at once and C stores never; once a reader answered, a FETCH becomes a
+BULK-FETCH of `BULK_WINDOW` records to one such reader (by the partition's hash), and a
+window that came back full is followed by the next one at once, so a consumer reads a
+partition to its end without waiting for the producer's HEAD (the C consumer stalls at
+the end of a 100000-record FETCH window when the producer is gone). An empty answer
+(that store lacks the records) falls back to plain FETCH. `bulk=False`: plain FETCH only.
+
 `OffsetTracker` is the sans-I/O core; `Consumer` the node around it.
 """
 from __future__ import annotations
 
 import threading
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import zmq
@@ -35,6 +46,12 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import FetchFilter, Node
+from connectors.dafka.sockets import Run, Runs, drain_runs
+
+
+BULK_WINDOW = 65536          # records one BULK-FETCH asks for
+BULK_BYTES = 64 << 20        # payload bytes one BULK-FETCH asks for (the store's cap)
+BULK_SILENCE = 1.0           # seconds without a slice before a gap is FETCHed anew
 
 
 class ConsumerRecord(NamedTuple):
@@ -103,6 +120,40 @@ class OffsetTracker:
             self.overflow += 1
         return expected
 
+    def on_records(self, subject: str, address: str, first: int, contents: list[bytes],
+                   deliver: list[ConsumerRecord]) -> int | None:
+        """`on_record` for consecutive records from `first` (a run of one drain, a bulk
+        slice): in order they are delivered at once, with no step per record."""
+        if not contents:
+            return None
+        cursor = self.cursors.get((subject, address))
+        if cursor is None:
+            cursor = self._cursor((subject, address), first)
+        expected = cursor.last + 1
+        if first > expected:
+            for sequence, content in enumerate(contents, first):
+                self.on_record(subject, address, sequence, content, deliver)
+            return expected
+        if first < expected:
+            skip = min(expected - first, len(contents))
+            self.duplicates += skip
+            contents, first = contents[skip:], expected
+            if not contents:
+                return None
+        count = len(contents)
+        deliver.extend(map(ConsumerRecord, repeat(subject, count), repeat(address, count),
+                           range(first, first + count), contents))
+        cursor.last = first + count - 1
+        ahead = cursor.ahead
+        if ahead:
+            for sequence in [s for s in ahead if s <= cursor.last]:
+                del ahead[sequence]
+            while cursor.last + 1 in ahead:
+                cursor.last += 1
+                deliver.append(ConsumerRecord(subject, address, cursor.last,
+                                              ahead.pop(cursor.last)))
+        return None
+
     def on_head(self, subject: str, address: str, sequence: int) -> int | None:
         key = (subject, address)
         known = key in self.cursors
@@ -125,7 +176,9 @@ class Consumer(Node):
     def __init__(self, config: DafkaConfig, topics: Iterable[str] = (), *,
                  on_record: Callable[[ConsumerRecord], None] | None = None,
                  address: str | None = None, max_pending: int = 200_000,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+                 bulk: bool = True, limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+        """`bulk`: catch up from our stores by the bulk read extension (see the module
+        docstring); False: plain FETCH only, as the C consumer."""
         super().__init__(config, address=address, limits=limits)
         self.earliest = self.config.offset_reset == "earliest"
         self.tracker = OffsetTracker(self.earliest)
@@ -135,14 +188,21 @@ class Consumer(Node):
         self.on_record = on_record
         self.max_pending = max_pending
         self.store_readers: set[str] = set()
+        self.bulk = bulk
+        self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
+        # (subject, partition) -> (store reader, end of the request, last slice at)
+        self._bulk_asked: dict[tuple[str, str], tuple[str, int, float]] = {}
         self._ready: deque[ConsumerRecord] = deque()
         self._ready_cond = threading.Condition()
         self._paused = False
 
     def _setup(self) -> None:
-        self.data = self._add_sub([proto.subscription_prefix(c, self.address) for c in (
-            proto.Command.DIRECT_RECORD, proto.Command.DIRECT_HEAD,
-            proto.Command.STORE_HELLO)], self._drain_data)
+        commands = [proto.Command.DIRECT_RECORD, proto.Command.DIRECT_HEAD,
+                    proto.Command.STORE_HELLO]
+        if self.bulk:
+            commands.append(proto.Command.BULK_RECORDS)
+        self.data = self._add_sub([proto.subscription_prefix(c, self.address)
+                                   for c in commands], self._drain_data)
         self._watch(self.pub, self._drain_subscriptions)
         for topic in self._initial_topics:
             self._subscribe(topic)
@@ -201,6 +261,11 @@ class Consumer(Node):
             self.send(proto.GetHeads(topic, self.address))
 
     def _hello(self, reader: str) -> None:
+        """CONSUMER-HELLO, after a bulk probe: an empty BULK-FETCH that our store
+        answers at once (a C store never does), before the heads it will send, so a
+        catch-up FETCH for those heads already knows to go by bulk."""
+        if self.bulk:
+            self.send(proto.BulkFetch(reader, self.address, self.address, "", 0, 0, 0))
         self.send(proto.ConsumerHello(reader, self.address,
                                       list(self.topics) if self.earliest else []))
 
@@ -219,6 +284,7 @@ class Consumer(Node):
                             self.send(proto.GetHeads(topic, self.address))
                 else:
                     self.store_readers.discard(msg.topic)
+                    self.bulk_readers.discard(msg.topic)
 
     def _before_poll(self) -> None:
         paused = len(self._ready) >= self.max_pending
@@ -233,37 +299,64 @@ class Consumer(Node):
         tracker = self.tracker
         delivered: list[ConsumerRecord] = []
         fetches: dict[tuple[str, str], int] = {}
-        for msg in self.messages(self.data):
+        runs = Runs()
+
+        def deliver(run: Run) -> None:
+            tracker.on_records(*run.key, run.first, run.contents, delivered)
+
+        def handle(msg: proto.Message, frame0: bytes) -> None:
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 if msg.subject not in topics or (kind is proto.Record
                                                  and msg.topic != msg.subject):
                     self.stats["filtered"] += 1
-                    continue
+                    return
+                key = (msg.subject, msg.address)
+                run = runs.take(key)
+                if run is not None:
+                    deliver(run)
                 fetch = tracker.on_record(msg.subject, msg.address, msg.sequence,
                                           msg.content, delivered)
                 if fetch is not None:
-                    fetches[(msg.subject, msg.address)] = fetch
+                    fetches[key] = fetch
+                elif not tracker.cursors[key].ahead:
+                    runs.open(frame0, key, tracker.cursors[key].last + 1)
             elif kind is proto.Head or kind is proto.DirectHead:
                 if msg.subject not in topics or (kind is proto.Head
                                                  and msg.topic != msg.subject):
                     self.stats["filtered"] += 1
-                    continue
+                    return
+                run = runs.take((msg.subject, msg.address))
+                if run is not None:
+                    deliver(run)
                 fetch = tracker.on_head(msg.subject, msg.address, msg.sequence)
                 if fetch is not None:
                     fetches[(msg.subject, msg.address)] = fetch
+            elif kind is proto.BulkRecords and self.bulk and msg.topic == self.address:
+                self.bulk_readers.add(msg.address)
+                if msg.subject not in topics:
+                    return                                  # our probe's answer
+                run = runs.take((msg.subject, msg.partition))
+                if run is not None:
+                    deliver(run)
+                self._on_bulk(msg, delivered, fetches, now)
             elif kind is proto.StoreHello:
                 self.store_readers.add(msg.address)
                 self._hello(msg.address)
             else:
                 self.drop_unexpected()
-        for (subject, address), seq in fetches.items():
-            if self.tracker.cursors[(subject, address)].last + 1 != seq:
+
+        drain_runs(self.data, self.decoder, self.stats, runs, handle)
+        for run in runs.by_key.values():
+            deliver(run)
+        for key, seq in fetches.items():
+            if self.tracker.cursors[key].last + 1 != seq:
                 continue   # repaired within this drain
-            if self.fetch_filter.allow(subject, address, seq, now):
-                self.send(proto.Fetch(address, self.address, subject, seq,
-                                      proto.fetch_count(seq)))
-                self.stats["fetches"] += 1
+            asked = self._bulk_asked.get(key)
+            if asked is not None and now - asked[2] < BULK_SILENCE:
+                continue   # a bulk answer is under way
+            if self.fetch_filter.allow(*key, seq, now):
+                self._fetch(*key, seq, now)
         if delivered:
             self.stats["delivered"] += len(delivered)
             if self.on_record is not None:
@@ -273,6 +366,53 @@ class Consumer(Node):
                 with self._ready_cond:
                     self._ready.extend(delivered)
                     self._ready_cond.notify_all()
+
+    def _fetch(self, subject: str, address: str, seq: int, now: float) -> None:
+        """FETCH from `seq`: from one of our stores by BULK-FETCH when one is known
+        (picked by the partition's hash), else published to every store and the
+        producer, as the C consumer does."""
+        readers = sorted(self.bulk_readers)
+        if not readers:
+            self.send(proto.Fetch(address, self.address, subject, seq,
+                                  proto.fetch_count(seq)))
+            self.stats["fetches"] += 1
+            return
+        reader = readers[zlib.crc32(address.encode()) % len(readers)]
+        self.send(proto.BulkFetch(reader, self.address, address, subject, seq,
+                                  BULK_WINDOW, BULK_BYTES))
+        self._bulk_asked[(subject, address)] = (reader, seq + BULK_WINDOW, now)
+        self.stats["bulk_fetches"] += 1
+
+    def _on_bulk(self, msg: proto.BulkRecords, delivered: list[ConsumerRecord],
+                 fetches: dict[tuple[str, str], int], now: float) -> None:
+        """One slice of a BULK-FETCH answer: its records, then what the answer's end
+        asks for: an empty answer (the store lacks the records) -> plain FETCH at once;
+        an answer that filled the window -> the next window (the store may hold more:
+        unlike the C consumer we do not wait for a HEAD)."""
+        key = (msg.subject, msg.partition)
+        asked = self._bulk_asked.get(key)
+        if asked is not None and asked[0] == msg.address:
+            self._bulk_asked[key] = (asked[0], asked[1], now)
+        count = msg.count
+        if count:
+            data, base = msg.content, 4 * count
+            offsets = proto.bulk_offsets(msg).tolist()
+            contents = [data[base + start:base + stop]
+                        for start, stop in zip(offsets, offsets[1:])]
+            fetch = self.tracker.on_records(*key, msg.sequence, contents, delivered)
+            if fetch is not None:
+                fetches[key] = fetch
+            self.stats["bulk_records"] += count
+        if not msg.last or asked is None or asked[0] != msg.address:
+            return
+        del self._bulk_asked[key]
+        nxt = self.tracker.cursors[key].last + 1 if key in self.tracker.cursors else 0
+        if count == 0:
+            self.send(proto.Fetch(msg.partition, self.address, msg.subject, nxt,
+                                  proto.fetch_count(nxt)))
+            self.stats["fetches"] += 1
+        elif msg.sequence + count >= asked[1]:
+            self._fetch(*key, nxt, now)
 
 
 __all__ = ["Consumer", "ConsumerRecord", "OffsetTracker"]

@@ -39,7 +39,7 @@ class _Partition:
 
 class PartitionStore:
     """Every partition of one store directory. Writer calls (`pending_head`, `stage`,
-    `commit`) come from one thread; reader calls may come from another."""
+    `stage_many`, `commit`) come from one thread; reader calls may come from another."""
 
     def __init__(self, directory: str | os.PathLike, fsync: str = "batch",
                  segment_bytes: int = 16 << 20, max_record_bytes: int = 64 << 20) -> None:
@@ -91,19 +91,25 @@ class PartitionStore:
         return None if part is None else part.pending
 
     def stage(self, key: Key, sequence: int, content: bytes) -> None:
-        """Stage the next record of `key`; `sequence` must be pending_head + 1 (0 for a
-        new partition)."""
+        """Stage the next record of `key` (see `stage_many`)."""
+        self.stage_many(key, sequence, [content])
+
+    def stage_many(self, key: Key, first: int, contents: list[bytes]) -> None:
+        """Stage the next records of `key`, sequences from `first`, which must be
+        pending_head + 1 (0 for a new partition)."""
         part = self._parts.get(key)
         if part is None:
             part = self._create(*key)
         expected = 0 if part.pending is None else part.pending + 1
-        if sequence != expected:
-            raise ValueError(f"partition {key}: staged sequence {sequence}, expected "
+        if first != expected:
+            raise ValueError(f"partition {key}: staged sequence {first}, expected "
                              f"{expected}")
+        if not contents:
+            return
         if not part.staged:
             self._touched.append(part)
-        part.staged.append(content)
-        part.pending = sequence
+        part.staged.extend(contents)
+        part.pending = first + len(contents) - 1
 
     def commit(self) -> dict[Key, int]:
         """Write and fsync everything staged; return the new head of each partition."""

@@ -34,6 +34,7 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import Node
+from connectors.dafka.sockets import raw_send
 
 _SNDMORE = zmq.SNDMORE
 FETCH_CHUNK = 1000   # DIRECT-RECORDs sent per lock hold when answering a FETCH
@@ -62,8 +63,11 @@ class UnackedWindow:
         """Drop every record <= `sequence`; return how many were dropped."""
         stop = min(sequence + 1, self.next)
         records = self.records
-        for seq in range(self.first, stop):
-            del records[seq]
+        if stop == self.next:
+            records.clear()          # all of them (a flush's last ACK): no step per record
+        else:
+            for seq in range(self.first, stop):
+                del records[seq]
         dropped = max(0, stop - self.first)
         self.first = max(self.first, stop)
         return dropped
@@ -134,7 +138,7 @@ class Producer(Node):
         limit = self.config.max_unacked
         unacked = self.unacked
         records = unacked.records
-        send = self.pub.send
+        send = raw_send(self.pub)
         self.check()   # with the thread gone, nothing would be acknowledged or re-sent
         with self._lock:
             seq = unacked.next
@@ -228,6 +232,7 @@ class Producer(Node):
         prefix = proto.frame0_prefix(proto.Command.DIRECT_RECORD, fetch.address,
                                      self.address, self.topic)
         window = self.unacked.window(fetch.sequence, fetch.count)
+        send = raw_send(self.pub)
         for start in range(window.start, window.stop, FETCH_CHUNK):
             with self._lock:
                 records = self.unacked.records
@@ -235,8 +240,8 @@ class Producer(Node):
                     content = records.get(seq)
                     if content is None:
                         return   # ACKed meanwhile: a store has it
-                    self.pub.send(prefix + proto.pack_sequence(seq), _SNDMORE)
-                    self.pub.send(content)
+                    send(prefix + proto.pack_sequence(seq), _SNDMORE)
+                    send(content)
                     self.stats["direct_records"] += 1
 
 

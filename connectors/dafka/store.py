@@ -48,7 +48,6 @@ with Store(config, "/var/lib/dafka") as store:   # config.store_db is the defaul
 """
 from __future__ import annotations
 
-import itertools
 import os
 from array import array
 from dataclasses import dataclass
@@ -59,7 +58,9 @@ from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.node import FetchFilter, Node
 from connectors.dafka.partitions import Key, PartitionStore
+from connectors.dafka.sockets import Run, Runs, drain_runs, raw_send
 
+_SNDMORE = zmq.SNDMORE
 READ_CHUNK = 1000          # records read from the log and sent per loop turn (FETCH answers)
 BULK_SLICE_RECORDS = 16384     # records per BULK-RECORDS message (one per loop turn)
 BULK_SLICE_BYTES = 1 << 20     # payload bytes per BULK-RECORDS message (>= 1 record)
@@ -110,16 +111,27 @@ class StoreWriter(Node):
                                      self._drain)
 
     def _drain(self, now: float) -> None:
-        partitions = self.partitions
         acks: dict[Key, int] = {}
         fetches: dict[Key, int] = {}
+        runs = Runs()
         stored = 0
-        # DIRECT-RECORDs (FETCH answers) first, as the C writer gives them priority.
-        for msg in itertools.chain(self.messages(self.direct), self.messages(self.records)):
+
+        def stage(run: Run) -> None:
+            nonlocal stored
+            if run.contents:
+                self.partitions.stage_many(run.key, run.first, run.contents)
+                acks[run.key] = run.next - 1
+                fetches.pop(run.key, None)
+                stored += len(run.contents)
+
+        def handle(msg: proto.Message, frame0: bytes) -> None:
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 key = (msg.subject, msg.address)
-                head = partitions.pending_head(key)
+                run = runs.take(key)
+                if run is not None:
+                    stage(run)
+                head = self.partitions.pending_head(key)
                 seq = msg.sequence
                 if head is None and seq != 0:
                     fetches[key] = 0
@@ -129,13 +141,15 @@ class StoreWriter(Node):
                 elif head is not None and seq != head + 1:
                     fetches[key] = head + 1
                 else:
-                    partitions.stage(key, seq, msg.content)
-                    acks[key] = seq
-                    fetches.pop(key, None)
-                    stored += 1
+                    run = runs.open(frame0, key, seq)
+                    run.contents.append(msg.content)
+                    run.next += 1
             elif kind is proto.Head:
                 key = (msg.subject, msg.address)
-                head = partitions.pending_head(key)
+                run = runs.take(key)
+                if run is not None:
+                    stage(run)
+                head = self.partitions.pending_head(key)
                 if head is None:
                     fetches[key] = 0
                 elif head < msg.sequence:
@@ -144,8 +158,14 @@ class StoreWriter(Node):
                     acks.setdefault(key, msg.sequence)   # re-ACK: see the docstring
             else:
                 self.drop_unexpected()
+
+        # DIRECT-RECORDs (FETCH answers) first, as the C writer gives them priority.
+        for sock in (self.direct, self.records):
+            drain_runs(sock, self.decoder, self.stats, runs, handle)
+        for run in runs.by_key.values():
+            stage(run)
         if stored:
-            partitions.commit()
+            self.partitions.commit()
             self.stats["stored"] += stored
             self.stats["commits"] += 1
         for (subject, address), seq in acks.items():
@@ -191,11 +211,14 @@ class StoreReader(Node):
 
     def _setup(self) -> None:
         prefixes = [proto.subscription_prefix(proto.Command.FETCH),
-                    proto.subscription_prefix(proto.Command.GET_HEADS),
-                    proto.subscription_prefix(proto.Command.CONSUMER_HELLO, self.address)]
+                    proto.subscription_prefix(proto.Command.GET_HEADS)]
         if self.bulk:
             prefixes += [proto.subscription_prefix(command, self.address) for command in
                          (proto.Command.BULK_FETCH, proto.Command.BULK_GET_HEADS)]
+        # CONSUMER-HELLO last: a consumer that sees this subscription (and then probes
+        # for the bulk extension) has already taken the ones before it.
+        prefixes.append(proto.subscription_prefix(proto.Command.CONSUMER_HELLO,
+                                                  self.address))
         self.requests = self._add_sub(prefixes, self._drain_requests)
         self._watch(self.pub, self._drain_subscriptions)
 
@@ -290,10 +313,11 @@ class StoreReader(Node):
             return
         chunk = self.partitions.read(answer.key, answer.next,
                                      min(answer.next + self.read_chunk, answer.stop))
-        send = self.pub.send
-        prefix = answer.prefix
-        for seq, content in enumerate(chunk, answer.next):
-            send(prefix + proto.pack_sequence(seq), zmq.SNDMORE)
+        send = raw_send(self.pub)
+        sequences = range(answer.next, answer.next + len(chunk))
+        heads = map(answer.prefix.__add__, map(proto.pack_sequence, sequences))
+        for head, content in zip(heads, chunk):
+            send(head, _SNDMORE)
             send(content)
         self.stats["direct_records"] += len(chunk)
         answer.next += len(chunk)

@@ -20,6 +20,7 @@ import threading
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Iterable, Iterator, Sequence
 
 from consensus.storage import record
@@ -135,21 +136,29 @@ class SegmentedLog:
 
     def append(self, payload: Payload) -> int:
         """Append one record; returns its index. Durable on return with ALWAYS."""
-        return self._append((self._prepared(payload),))
+        return self._append(*zip(self._prepared(payload)))
 
     def append_many(self, payloads: Iterable[Payload]) -> int:
         """Append records in order with as few writes as possible; returns the index of
         the last one (last_index when `payloads` is empty). Every payload is checked
         before anything is written."""
-        return self._append([self._prepared(p) for p in payloads])
+        if type(payloads) is list and set(map(type, payloads)) <= {bytes}:
+            sizes = list(map(len, payloads))     # the common case, without a call each
+            if not sizes or max(sizes) <= self.max_record_bytes:
+                return self._append(payloads, sizes,
+                                    list(map(record.payload_crc, payloads)))
+        prepared = [self._prepared(p) for p in payloads]
+        return self._append(*(zip(*prepared) if prepared else ((), (), ())))
 
-    def _append(self, items: Sequence[tuple[bytes, int, int]]) -> int:
+    def _append(self, payloads: Sequence[bytes], sizes: Sequence[int],
+                crcs: Sequence[int]) -> int:
+        """Write records given as columns (payload, size, payload CRC)."""
         with self._lock:
             self._check_usable()
-            if items:
-                self._write(items)
+            if payloads:
+                self._write(payloads, sizes, crcs)
             written, last = self._writes, self._segments[-1].last_index
-        if self._always and items:
+        if self._always and payloads:
             self._sync_to(written)
         return last
 
@@ -166,28 +175,53 @@ class SegmentedLog:
                 f"max_record_bytes")
         return payload, size, record.payload_crc(payload)
 
-    def _write(self, items: Sequence[tuple[bytes, int, int]]) -> None:
-        """Frame and write `items`, rolling to a new segment when one is full (under
+    def _write(self, payloads: Sequence[bytes], sizes: Sequence[int],
+               crcs: Sequence[int]) -> None:
+        """Frame and write the records, rolling to a new segment when one is full (under
         _lock). A failed write poisons the log: what reached the disk is unknown."""
         segment = self._segments[-1]
-        parts: list[bytes] = []
-        starts: list[int] = []
-        position = segment.size
         try:
-            for payload, size, crc in items:
-                framed = record.HEADER_SIZE + size
-                if (segment.offsets or starts) and position + framed > self.segment_bytes:
-                    self._flush(segment, parts, starts, position)
-                    segment = self._roll()
-                    parts, starts, position = [], [], segment.size
-                parts += (record.header(size, crc, position), payload)
-                starts.append(position)
-                position += framed
-            self._flush(segment, parts, starts, position)
+            if not self._write_whole(segment, payloads, sizes, crcs):
+                self._write_rolling(segment, zip(payloads, sizes, crcs))
         except OSError as exc:
             self._failure = exc
             raise
         self._writes += 1
+
+    def _write_whole(self, segment: Segment, payloads: Sequence[bytes],
+                     sizes: Sequence[int], crcs: Sequence[int]) -> bool:
+        """All the records into `segment` in one write when they fit (the common case),
+        headers built by `record.headers` with no Python step per record; False (and
+        nothing written) when they do not."""
+        ends = list(accumulate([record.HEADER_SIZE + size for size in sizes],
+                               initial=segment.size))
+        if ends[-1] > self.segment_bytes and (segment.offsets or len(sizes) > 1):
+            return False
+        starts = ends[:-1]
+        parts: list[bytes] = [b""] * (2 * len(sizes))
+        parts[0::2] = record.headers(sizes, crcs, starts)
+        parts[1::2] = payloads
+        self._flush(segment, parts, starts, ends[-1])
+        return True
+
+    def _write_rolling(self, segment: Segment, items: Iterable[tuple[bytes, int, int]]
+                       ) -> None:
+        """Record by record, rolling to a new segment whenever the next one would
+        overflow the current segment (a record alone in a segment may)."""
+        parts: list[bytes] = []
+        starts: list[int] = []
+        position = segment.size
+        header = record.header
+        for payload, size, crc in items:
+            framed = record.HEADER_SIZE + size
+            if (segment.offsets or starts) and position + framed > self.segment_bytes:
+                self._flush(segment, parts, starts, position)
+                segment = self._roll()
+                parts, starts, position = [], [], segment.size
+            parts += (header(size, crc, position), payload)
+            starts.append(position)
+            position += framed
+        self._flush(segment, parts, starts, position)
 
     def _flush(self, segment: Segment, parts: list[bytes], starts: list[int],
                end: int) -> None:

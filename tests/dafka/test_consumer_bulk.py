@@ -1,0 +1,59 @@
+"""A consumer catching up from stores: by the bulk read extension from ours (one probe
+per store, then BULK-FETCH windows, past the 100000-record FETCH window without a
+producer's HEAD), by plain FETCH from a store without the extension."""
+from __future__ import annotations
+
+import pytest
+
+from connectors.dafka import Consumer, Store, proto
+from connectors.dafka.consumer import BULK_WINDOW, OffsetTracker
+from connectors.dafka.node import new_address
+from connectors.dafka.partitions import PartitionStore
+from tests.dafka.conftest import with_config
+from tests.dafka.test_nodes import collect, offsets
+
+pytestmark = pytest.mark.timeout(120)
+TOPIC = "catch-up"
+
+
+def stored(data_dir, count: int) -> str:
+    """A store directory holding `count` records of one partition; its address."""
+    address = new_address()
+    partitions = PartitionStore(data_dir, fsync="never")
+    partitions.stage_many((TOPIC, address), 0, [b"r%d" % seq for seq in range(count)])
+    partitions.commit()
+    partitions.close()
+    return address
+
+
+def test_bulk_catch_up_crosses_fetch_windows_without_a_producer(config, nodes, tmp_path):
+    count = proto.FETCH_BLOCK + BULK_WINDOW // 2           # two FETCH windows
+    address = stored(tmp_path / "db", count)
+    nodes(Store(config, tmp_path / "db"))
+    consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), [TOPIC]))
+    got = collect(consumer, count, timeout=60)
+    assert offsets(got) == list(range(count))
+    assert got[-1].value == b"r%d" % (count - 1) and got[-1].partition == address
+    assert consumer.stats["bulk_records"] == count and consumer.stats["fetches"] == 0
+    assert consumer.stats["bulk_fetches"] >= count // BULK_WINDOW
+
+
+def test_a_store_without_the_extension_is_read_by_plain_fetch(config, nodes, tmp_path):
+    stored(tmp_path / "db", 5000)
+    nodes(Store(config, tmp_path / "db", bulk=False))
+    consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), [TOPIC]))
+    assert offsets(collect(consumer, 5000)) == list(range(5000))
+    assert consumer.stats["fetches"] >= 1 and consumer.stats["bulk_records"] == 0
+    assert not consumer.bulk_readers
+
+
+def test_tracker_on_records_skips_duplicates_buffers_ahead_and_chains():
+    tracker, out = OffsetTracker(earliest=True), []
+    key = (TOPIC, new_address())
+    assert tracker.on_records(*key, 5, [b"5", b"6"], out) == 0      # ahead: FETCH from 0
+    assert tracker.on_records(*key, 0, [b"0", b"1", b"2"], out) is None
+    assert tracker.on_records(*key, 1, [b"1", b"2", b"3", b"4"], out) is None
+    assert [r.offset for r in out] == [0, 1, 2, 3, 4, 5, 6]
+    assert tracker.duplicates == 2 and not tracker.cursors[key].ahead
+    assert tracker.on_records(*key, 6, [b"6", b"7"], out) is None
+    assert [r.value for r in out[-1:]] == [b"7"] and tracker.duplicates == 3
