@@ -36,7 +36,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from connectors.dafka.proto import FETCH_BLOCK  # noqa: E402
+from raft_throughput import free_ports  # noqa: E402
 
 TOPIC = "$STORE_PERF"           # the C perf tools' topic
 PUBLISH_CHUNK = 10_000
@@ -138,12 +138,6 @@ def run_store(argv: list[str]) -> int:
 
 
 # --------------------------------------------------------------------- the harness
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _python(*args: str) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), *args]
 
@@ -167,7 +161,7 @@ class Setup:
 
     def tower(self, ours: bool) -> str:
         """Start a tower; write and return the node config file (mkcfg.sh)."""
-        sub, pub = _free_port(), _free_port()
+        sub, pub = free_ports(2)
         endpoints = ["--sub", f"tcp://127.0.0.1:{sub}", "--pub", f"tcp://127.0.0.1:{pub}"]
         if ours:
             self.spawn([sys.executable, "-m", "connectors.dafka.cli", "tower", *endpoints],

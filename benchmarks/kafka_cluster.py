@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raft_throughput import free_ports
+
 CACHE = Path(os.environ.get("GARLICFARM_BENCH_CACHE",
                             Path.home() / ".cache" / "garlicfarm-bench"))
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
@@ -66,19 +68,6 @@ def broker_jars(kafka_version: str) -> list[Path]:
         ("org.slf4j", "slf4j-reload4j", "1.7.36")])
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 @dataclass
 class KafkaCluster:
     """`brokers` KRaft nodes; `fsync_every_message`: `flush.messages=1` (an fsync per
@@ -120,7 +109,7 @@ class KafkaCluster:
             raise RuntimeError(f"{what} failed: {done.stdout}{done.stderr}")
 
     def start(self, timeout: float = 120) -> "KafkaCluster":
-        ports = _free_ports(2 * self.brokers)
+        ports = free_ports(2 * self.brokers)
         self._ports = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.brokers)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{controller}"
                           for i, (_, controller) in enumerate(self._ports))

@@ -304,6 +304,12 @@ class Consumer(Node):
         def deliver(run: Run) -> None:
             tracker.on_records(*run.key, run.first, run.contents, delivered)
 
+        def settle(key: tuple[str, str]) -> None:
+            """Deliver the partition's open run (if any) before its next message."""
+            run = runs.take(key)
+            if run is not None:
+                deliver(run)
+
         def handle(msg: proto.Message, frame0: bytes) -> None:
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
@@ -312,9 +318,7 @@ class Consumer(Node):
                     self.stats["filtered"] += 1
                     return
                 key = (msg.subject, msg.address)
-                run = runs.take(key)
-                if run is not None:
-                    deliver(run)
+                settle(key)
                 fetch = tracker.on_record(msg.subject, msg.address, msg.sequence,
                                           msg.content, delivered)
                 if fetch is not None:
@@ -326,9 +330,7 @@ class Consumer(Node):
                                                  and msg.topic != msg.subject):
                     self.stats["filtered"] += 1
                     return
-                run = runs.take((msg.subject, msg.address))
-                if run is not None:
-                    deliver(run)
+                settle((msg.subject, msg.address))
                 fetch = tracker.on_head(msg.subject, msg.address, msg.sequence)
                 if fetch is not None:
                     fetches[(msg.subject, msg.address)] = fetch
@@ -336,9 +338,7 @@ class Consumer(Node):
                 self.bulk_readers.add(msg.address)
                 if msg.subject not in topics:
                     return                                  # our probe's answer
-                run = runs.take((msg.subject, msg.partition))
-                if run is not None:
-                    deliver(run)
+                settle((msg.subject, msg.partition))
                 self._on_bulk(msg, delivered, fetches, now)
             elif kind is proto.StoreHello:
                 self.store_readers.add(msg.address)

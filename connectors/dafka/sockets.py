@@ -30,6 +30,16 @@ def raw_send(sock: zmq.Socket) -> Callable[..., Any]:
     return zmq.backend.Socket.send.__get__(sock)
 
 
+def _more_frames(recv: Callable[..., Any], frame: zmq.Frame, frames: list[bytes]
+                 ) -> list[bytes]:
+    """`frames` with the rest of a message whose last frame read was `frame` (no
+    content command: its frames come as Frames, to learn whether more follow)."""
+    while frame.more:
+        frame = recv(zmq.NOBLOCK, copy=False)
+        frames.append(frame.bytes)
+    return frames
+
+
 def _decoded(decoder: proto.Decoder, frames: list[bytes], stats: Counter
              ) -> proto.Message | None:
     try:
@@ -69,9 +79,7 @@ def iter_messages(sock: zmq.Socket, decoder: proto.Decoder, stats: Counter,
             if frames[0][:1] in _CONTENT_COMMANDS:
                 frames.append(recv(zmq.NOBLOCK))
             else:
-                while frame.more:
-                    frame = recv(zmq.NOBLOCK, copy=False)
-                    frames.append(frame.bytes)
+                _more_frames(recv, frame, frames)
         msg = _decoded(decoder, frames, stats)
         if msg is not None:
             yield msg
@@ -142,10 +150,7 @@ def drain_runs(sock: zmq.Socket, decoder: proto.Decoder, stats: Counter, runs: R
                 continue
             frames = [frame0, content]
         else:
-            frames = [frame0]
-            while frame.more:
-                frame = recv(zmq.NOBLOCK, copy=False)
-                frames.append(frame.bytes)
+            frames = _more_frames(recv, frame, [frame0])
         msg = _decoded(decoder, frames, stats)
         if msg is not None:
             handle(msg, frame0)

@@ -124,14 +124,18 @@ class StoreWriter(Node):
                 fetches.pop(run.key, None)
                 stored += len(run.contents)
 
+        def head_of(key: Key) -> int | None:
+            """The partition's pending head, once its open run (if any) is staged."""
+            run = runs.take(key)
+            if run is not None:
+                stage(run)
+            return self.partitions.pending_head(key)
+
         def handle(msg: proto.Message, frame0: bytes) -> None:
             kind = type(msg)
             if kind is proto.Record or kind is proto.DirectRecord:
                 key = (msg.subject, msg.address)
-                run = runs.take(key)
-                if run is not None:
-                    stage(run)
-                head = self.partitions.pending_head(key)
+                head = head_of(key)
                 seq = msg.sequence
                 if head is None and seq != 0:
                     fetches[key] = 0
@@ -146,10 +150,7 @@ class StoreWriter(Node):
                     run.next += 1
             elif kind is proto.Head:
                 key = (msg.subject, msg.address)
-                run = runs.take(key)
-                if run is not None:
-                    stage(run)
-                head = self.partitions.pending_head(key)
+                head = head_of(key)
                 if head is None:
                     fetches[key] = 0
                 elif head < msg.sequence:
