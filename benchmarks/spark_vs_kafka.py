@@ -11,9 +11,10 @@ cluster of --brokers brokers (topics with replication factor 3 and min.insync.re
 producer acks=all; `--kafka-fsync every` sets log.flush.interval.messages=1, an fsync per
 append as the farm does per batch; `os` is Kafka's default). The same cached DataFrame of
 --rows binary values (SHA-512 hex digits, as benchmarks/spark_raft.py) goes:
-  sink     df.write into garlicfarm (raft, the exactly-once commit), Kafka (at least
+  sink     df.write into garlicfarm (raft, the exactly-once commit; and `raft 1 node`, a
+           one-node farm with fsync never: a parquet file's durability), Kafka (at least
            once: Spark's Kafka sink has no exactly-once) and parquet (Spark's file commit
-           protocol; no fsync);
+           protocol; one copy, no fsync);
   source   spark.read of the same rows into Spark's `noop` sink: the raft log range (all
            its columns, and `columns=value`), the Kafka topic (earliest to latest), the
            parquet folder, and the floor of any Python data source: `bench_ceiling`, which
@@ -192,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     spark.dataSource.register(BenchSource)
     kafka = KafkaCluster(args.kafka_version, args.brokers, args.kafka_fsync == "every")
     try:
-        with kafka, LocalFarm(nodes=3) as farm:
+        with kafka, LocalFarm(nodes=3) as farm, LocalFarm(nodes=1, fsync="never") as single:
             lines = [f"spark {spark.version}, connector {args.connector_version}, "
-                     f"kafka: {json.dumps(kafka.settings)}, farm: 3 nodes, fsync batch"]
+                     f"kafka: {json.dumps(kafka.settings)}, farm: 3 nodes, fsync batch; "
+                     "raft 1 node: one node, fsync never (a parquet file's durability)"]
             kafka_options = {"kafka.bootstrap.servers": kafka.bootstrap}
 
             def topic() -> str:
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 return {
                     "raft": lambda: frame.write.format("garlicfarm").options(**farm.options)
                     .mode("append").save(),
+                    "raft 1 node": lambda: frame.write.format("garlicfarm")
+                    .options(**single.options).mode("append").save(),
                     "kafka": lambda: frame.write.format("kafka").options(**kafka_options)
                     .option("kafka.acks", "all").option("topic", topics["sink"]).save(),
                     "parquet": lambda: frame.write.mode("overwrite")
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 ledger = CpuLedger()
                 sink_seconds = run_rounds(args.rounds, sinks(frame, {"sink": topic()}), ledger)
                 lines += report("sink: df.write", args.rows, sink_seconds,
-                                [("raft", "kafka"), ("raft", "parquet")])
+                                [("raft", "kafka"), ("raft", "parquet"),
+                                 ("raft 1 node", "parquet")])
                 lines += ledger.lines(args.rows)
 
             # the source's rows: written once by each side, untimed
