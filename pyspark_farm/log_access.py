@@ -20,7 +20,9 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from pyspark.sql.datasource import InputPartition
 
@@ -30,7 +32,7 @@ from .admission import choose_end
 from .errors import DataLossError
 from .members import (PROBE_SECONDS, EntriesGone, farm_members, member_firsts,
                       read_anywhere)
-from .planning import EntrySize, Piece, plan_tasks
+from .planning import EntrySize, Piece, Sizes, plan_tasks
 
 if TYPE_CHECKING:
     from consensus.runtime import ClusterView, FarmClient, LogRecord
@@ -83,21 +85,26 @@ def _supports_headers_only(client: "FarmClient") -> bool:
 
 
 def read_held(client: "FarmClient", start: int, stop: int, *,
-              probe: "FarmClient | None" = None, **options: object) -> list["LogRecord"]:
+              probe: "FarmClient | None" = None, ask: "Callable | None" = None,
+              **options: object) -> list["LogRecord"]:
     """read_entries at the leader, or, where its log starts after `start`, at a member
     that still holds it (asked with `probe`; EntriesGone when no member does). Entries
     the leader has not applied yet (a new leader a little behind the log's end that its
-    predecessor reported) are waited for, with backoff, up to the client's timeout."""
+    predecessor reported) are waited for, with backoff, up to the client's timeout.
+    `ask(member, endpoint)` asks something else of the member (entry_rows)."""
     from consensus.runtime import IndexOverflow, IndexUnderflow
+    if ask is None:
+        def ask(member: "FarmClient", endpoint: str | None) -> list["LogRecord"]:
+            return member.read_entries(start, stop, max_bytes=CHUNK_BYTES, endpoint=endpoint,
+                                       **options)
     deadline = time.monotonic() + client.timeout
     delay = 0.01
     while True:
         try:
-            return client.read_entries(start, stop, max_bytes=CHUNK_BYTES, **options)
+            return ask(client, None)
         except IndexUnderflow:
             return read_anywhere(client, probe or client, start, stop,
-                                 deadline=time.monotonic() + client.timeout,
-                                 max_bytes=CHUNK_BYTES, **options)[1]
+                                 deadline=time.monotonic() + client.timeout, ask=ask)[1]
         except IndexOverflow:
             if time.monotonic() + delay > deadline:
                 raise
@@ -105,32 +112,81 @@ def read_held(client: "FarmClient", start: int, stop: int, *,
             delay = min(delay * 2, 0.2)
 
 
-def entry_sizes(client: "FarmClient", start: int, stop: int, *,
-                query_id: str | None = None, probe: "FarmClient | None" = None
-                ) -> Iterator[EntrySize]:
-    """Row counts of the entries in [start, stop) that show rows, read lazily in chunks
-    (headers only when the farm supports it: docs/runtime-requests.md S1), at the leader
+def size_pages(client: "FarmClient", start: int, stop: int, *,
+               query_id: str | None = None, probe: "FarmClient | None" = None
+               ) -> Iterator[Sizes]:
+    """Row counts of the entries in [start, stop), a page at a time, lazily: from
+    `entry_rows` (docs/runtime-requests.md S7), or from entry headers where the member
+    does not know that call (headers only when the farm supports it: S1); at the leader
     or a member that still holds them (`read_held`). With `query_id`, only the committed
     batches of that query (journal entries show none)."""
-    extra = {"payloads": False} if _supports_headers_only(client) else {}
+    from consensus.runtime import FarmError
     cursor = start
+    by_rows = hasattr(client, "entry_rows")
     while cursor < stop:
+        if by_rows:
+            try:
+                counts = read_held(client, cursor, stop, probe=probe,
+                                   ask=lambda member, endpoint, at=cursor: member.entry_rows(
+                                       at, stop, endpoint=endpoint))
+            except FarmError as exc:
+                if not str(exc).startswith("unknown call 'entry_rows'"):
+                    raise
+                by_rows = False         # a member older than the call: read headers
+                continue
+            if counts.stop <= cursor:
+                return
+            commits = [s for s in map(_size_of, counts.commits)
+                       if s is not None and query_id in (None, s.query_id)]
+            rows = np.frombuffer(counts.rows, dtype="<u4")
+            yield Sizes.journal(cursor, rows if query_id is None else np.zeros_like(rows),
+                                [s.size for s in commits])
+            cursor = counts.stop
+            continue
+        extra = {"payloads": False} if _supports_headers_only(client) else {}
         records = read_held(client, cursor, stop, probe=probe, **extra)
         if not records:
             return
-        for record in records:
-            commit = record.commit
-            if record.type == "commit" and commit is not None and commit.effective \
-                    and query_id in (None, commit.query_id):
-                parts = committed_rows(commit.metadata, commit.staged)
-                yield EntrySize(record.index, sum(parts), parts,
-                                min(commit.staged, default=record.index))
-            elif query_id is None and record.type == "journal" \
-                    and not getattr(record, "duplicate", False):
-                count = getattr(record, "count", None)
-                count = len(record.records or ()) if count is None else count
-                yield EntrySize(record.index, count)
-        cursor = records[-1].index + 1
+        page_stop = records[-1].index + 1
+        yield Sizes.of(cursor, page_stop, _header_sizes(records, query_id))
+        cursor = page_stop
+
+
+@dataclass(frozen=True, slots=True)
+class _CommitSize:
+    query_id: str
+    size: EntrySize
+
+
+def _size_of(record: "LogRecord") -> _CommitSize | None:
+    """An effective commit's row counts, from its header."""
+    commit = record.commit
+    if record.type != "commit" or commit is None or not commit.effective:
+        return None
+    parts = committed_rows(commit.metadata, commit.staged)
+    return _CommitSize(commit.query_id, EntrySize(record.index, sum(parts), parts,
+                                                  min(commit.staged, default=record.index)))
+
+
+def _header_sizes(records: Sequence["LogRecord"], query_id: str | None
+                  ) -> Iterator[EntrySize]:
+    for record in records:
+        commit = _size_of(record)
+        if commit is not None:
+            if query_id in (None, commit.query_id):
+                yield commit.size
+        elif query_id is None and record.type == "journal" \
+                and not getattr(record, "duplicate", False):
+            count = getattr(record, "count", None)
+            yield EntrySize(record.index, len(record.records or ()) if count is None else count)
+
+
+def entry_sizes(client: "FarmClient", start: int, stop: int, *,
+                query_id: str | None = None, probe: "FarmClient | None" = None
+                ) -> Iterator[EntrySize]:
+    """`size_pages`, an entry at a time: the entries of [start, stop) that show rows."""
+    for page in size_pages(client, start, stop, query_id=query_id, probe=probe):
+        yield from page.entries()
 
 
 def reading_members(client: "FarmClient", probe: "FarmClient", read_from: str, stop: int,
@@ -428,8 +484,8 @@ class LogPlanner:
             end = min(end, self._target)
         if end <= begin:
             return begin
-        scan = SizeScan(entry_sizes(client, begin, end, query_id=query_id,
-                                    probe=self.probe()))
+        scan = SizeScan(size_pages(client, begin, end, query_id=query_id,
+                                   probe=self.probe()))
         stop = choose_end(begin, end, scan.counts(), self.settings.limits.under(limit),
                           waited=now - self._last_batch_at,
                           available_now=self._target is not None)
@@ -458,37 +514,38 @@ class LogPlanner:
     def forget_sizes(self) -> None:
         self._sizes = None
 
-    def plan(self, ranges: Iterable[tuple[int, int]],
-             sizes: Sequence[EntrySize] | None = None, *,
+    def plan(self, ranges: Iterable[tuple[int, int]], sizes: Sizes | None = None, *,
              query_id: str | None = None) -> list[LogPartition]:
         """Tasks over `ranges` (`sizes` when already known; `query_id`: only that query's
         committed batches), sent to members that hold what they read."""
         client = self.client()
         tasks: list[list[Piece]] = []
-        planned: list[EntrySize] = []
+        lows: list[int] = []
         for start, stop in ranges:
             if stop <= start:
                 continue
-            known = sizes if sizes is not None else entry_sizes(
-                client, start, stop, query_id=query_id, probe=self.probe())
-            known = self._whole([s for s in known if start <= s.index < stop])
+            known = sizes if sizes is not None else Sizes.joined(start, stop, list(
+                size_pages(client, start, stop, query_id=query_id, probe=self.probe())))
+            known = self._whole(known)
             tasks += plan_tasks(start, stop, known, min_tasks=self.settings.min_partitions,
                                 rows_per_task=ROWS_PER_TASK)
-            planned += known
+            low = Sizes.joined(start, stop, [known]).first_needed()
+            if low is not None:
+                lows.append(low)
         if not tasks:
             return []
         last = max(p.stop for pieces in tasks for p in pieces)
-        low = min(s.first_needed for s in planned if s.rows)
-        members = reading_members(client, self.probe(), self.settings.read_from, last, low)
+        members = reading_members(client, self.probe(), self.settings.read_from, last,
+                                  min(lows))
         return [LogPartition(pieces, members[i % len(members)])
                 for i, pieces in enumerate(tasks)]
 
-    def _whole(self, sizes: list[EntrySize]) -> list[EntrySize]:
+    def _whole(self, sizes: Sizes) -> Sizes:
         """`sizes` less the committed batches whose staged entries no member holds any
         more: DataLossError naming the first, or (failOnDataLoss false) each one skipped
         whole, with a warning. When a member does not answer, nothing is dropped: the
         tasks look for the entries themselves."""
-        batches = [s for s in sizes if s.rows and s.lowest is not None]
+        batches = list(sizes.commits.values())
         client = self.client()
         if not batches or min(s.first_needed for s in batches) >= first_index(client):
             return sizes                # the leader holds every payload
@@ -496,7 +553,7 @@ class LogPlanner:
         if None in firsts.values():
             return sizes
         kept = min(f for f in firsts.values() if f is not None)
-        lost = [s.index for s in batches if s.first_needed < kept]
+        lost = sorted(s.index for s in batches if s.first_needed < kept)
         for index in lost:
             (header,) = read_held(client, index, index + 1, probe=self.probe(), payloads=False)
             commit = header.commit
@@ -505,45 +562,48 @@ class LogPlanner:
             if self.settings.fail_on_data_loss:
                 raise error
             log.warning("garlicfarm: %s (skipped: failOnDataLoss is false)", error)
-        return [s for s in sizes if s.index not in lost]
+        return sizes.without(lost)
 
 
 class SizeScan:
-    """One lazy pass over entry sizes, shared by the limit check and the idle check."""
+    """One lazy pass over entry sizes, a page at a time, shared by the limit check and the
+    idle check."""
 
-    def __init__(self, sizes: Iterator[EntrySize]) -> None:
-        self._sizes = sizes
-        self.seen: list[EntrySize] = []
+    def __init__(self, pages: Iterator[Sizes]) -> None:
+        self._pages = pages
+        self.seen: list[Sizes] = []
         self.exhausted = False
 
-    def _next(self) -> EntrySize | None:
-        size = next(self._sizes, None)
-        if size is None:
+    def _next(self) -> Sizes | None:
+        page = next(self._pages, None)
+        if page is None:
             self.exhausted = True
         else:
-            self.seen.append(size)
-        return size
+            self.seen.append(page)
+        return page
 
     def counts(self) -> Iterator[tuple[int, int]]:
-        while (size := self._next()) is not None:
-            yield size.index, size.rows
+        """(index, rows) of the entries that show rows, reading pages as they are used."""
+        for page in self.seen:
+            yield from zip(page.index.tolist(), page.rows.tolist())
+        while (page := self._next()) is not None:
+            yield from zip(page.index.tolist(), page.rows.tolist())
 
     def rows_before(self, stop: int) -> bool:
         """Does any entry below `stop` show rows (reading on only as far as needed)?"""
-        if any(s.rows and s.index < stop for s in self.seen):
-            return True
-        while not self.exhausted and (not self.seen or self.seen[-1].index < stop):
-            size = self._next()
-            if size is not None and size.rows and size.index < stop:
+        while True:
+            if any(len(p) and p.index[0] < stop for p in self.seen):
                 return True
-        return False
+            if self.covers(stop) or self._next() is None:
+                return False
 
-    def through(self, stop: int) -> list[EntrySize]:
+    def through(self, stop: int) -> Sizes:
         """The sizes of the entries below `stop`, reading on only past what was seen."""
         while not self.covers(stop):
             self._next()
-        return [s for s in self.seen if s.index < stop]
+        start = self.seen[0].start if self.seen else stop
+        return Sizes.joined(start, stop, self.seen)
 
     def covers(self, stop: int) -> bool:
         """Has the scan seen every entry below `stop`?"""
-        return self.exhausted or bool(self.seen) and self.seen[-1].index >= stop - 1
+        return self.exhausted or bool(self.seen) and self.seen[-1].stop >= stop

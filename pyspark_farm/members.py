@@ -11,12 +11,14 @@ client whose short timeout keeps a member that is down from stalling the questio
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from .errors import GarlicFarmSparkError, describe_firsts
 
 if TYPE_CHECKING:
     from consensus.runtime import ClusterView, FarmClient, LogRecord
+
+T = TypeVar("T")
 
 PROBE_SECONDS = 2.0     # at most, per member asked (a down member costs that much)
 
@@ -56,19 +58,23 @@ def member_firsts(probe: "FarmClient", members: dict[int, str]) -> dict[int, int
 
 
 def read_anywhere(client: "FarmClient", probe: "FarmClient", start: int, stop: int, *,
-                  deadline: float, **options: object) -> tuple[str, list["LogRecord"]]:
-    """`read_entries(start, stop)` at a member that still holds `start`, and its endpoint:
-    each member of the farm in turn (asked with `probe`), in rounds with backoff until
-    `deadline`, since a member that is down or behind may answer later. EntriesGone when
-    every member answered that its log starts after `start`; Unavailable when some
-    never answered."""
+                  deadline: float, ask: "Callable[[FarmClient, str], T] | None" = None,
+                  **options: object) -> tuple[str, "T | list[LogRecord]"]:
+    """`read_entries(start, stop)` (or `ask(member, endpoint)`) at a member that still
+    holds `start`, and its endpoint: each member of the farm in turn (asked with
+    `probe`), in rounds with backoff until `deadline`, since a member that is down or
+    behind may answer later. EntriesGone when every member answered that its log starts
+    after `start`; Unavailable when some never answered."""
     from consensus.runtime import FarmError, IndexUnderflow, Unavailable
+    if ask is None:
+        def ask(member: "FarmClient", endpoint: str) -> list["LogRecord"]:
+            return member.read_entries(start, stop, endpoint=endpoint, **options)
     delay = 0.05
     while True:
         firsts: dict[int, int | None] = {}
         for node_id, endpoint in sorted(farm_members(client.get_servers()).items()):
             try:
-                return endpoint, probe.read_entries(start, stop, endpoint=endpoint, **options)
+                return endpoint, ask(probe, endpoint)
             except IndexUnderflow as exc:
                 firsts[node_id] = exc.first_available
             except FarmError:

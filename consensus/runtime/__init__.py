@@ -10,11 +10,12 @@ from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmErro
                                       NotLeaderError, ProtocolMismatch, Unavailable)
 from consensus.runtime.local import LocalCluster
 from consensus.runtime.results import (BatchCommit, ClusterView, CommitInfo, Event, FarmStatus,
-                                       LogRecord, MemberView, StagedInfo, VisibleRecords)
+                                       LogRecord, MemberView, RowCounts, StagedInfo,
+                                       VisibleRecords)
 
 __all__ = [
     "AuthenticationError", "BatchCommit", "ClusterView", "CommitInfo", "ConfigError", "Event",
     "FarmClient", "FarmError", "FarmStatus", "Incomplete", "IndexOverflow", "IndexUnderflow",
     "LocalCluster", "LogRecord", "MemberView", "NotLeaderError", "ProtocolMismatch",
-    "StagedInfo", "Unavailable", "VisibleRecords",
+    "RowCounts", "StagedInfo", "Unavailable", "VisibleRecords",
 ]

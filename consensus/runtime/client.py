@@ -45,7 +45,8 @@ from consensus.runtime.links import (Directory, Link, LinkPool, NoAnswer,
                                     foreign_leader_text)
 from consensus.runtime.pipeline import PendingWrite, WritePipe
 from consensus.runtime.results import (BatchCommit, ClusterView, Event,
-                                       FarmStatus, LogRecord, MemberView, VisibleRecords)
+                                       FarmStatus, LogRecord, MemberView, RowCounts,
+                                       VisibleRecords)
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire.jraft import DEFAULT_LIMITS, client_request, encode
 
@@ -383,6 +384,24 @@ class FarmClient:
         return [described(Entry(term, index, _ENTRY_TYPES[kind], data),
                           verdicts.get(index, True))
                 for index, term, kind, data in answer["entries"]]
+
+    def entry_rows(self, start: int, stop: int, *, endpoint: str | None = None) -> RowCounts:
+        """Row counts of committed entries [start, stop) of one member (default: the
+        leader), for planning: each entry's journal rows and the effective commits'
+        headers (docs/runtime-requests.md S7). May end before `stop` (at least one entry
+        when start < stop). FarmError "unknown call" from a member older than the call."""
+        answer = self._call("entry_rows", {"start": int(start), "stop": int(stop)},
+                            leader=endpoint is None, endpoint=endpoint)
+        end, rows = answer.get("stop"), answer.get("rows")
+        commits = [record_from_header(h) for h in answer.get("commits") or ()]
+        if not isinstance(end, int) or not isinstance(rows, bytes) or \
+                not (start < end <= stop or start == end == stop) or \
+                len(rows) != 4 * (end - start) or \
+                any(not start <= c.index < end or c.commit is None for c in commits):
+            raise ProtocolMismatch(f"entry_rows({start}, {stop}): the member answered "
+                                   f"entries up to {end!r} with {len(rows or b'')} bytes of "
+                                   f"rows; expected 4 bytes for each entry")
+        return RowCounts(start, end, rows, commits)
 
     def read_committed(self, start: int, stop: int, **kw: Any) -> Iterator[VisibleRecords]:
         """The read-committed view of [start, stop) (see docs/runtime.md)."""

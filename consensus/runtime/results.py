@@ -51,6 +51,18 @@ class LogRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RowCounts:
+    """`FarmClient.entry_rows`: entries [start, stop) as planning sees them. `rows` holds
+    each entry's journal rows, little-endian uint32 (0 for every entry that is not a
+    journal entry showing rows); `commits` the effective COMMIT entries among them, as
+    headers (LogRecord without payloads), in index order."""
+    start: int
+    stop: int
+    rows: bytes
+    commits: list[LogRecord]
+
+
+@dataclass(frozen=True, slots=True)
 class VisibleRecords:
     """What `read_committed` yields per visible log entry: a journal entry's records, or
     one committed batch (the payloads of its staged entries, in commit order)."""

@@ -44,6 +44,7 @@ from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.runtime.machines import CommandError, Outcome
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
+from consensus.runtime.row_index import RowIndex, entry_shows
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import MessageType, RaftResponse, ValueType, check_shape, encode
 
@@ -99,6 +100,7 @@ class Service:
         self._subscribers: set["Connection"] = set()
         self.waits = AdminWaits(self)
         self.membership = MembershipCalls(node, self, self.waits)
+        self.rows = RowIndex(self._shown)
         self._calls: dict[str, Callable[..., Any]] = {
             **{op: partial(fn, self) for op, fn in self._CALLS.items()},
             **{op: getattr(self.membership, op) for op in MembershipCalls.CALLS}}
@@ -526,12 +528,39 @@ class Service:
                 snapshot.index if snapshot is not None else 0]
 
     def _c_read_entries(self, conn, call, args):
-        node = self.node
-        start, stop = int(args["start"]), int(args["stop"])
         max_bytes = int(args.get("max_bytes", 8 << 20))
         payloads = bool(args.get("payloads", True))
+        return self._applied_range(conn, call, args, "read_entries", lambda start, stop:
+                                   self._entries(start, stop, max_bytes, payloads))
+
+    def _c_entry_rows(self, conn, call, args):
+        """Each entry's journal rows and the effective commits' headers, from the row
+        index (docs/runtime-requests.md S7): planning a backlog without its headers."""
+        def answer(start: int, stop: int) -> dict:
+            self.rows.forget_before(self.node.log.first_index())
+            end, rows, commits = self.rows.rows_of(start, stop)
+            return {"stop": end, "rows": rows, "commits": commits}
+        return self._applied_range(conn, call, args, "entry_rows", answer)
+
+    def _shown(self, start: int, stop: int):
+        """What entries [start, stop) show readers, for the row index."""
+        node = self.node
+        machine = node.machine
+        while start < stop:
+            page = node.log.slice(start, stop, 8 << 20)
+            for entry in page:
+                yield (entry.index, *entry_shows(entry, machine.verdict))
+            start = page[-1].index + 1
+
+    def _applied_range(self, conn, call, args, name: str,
+                       answer: Callable[[int, int], Any]) -> Any:
+        """`answer(start, stop)` for applied entries [start, stop) of this member's log:
+        IndexUnderflow below its first entry, IndexOverflow past what it applied (a new
+        leader waits for what it may already have acknowledged)."""
+        node = self.node
+        start, stop = int(args["start"]), int(args["stop"])
         if start < 1 or stop < start:
-            raise FarmError(f"read_entries({start}, {stop}): need 1 <= start <= stop")
+            raise FarmError(f"{name}({start}, {stop}): need 1 <= start <= stop")
         first, applied = node.log.first_index(), node.machine.applied
         if start < first:
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
@@ -545,12 +574,12 @@ class Service:
                 # so answer once that is applied here instead of "not there yet".
                 return self.waits.add(
                     conn, call, args,
-                    lambda: ((True, self._entries(start, stop, max_bytes, payloads))
+                    lambda: ((True, answer(start, stop))
                              if node.machine.applied >= stop - 1 else (False, None)),
                     f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
             raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
                                 f"entry {stop - 1} is not there yet", applied)
-        return self._entries(start, stop, max_bytes, payloads)
+        return answer(start, stop)
 
     def _entries(self, start: int, stop: int, max_bytes: int, payloads: bool) -> dict:
         """The answer to read_entries for applied entries [start, stop)."""
@@ -587,7 +616,8 @@ class Service:
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
-        "read_entries": _c_read_entries, "subscribe": _c_subscribe, "ping": _c_ping,
+        "read_entries": _c_read_entries, "entry_rows": _c_entry_rows,
+        "subscribe": _c_subscribe, "ping": _c_ping,
     }
 
     # -- time ----------------------------------------------------------------------------------

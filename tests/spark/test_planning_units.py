@@ -7,11 +7,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+import numpy as np
+
 from pyspark_farm.admission import Limits, choose_end
 from pyspark_farm.errors import OptionError
 from pyspark_farm.offsets import OffsetSpec, index_of, offset_spec_parser
 from pyspark_farm.options import UnknownOptionWarning, duration
-from pyspark_farm.planning import EntrySize, Piece, plan_tasks
+from pyspark_farm.planning import EntrySize, Piece, Sizes, plan_tasks
 from pyspark_farm.raft import kind
 from pyspark_farm.raft.source import IndexBounds
 from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
@@ -171,15 +173,19 @@ def test_size_scan_reads_only_as_far_as_needed():
     from pyspark_farm.log_access import SizeScan
     consumed = []
 
-    def sizes():
-        for size in [EntrySize(5, 0), EntrySize(8, 4), EntrySize(12, 2)]:
-            consumed.append(size.index)
-            yield size
-    scan = SizeScan(sizes())
-    assert not scan.rows_before(6) and consumed == [5, 8]     # stopped past 6
-    assert scan.rows_before(9) and consumed == [5, 8]         # known already
+    def pages():    # pages [5, 8), [8, 12), [12, 20)
+        for start, stop, sizes in [(5, 8, [EntrySize(5, 0)]), (8, 12, [EntrySize(8, 4)]),
+                                   (12, 20, [EntrySize(12, 2)])]:
+            consumed.append(start)
+            yield Sizes.of(start, stop, sizes)
+    scan = SizeScan(pages())
+    assert not scan.rows_before(6) and consumed == [5]        # the first page covers 6
+    assert scan.rows_before(9) and consumed == [5, 8]         # read on as far as 9
     assert not scan.covers(13) and scan.covers(9)
-    assert list(scan.counts()) == [(12, 2)] and scan.covers(100)
+    assert list(scan.counts()) == [(8, 4), (12, 2)] and scan.covers(100)
+    assert consumed == [5, 8, 12]
+    through = scan.through(13)
+    assert through.index.tolist() == [8, 12] and through.rows.tolist() == [4, 2]
 
 
 class _PagedLog:
@@ -198,7 +204,7 @@ class _PagedLog:
     def log_bounds(self, endpoint=None) -> tuple[int, int, int]:
         return 1, self.last, 0
 
-    def read_entries(self, start, stop, *, max_bytes=0, payloads=True):
+    def read_entries(self, start, stop, *, max_bytes=0, payloads=True, endpoint=None):
         from types import SimpleNamespace
         stop = min(stop, start + self.page)
         self.served += stop - start
@@ -276,6 +282,69 @@ def test_plan_covers_every_row_once_in_order(entries, min_tasks, rows_per_task):
     expected = [(s.index, p) for s in sizes if s.rows for p in range(max(1, len(s.parts)))]
     assert units == expected
     assert all(task for task in tasks)
+
+
+def _reference_plan(start, stop, sizes, min_tasks, rows_per_task):
+    """plan_tasks as it was written before it was vectorized: entry by entry, in Python."""
+    units = [s for s in sizes if start <= s.index < stop and s.rows > 0]
+    total = sum(s.rows for s in units)
+    if total == 0:
+        return []
+    target = max(1, min(rows_per_task, -(-total // max(1, min_tasks))))
+    tasks, bucket, dealt = [], -1, 0
+
+    def place(unit_bucket, piece):
+        nonlocal bucket
+        if unit_bucket != bucket:
+            tasks.append([])
+            bucket = unit_bucket
+        last = tasks[-1][-1] if tasks[-1] else None
+        if piece.parts is None and last is not None and last.parts is None \
+                and last.stop == piece.start:
+            tasks[-1][-1] = Piece(last.start, piece.stop)
+        else:
+            tasks[-1].append(piece)
+
+    for size in units:
+        if not size.parts:
+            place((2 * dealt + size.rows) // (2 * target), Piece(size.index, size.index + 1))
+            dealt += size.rows
+            continue
+        lo, lo_bucket = 0, None
+        for position, rows in enumerate(size.parts):
+            unit_bucket = (2 * dealt + rows) // (2 * target)
+            dealt += rows
+            if lo_bucket is not None and unit_bucket != lo_bucket:
+                place(lo_bucket, Piece(size.index, size.index + 1, (lo, position)))
+                lo = position
+            lo_bucket = unit_bucket
+        place(lo_bucket, Piece(size.index, size.index + 1, (lo, len(size.parts))))
+    return tasks
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 50), max_size=5)),
+                max_size=30), st.integers(1, 8), st.integers(1, 200), st.integers(0, 40))
+def test_plan_cuts_where_the_entry_by_entry_plan_cuts(entries, min_tasks, rows_per_task, skip):
+    """The vectorized planner makes the same tasks as planning an entry at a time, from
+    EntrySizes and from the arrays of `Sizes.journal` (what `entry_rows` answers)."""
+    sizes, index = [], 10
+    for gap, parts in entries:
+        index += gap
+        sizes.append(EntrySize(index, sum(parts), tuple(parts), index - 3) if len(parts) > 1
+                     else EntrySize(index, sum(parts)))
+        index += 1
+    start, stop = 10 + skip // 4, index + 2 - skip % 3
+    expected = _reference_plan(start, stop, sizes, min_tasks, rows_per_task)
+    assert plan_tasks(start, stop, sizes, min_tasks=min_tasks,
+                      rows_per_task=rows_per_task) == expected
+    journal = np.zeros(index + 2 - 10, dtype="<u4")
+    for s in sizes:
+        if not s.parts:
+            journal[s.index - 10] = s.rows
+    arrays = Sizes.journal(10, journal, [s for s in sizes if s.parts])
+    assert plan_tasks(start, stop, arrays, min_tasks=min_tasks,
+                      rows_per_task=rows_per_task) == expected
 
 
 def test_read_from_members_leave_out_those_behind():
