@@ -29,6 +29,9 @@ planning  A stream over the raft source (`spark.readStream.format("garlicfarm")`
           (initialOffset, latestOffset, partitions of the first micro-batch, in this
           process) and Spark's durationMs of the first micro-batch (latestOffset,
           queryPlanning, getBatch, addBatch) with Trigger.AvailableNow into `noop`.
+open      Only read's offline start-up costs (`open_costs`, median of `--repeats`) on logs
+          of `--log-sizes` entries: no farm, no Spark, for measuring a change to start-up
+          (`all` leaves it out: read measures the same).
 
 Why logs are built offline: appending 50M entries through a farm would take hours. Each
 node directory is written with the project's own storage engine (`SegmentedLog`
@@ -37,9 +40,6 @@ snapshot of the farm state machine at the last entry, a `HardStateFile`), so the
 starts on a log it could have written, with nothing to replay (the snapshot is at the
 commit index), and keeps it (`--snapshot-interval` / `--retain-entries` too large to
 compact it during the run). Data lives under `--dir` and is removed at the end.
-
-open      Only read's offline start-up costs (`open_costs`, median of `--repeats`) on logs
-          of `--log-sizes` entries: no farm, no Spark, for measuring a change to start-up.
 """
 from __future__ import annotations
 
