@@ -1,6 +1,6 @@
 """How each cost grows with the size of what it works on (issue 15 item 4).
 
-    .venv/bin/python benchmarks/growth.py [--part read|snapshot|planning|all]
+    .venv/bin/python benchmarks/growth.py [--part read|snapshot|planning|open|all]
         [--log-sizes 1000000,10000000,50000000] [--state-keys 10000,100000,1000000]
         [--backlogs 10000,100000,1000000] [--repeats 3] [--dir /tmp]
 
@@ -30,6 +30,9 @@ planning  A stream over the raft source (`spark.readStream.format("garlicfarm")`
           process; the first time, while the members work out their row index, and the
           median of --repeats times after) and Spark's durationMs of the first micro-batch (latestOffset,
           queryPlanning, getBatch, addBatch) with Trigger.AvailableNow into `noop`.
+open      Only read's offline start-up costs (`open_costs`, median of `--repeats`) on logs
+          of `--log-sizes` entries: no farm, no Spark, for measuring a change to start-up
+          (`all` leaves it out: read measures the same).
 
 Why logs are built offline: appending 50M entries through a farm would take hours. Each
 node directory is written with the project's own storage engine (`SegmentedLog`
@@ -308,6 +311,21 @@ def part_read(args: argparse.Namespace) -> str:
     return text
 
 
+def part_open(args: argparse.Namespace) -> str:
+    rows = []
+    for entries in args.log_sizes:
+        node_dir = os.path.join(args.dir, f"open-{entries}", f"node-{NODE}")
+        try:
+            build_journal_node(node_dir, entries)
+            samples = [open_costs(node_dir) for _ in range(args.repeats)]
+        finally:
+            shutil.rmtree(os.path.dirname(node_dir), ignore_errors=True)
+        rows.append([short(entries)] + [f"{median(getattr(c, step) for c in samples):.2f}"
+                                        for step in ("segments", "storage", "raft_log")])
+    return table(["log entries", "SegmentedLog.open (s)", "DiskStorage() (s)",
+                  "RaftLog() (s)"], rows)
+
+
 # -- snapshot ------------------------------------------------------------------------------
 @dataclass
 class SnapshotPoint:
@@ -496,7 +514,8 @@ def plot(part: str, x_label: str, xs: list[int], series: dict[str, list[float]],
 
 
 PARTS: dict[str, Callable[[argparse.Namespace], str]] = {
-    "read": part_read, "snapshot": part_snapshot, "planning": part_planning}
+    "read": part_read, "snapshot": part_snapshot, "planning": part_planning,
+    "open": part_open}
 
 
 def main() -> None:
@@ -512,7 +531,7 @@ def main() -> None:
     args = parser.parse_args()
     args.dir = tempfile.mkdtemp(prefix="growth-", dir=args.dir)
     try:
-        for name in PARTS if args.part == "all" else [args.part]:
+        for name in [p for p in PARTS if p != "open"] if args.part == "all" else [args.part]:
             load = load_average()
             started = time.perf_counter()
             text = PARTS[name](args)

@@ -15,12 +15,12 @@ from consensus.storage.errors import (CompactedIndexError, CorruptLogError, Futu
 from consensus.storage.hardstate import HardState, HardStateFile
 from consensus.storage.log import LogStats, SegmentedLog
 from consensus.storage.policy import FsyncPolicy
-from consensus.storage.recovery import RecoveryReport
+from consensus.storage.recovery import RecordHeads, RecoveryReport
 from consensus.storage.snapshot import Snapshot, SnapshotNotFoundError, SnapshotStore
 
 __all__ = [
     "CompactedIndexError", "CorruptLogError", "FsyncPolicy", "FutureIndexError", "HardState",
     "HardStateFile", "LogClosedError", "LogFailedError", "LogIndexError", "LogInUseError",
-    "LogStats", "RecordTooLargeError", "RecoveryReport", "SegmentedLog", "Snapshot",
-    "SnapshotNotFoundError", "SnapshotStore", "StorageError",
+    "LogStats", "RecordHeads", "RecordTooLargeError", "RecoveryReport", "SegmentedLog",
+    "Snapshot", "SnapshotNotFoundError", "SnapshotStore", "StorageError",
 ]

@@ -7,7 +7,8 @@ CRC-32 of those 16 bytes. Flag `RESET` marks a segment created by `SegmentedLog.
 recovery deletes every segment before it, which finishes a reset a crash interrupted.
 
 `offsets[k]` is the byte offset of record k, rebuilt on open by one sequential scan, so
-a read of records [a, b) is one pread of offsets[a]..end(b-1) and costs O(b - a).
+a read of records [a, b) is one pread of offsets[a]..end(b-1) and costs O(b - a). The
+same scan can keep each record's first bytes (`record.Heads`) for the log's user.
 """
 from __future__ import annotations
 
@@ -65,8 +66,10 @@ def _header_problem(data: bytes, first_index: int) -> str | None:
 
 @dataclass
 class LoadedSegment:
-    """What recovery learnt about one file: the segment, and the bytes it cut off."""
+    """What recovery learnt about one file: the segment, the heads of its records, and
+    the bytes it cut off."""
     segment: "Segment"
+    heads: record.Heads
     cut_at: int | None = None
     cut_bytes: int = 0
 
@@ -120,8 +123,9 @@ class Segment:
 
     @classmethod
     def load(cls, path: str, first_index: int, *, max_record_bytes: int,
-             is_last: bool) -> LoadedSegment | None:
-        """Open an existing segment and index its records.
+             is_last: bool, head_bytes: int = 0) -> LoadedSegment | None:
+        """Open an existing segment and index its records (keeping the first `head_bytes`
+        bytes of each: `LoadedSegment.heads`).
 
         Damage in a segment other than the last raises CorruptLogError. In the last one,
         damage with no valid record after it is a torn tail: it is cut (truncated and
@@ -129,7 +133,7 @@ class Segment:
         nothing in it was ever durable): the caller removes the file."""
         fd = os.open(path, os.O_RDWR)
         try:
-            loaded = cls._load(fd, path, first_index, max_record_bytes, is_last)
+            loaded = cls._load(fd, path, first_index, max_record_bytes, is_last, head_bytes)
         except BaseException:
             os.close(fd)
             raise
@@ -139,7 +143,7 @@ class Segment:
 
     @classmethod
     def _load(cls, fd: int, path: str, first_index: int, max_record_bytes: int,
-              is_last: bool) -> LoadedSegment | None:
+              is_last: bool, head_bytes: int) -> LoadedSegment | None:
         size = os.fstat(fd).st_size
         head = os.pread(fd, HEADER_SIZE, 0)
         problem = (f"file of {size} bytes is shorter than the segment header"
@@ -150,19 +154,20 @@ class Segment:
             raise CorruptLogError(path, 0, problem)
         flags = _HEADER_BODY.unpack_from(head)[2]
         offsets = array("Q")
+        heads = record.Heads(head_bytes)
         damage = resumes = None
         if size > HEADER_SIZE:
             with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
                 view = memoryview(mapped)
                 try:
-                    damage = record.scan(view, HEADER_SIZE, max_record_bytes, offsets)
+                    damage = record.scan(view, HEADER_SIZE, max_record_bytes, offsets, heads)
                     if damage is not None and is_last and not damage.over_limit:
                         resumes = record.next_valid_record(view, damage)
                 finally:
                     view.release()  # the map cannot close while a view exports it
         segment = cls(path, first_index, fd, offsets, size, flags)
         if damage is None:
-            return LoadedSegment(segment)
+            return LoadedSegment(segment, heads)
         if damage.over_limit:
             raise RecordTooLargeError(f"{path}: at byte {damage.offset}: {damage.reason}")
         if not is_last:
@@ -172,7 +177,7 @@ class Segment:
                                   f"{damage.reason}, and valid records resume at byte "
                                   f"{resumes}, so this is not a torn tail")
         segment.cut(damage.offset)
-        return LoadedSegment(segment, damage.offset, size - damage.offset)
+        return LoadedSegment(segment, heads, damage.offset, size - damage.offset)
 
     def cut(self, size: int) -> None:
         """Truncate the file to `size` bytes and fsync it (recovery and truncation)."""

@@ -1,11 +1,14 @@
 """DiskStorage: the core's Storage over real files (log, hard state, snapshots, log-base)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from consensus.raft import (CompactedError, Configuration, Entry, EntryType, HardState,
                             RaftNode, RaftOptions, Snapshot, UnavailableError)
-from consensus.runtime.disk_storage import DiskStorage
+from consensus.runtime.disk_storage import DiskStorage, encode_record
+from consensus.storage import CorruptLogError, SegmentedLog
 
 CONFIG = Configuration.of([1, 2, 3], addresses={1: "h:1"})
 
@@ -166,4 +169,90 @@ def test_a_crash_before_log_base_is_written_recovers_at_the_catch_up_snapshot(tm
     again = DiskStorage(str(tmp_path), segment_bytes=200, keep_snapshots=1)
     assert again.first_index() == 31 and again.term(30) == 4
     assert [e.index for e in again.entries(31, 36)] == [31, 32, 33, 34, 35]
+    again.close()
+
+
+def terms_and_types(storage: DiskStorage) -> tuple:
+    """What a restart rebuilds from the heads of the log's records."""
+    first, last = storage.first_index(), storage.last_index()
+    return (first, last, [storage.term(i) for i in range(first, last + 1)],
+            bytes(storage._types), storage.configuration_indexes())
+
+
+def restricted(state: tuple, first: int, last: int) -> tuple:
+    """`terms_and_types` of entries first..last of a storage that held `state`."""
+    lo, hi = first - state[0], last - state[0] + 1
+    return (first, last, state[2][lo:hi], state[3][lo:hi],
+            [i for i in state[4] if first <= i <= last])
+
+
+def test_terms_and_types_after_a_restart_are_those_before(tmp_path):
+    """A restart takes each entry's term and type from the heads recovery's scan kept
+    (the log is not read twice): the same as before it, across segments, after a
+    truncation, when the log starts below the first index (log-base lost after a
+    compaction), and when recovery cuts a torn tail."""
+    kinds = list(EntryType)
+
+    def varied(first, last, term):      # distinct big terms, every type, varied sizes
+        return [Entry((term << 40) + i, i, kinds[i % len(kinds)], b"d" * (1 + i % 5))
+                for i in range(first, last + 1)]
+
+    def reopen():
+        return DiskStorage(str(tmp_path), segment_bytes=200, keep_snapshots=1)
+    storage = reopen()
+    storage.append(varied(1, 60, term=1))
+    assert storage.append(varied(50, 70, term=2)) is True
+    for index in (20, 40):
+        storage.save_snapshot(Snapshot(index, storage.term(index), CONFIG, b"s"))
+    storage.compact(25)
+    first = storage.first_index()
+    assert 11 < first < 21
+    before = terms_and_types(storage)
+    assert len(set(before[2])) == 70 - first + 1 and len(set(before[3])) == len(kinds)
+    storage.close()
+    again = reopen()
+    assert terms_and_types(again) == before
+    again.close()
+    # without log-base, the core's log starts after a snapshot, above the log's start
+    (tmp_path / "log-base").unlink()
+    again = reopen()
+    assert again.log.first_index == first
+    assert terms_and_types(again) == restricted(before, 21, 70)
+    again.close()
+    # ... and several segments above it (the snapshot that covered the base is gone)
+    again.snapshots.prune_except({40})
+    again = reopen()
+    assert terms_and_types(again) == restricted(before, 41, 70)
+    again.close()
+    # a torn tail: the last entry's record loses its last byte, its head intact
+    last_segment = sorted((tmp_path / "log").glob("*.seg"))[-1]
+    with open(last_segment, "r+b") as file:
+        file.truncate(os.path.getsize(last_segment) - 1)
+    again = reopen()
+    assert again.log.recovery.cut_bytes > 0
+    assert terms_and_types(again) == restricted(before, 41, 69)
+    again.close()
+
+
+def test_a_record_shorter_than_an_entry_header_is_named_at_start(tmp_path):
+    DiskStorage(str(tmp_path)).close()
+    with SegmentedLog.open(tmp_path / "log") as log:
+        log.append_many([encode_record(e) for e in entries(1, 3)] + [b"\0" * 5]
+                        + [encode_record(e) for e in entries(5, 6)])
+    with pytest.raises(CorruptLogError, match="record 4 has 5 bytes, fewer than an entry "
+                                              "header"):
+        DiskStorage(str(tmp_path))
+
+
+def test_a_short_record_below_the_first_index_is_ignored(tmp_path):
+    """Entries below the first index (the log starts before it) are never decoded."""
+    storage = DiskStorage(str(tmp_path))
+    storage.save_snapshot(Snapshot(5, 2, CONFIG, b"state-5"))
+    storage.close()
+    with SegmentedLog.open(tmp_path / "log") as log:
+        log.reset(5)
+        log.append_many([b"\0" * 3] + [encode_record(e) for e in entries(6, 8, term=3)])
+    again = DiskStorage(str(tmp_path))
+    assert (again.first_index(), again.last_index()) == (6, 8)
+    assert [again.term(i) for i in range(5, 9)] == [2, 3, 3, 3]
     again.close()

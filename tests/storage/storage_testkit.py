@@ -40,3 +40,15 @@ def append_bytes(path: str, data: bytes) -> None:
 
 def all_records(log) -> list[bytes]:
     return log.read(log.first_index, log.last_index + 1)
+
+
+def expected_heads(records: list[bytes], size: int, first_index: int
+                   ) -> tuple[bytes, tuple[int, ...]]:
+    """What `RecordHeads` of `records` (from `first_index`) hold, joined: each record's
+    first `size` bytes, zero-padded, and the indexes of the records shorter than that."""
+    return (b"".join(r[:size].ljust(size, b"\0") for r in records),
+            tuple(i for i, r in enumerate(records, first_index) if len(r) < size))
+
+
+def joined_heads(heads) -> tuple[bytes, tuple[int, ...]]:
+    return b"".join(heads.chunks), heads.short

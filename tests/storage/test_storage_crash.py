@@ -15,9 +15,11 @@ import pytest
 from consensus.storage import CorruptLogError, SegmentedLog
 from consensus.storage.record import HEADER_SIZE, frame
 from consensus.storage.segment import FLAG_RESET, Segment, encode_header, segment_name
-from storage_testkit import all_records, append_bytes, payload, segment_paths
+from storage_testkit import (all_records, append_bytes, expected_heads, joined_heads, payload,
+                             segment_paths)
 
 SEGMENT_BYTES = 1 << 20
+HEAD_BYTES = 12     # longer than some records of the batches below
 
 
 def durable_base(directory: str, count: int) -> list[bytes]:
@@ -65,8 +67,12 @@ def crash_at_every_byte(tmp_path, items: list[bytes], cuts=None) -> int:
         whole = sum(end <= cut for end in ends)
         complete_bytes = ends[whole - 1] if whole else 0
         # fsync="never" only spares the test fsyncs: recovery is the same for all policies
-        with SegmentedLog.open(work, fsync="never", segment_bytes=SEGMENT_BYTES) as log:
+        with SegmentedLog.open(work, fsync="never", segment_bytes=SEGMENT_BYTES,
+                               head_bytes=HEAD_BYTES) as log:
             assert all_records(log) == durable + items[:whole], f"cut at byte {cut}"
+            # no head of a record the cut tore
+            assert joined_heads(log.take_heads()) == expected_heads(
+                durable + items[:whole], HEAD_BYTES, 1), f"cut at byte {cut}"
             assert log.recovery.cut_bytes == cut - complete_bytes
             assert log.last_index == log.durable_index == 6 + whole
             log.append(b"after the crash")
@@ -146,8 +152,10 @@ def test_a_reset_interrupted_after_its_segment_appeared_is_finished(tmp_path, ne
         else:
             old.append(path)
     Segment.create(directory, new_first, durable=True, flags=FLAG_RESET).close()
-    with SegmentedLog.open(directory) as log:
+    with SegmentedLog.open(directory, head_bytes=4) as log:
         assert (log.first_index, log.last_index) == (new_first, new_first - 1)
+        heads = log.take_heads()        # none of the dropped segments' records
+        assert (heads.first_index, joined_heads(heads)) == (new_first, (b"", ()))
         assert sorted(log.recovery.removed_files) == old
     assert segment_paths(directory) == [os.path.join(directory, segment_name(new_first))]
 

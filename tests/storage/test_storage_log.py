@@ -8,7 +8,8 @@ import pytest
 from consensus.storage import (CompactedIndexError, FsyncPolicy, FutureIndexError,
                                LogClosedError, LogInUseError, RecordTooLargeError,
                                SegmentedLog)
-from storage_testkit import all_records, payload, segment_paths
+from storage_testkit import (all_records, expected_heads, joined_heads, payload,
+                             segment_paths)
 
 SMALL_SEGMENTS = 200  # a 20-byte header and about four 40-byte records per segment
 
@@ -70,6 +71,7 @@ def test_payload_types_and_the_size_limit(log_dir):
     ("segment_bytes", 10, "segment_bytes=10: must be an integer >= 29"),
     ("first_index", -1, "first_index=-1"),
     ("max_record_bytes", 1 << 32, "max_record_bytes=4294967296"),
+    ("head_bytes", -1, "head_bytes=-1"),
 ])
 def test_bad_options_name_themselves(log_dir, option, value, message):
     with pytest.raises(ValueError, match=message):
@@ -154,6 +156,26 @@ def test_compaction_removes_only_whole_segments_below_the_index(log_dir):
         assert len(segment_paths(log_dir)) == 1
     with SegmentedLog.open(log_dir, segment_bytes=SMALL_SEGMENTS) as log:
         assert log.last_index == 30 and log.first_index > first
+
+
+def test_opening_keeps_each_records_head_for_take_heads(log_dir):
+    """The first head_bytes bytes of every record, from the recovery scan: one buffer a
+    segment, short records zero-padded and named, from the first index kept."""
+    records = [payload(i, i % 11) for i in range(1, 41)]       # 0 to 10 bytes
+    with SegmentedLog.open(log_dir, segment_bytes=100) as log:
+        log.append_many(records)
+        log.compact_before(12)
+        first = log.first_index
+        assert 1 < first <= 12
+    with SegmentedLog.open(log_dir, segment_bytes=100, head_bytes=6) as log:
+        heads = log.take_heads()
+        assert (heads.first_index, heads.size) == (first, 6)
+        assert len(heads.chunks) == len(segment_paths(log_dir)) > 2
+        assert joined_heads(heads) == expected_heads(records[first - 1:], 6, first)
+        assert heads.short and len(heads.short) < len(records) - first
+        with pytest.raises(ValueError, match="already taken"):
+            log.take_heads()
+        assert all_records(log) == records[first - 1:]      # the log itself is unchanged
 
 
 def test_reset_drops_everything_and_moves_the_first_index(log_dir):
