@@ -218,6 +218,11 @@ def log_record(entry: Entry, effective: bool | None = None) -> LogRecord:
         return LogRecord(index, term, "configuration", None, data, 0)
     if entry.type == EntryType.NOOP or not data:
         return LogRecord(index, term, "noop", None, b"", 0)
+    journal = journal_body(data)
+    if journal is not None:         # the common case, checked without building a Command
+        records = journal[1]
+        return LogRecord(index, term, "journal", records, b"", HEAD.unpack_from(data)[2],
+                         count=len(records))
     if is_status(data):
         return LogRecord(index, term, "status", None, data, _status_date(data))
     if not is_command(data):

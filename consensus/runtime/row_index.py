@@ -19,9 +19,9 @@ from array import array
 from bisect import bisect_left
 from typing import Callable, Iterable
 
-from consensus.raft import Entry, EntryType
+from consensus.raft import Entry
 
-from .envelope import described, header_of, journal_body
+from .envelope import described, header_of
 
 #: (index, rows a journal entry shows, the header of an effective commit or None)
 Shown = tuple[int, int, "list | None"]
@@ -109,12 +109,7 @@ class RowIndex:
 def entry_shows(entry: Entry, verdict: Callable[[Entry], "bool | None"]
                 ) -> tuple[int, "list | None"]:
     """What one applied entry shows readers, by `envelope.described`'s rule, with the
-    member's `verdict` on it: (journal rows, the header of an effective commit or None).
-    A well-formed journal entry is counted without building its record (the common
-    case, a few µs less an entry)."""
-    journal = journal_body(entry.data) if entry.type == EntryType.APPLICATION else None
-    if journal is not None:
-        return (0 if verdict(entry) is False else len(journal[1])), None
+    member's `verdict` on it: (journal rows, the header of an effective commit or None)."""
     record = described(entry, verdict(entry))
     if record.type == "journal" and not record.duplicate:
         return record.count or 0, None
