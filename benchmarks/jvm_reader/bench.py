@@ -16,6 +16,9 @@ into Spark's `noop` sink, after a warm-up round, in rotating order per round:
   raft, raft value    the garlicfarm Python source over the range (all columns; columns=value)
   jvm raft(, value)   arrowsocket over serve.py running the same planned partitions'
                       `reader.read(partition)`: the real read path, Arrow over TCP, columnar
+  jvm payloads(, value) arrowsocket, mode=payloads: serve.py runs only the raft reader's
+                      PieceReader (fetching, fallback, visibility) and forwards the farm's
+                      zstd Arrow payloads; the JVM decodes them, entry columns constant
   jvm ceiling(, value) arrowsocket over serve.py streaming bench_ceiling's in-memory batches:
                       the JVM transport's own floor
   ceiling(, value)    bench_ceiling, the Python data source's floor (spark_raft.py)
@@ -82,9 +85,9 @@ class RaftPlan:
         self.schema: StructType = spark.read.format("garlicfarm").options(**options).load().schema
         self.reader = GarlicFarmDataSource(dict(options)).reader(self.schema)
 
-    def specs(self) -> list[str]:
+    def specs(self, mode: str = "stream") -> list[str]:
         arrow = self.reader.settings.schema
-        return [encode_spec(self.reader, p, arrow) for p in self.reader.partitions()]
+        return [encode_spec(self.reader, p, arrow, mode) for p in self.reader.partitions()]
 
 
 def ceiling_specs(schema: StructType, rows: int, tasks: int, value_bytes: int) -> list[str]:
@@ -137,9 +140,13 @@ def main(argv: list[str] | None = None) -> int:
             full_schema, value_schema = full.schema, value.schema
             tasks = len(full.specs())
 
-            def arrowsocket(schema: StructType, specs: list[str]):
-                return (spark.read.format("arrowsocket").schema(schema)
+            def arrowsocket(schema: StructType, specs: list[str], **extra: str):
+                return (spark.read.format("arrowsocket").schema(schema).options(**extra)
                         .option("address", address).option("specs", "\n".join(specs)).load())
+
+            def payloads(plan: RaftPlan):
+                return arrowsocket(plan.schema, plan.specs("payloads"), mode="payloads",
+                                   cluster=plan.reader.settings.connection.cluster)
 
             def garlic(**extra: str):
                 return spark.read.format("garlicfarm").options(**raft_range).options(**extra).load()
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 "raft value": lambda: garlic(columns="value"),
                 "jvm raft": lambda: arrowsocket(full_schema, full.specs()),
                 "jvm raft value": lambda: arrowsocket(value_schema, value.specs()),
+                "jvm payloads": lambda: payloads(full),
+                "jvm payloads value": lambda: payloads(value),
                 "jvm ceiling": lambda: arrowsocket(full_schema, ceiling_specs(
                     full_schema, args.rows, tasks, args.value_bytes)),
                 "jvm ceiling value": lambda: arrowsocket(value_schema, ceiling_specs(
@@ -174,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"load after rounds: {uptime()}")
             lines += report("spark.read -> noop", args.rows, seconds, [
                 ("jvm raft", "parquet"), ("jvm raft value", "parquet"),
+                ("jvm payloads", "parquet"), ("jvm payloads value", "parquet"),
                 ("jvm ceiling", "parquet"), ("jvm ceiling value", "parquet"),
                 ("raft", "parquet"), ("raft value", "parquet"),
                 ("ceiling", "parquet"), ("ceiling value", "parquet"),
-                ("jvm raft", "parquet raft"), ("jvm ceiling", "parquet raft"),
+                ("jvm raft", "parquet raft"), ("jvm payloads", "parquet raft"),
+                ("jvm ceiling", "parquet raft"),
                 ("raft", "parquet raft"), ("jvm raft", "raft"),
                 ("jvm raft value", "raft value")])
             lines += ledger.lines(args.rows)
@@ -200,7 +211,9 @@ def check(frames: dict[str, Callable[[], object]], rows: int) -> list[str]:
             "count(*)", f"sum(cast({expression} as decimal(38, 0)))").first()
         return int(found[0]), int(found[1] or 0)
     pairs = [("raft", "jvm raft", FULL_HASH), ("raft", "parquet raft", FULL_HASH),
+             ("raft", "jvm payloads", FULL_HASH),
              ("raft value", "jvm raft value", "xxhash64(value)"),
+             ("raft value", "jvm payloads value", "xxhash64(value)"),
              ("parquet", "jvm raft value", "xxhash64(value)")]
     lines = []
     for ours, theirs, expression in pairs:

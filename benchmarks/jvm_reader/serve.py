@@ -5,10 +5,14 @@ record batches as Arrow IPC to ArrowSocketSource.java.
     python benchmarks/jvm_reader/serve.py [--port 0] [--workers 2 | --threads]
 
 A spec (the length-prefixed string a JVM task sends) is base64 of a pickled
-`(reader, partition, arrow_schema)`: the DataSourceReader the driver planned with (the
-raft source's RaftBatchReader, or benchmarks/spark_raft.py's CeilingReader) and one of
-its planned partitions, so the server runs exactly `reader.read(partition)`, the code a
-PySpark Python worker runs for that task. After the stream comes a trailer (4-byte
+`(mode, reader, partition, arrow_schema)`: the DataSourceReader the driver planned with
+(the raft source's RaftBatchReader, or benchmarks/spark_raft.py's CeilingReader) and one
+of its planned partitions. Mode "stream": the server runs exactly
+`reader.read(partition)`, the code a PySpark Python worker runs for that task, and writes
+its batches as one Arrow IPC stream. Mode "payloads" (raft): the server runs only the
+raft reader's PieceReader (fetching, member fallback, committed-batch visibility) and
+forwards each visible committed payload as the farm holds it (zstd Arrow IPC) in a frame
+(see ArrowSocketSource.java), for the JVM to decode. Either way a trailer follows (4-byte
 length, then that many bytes of error text; 0 when whole), so a failed read fails its
 task instead of ending short. The listening port is printed on stdout's first line.
 
@@ -28,6 +32,7 @@ import socketserver
 import struct
 import sys
 import traceback
+from typing import BinaryIO, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))                    # benchmarks/ (spark_raft)
@@ -36,13 +41,54 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))   # the repository
 import pyarrow as pa  # noqa: E402
 
 
-def encode_spec(reader: object, partition: object, schema: pa.Schema) -> str:
+def encode_spec(reader: object, partition: object, schema: pa.Schema,
+                mode: str = "stream") -> str:
     """The spec of one partition (driver side)."""
-    return base64.b64encode(pickle.dumps((reader, partition, schema))).decode("ascii")
+    return base64.b64encode(pickle.dumps((mode, reader, partition, schema))).decode("ascii")
 
 
-def decode_spec(spec: bytes) -> tuple[object, object, pa.Schema]:
+def decode_spec(spec: bytes) -> tuple[str, object, object, pa.Schema]:
     return pickle.loads(base64.b64decode(spec))
+
+
+def write_stream(out: BinaryIO, reader, partition, schema: pa.Schema) -> None:
+    """Mode "stream": the partition's record batches as one Arrow IPC stream."""
+    with pa.ipc.new_stream(out, schema) as writer:
+        for batch in reader.read(partition):
+            writer.write_batch(batch)
+
+
+def write_payloads(out: BinaryIO, reader, partition, schema: pa.Schema) -> None:
+    """Mode "payloads": each visible committed payload as the farm holds it, framed with
+    its entry's index, term and timestamp; journal entries are not handled here."""
+    from pyspark_farm.log_access import LogPartition, PieceReader
+    from pyspark_farm.raft.rows import ARROW_CONTENT
+    settings = reader.settings
+    try:
+        if isinstance(partition, LogPartition) and partition.pieces:
+            pieces = PieceReader(settings.connection, partition.endpoint,
+                                 fail_on_data_loss=settings.fail_on_data_loss)
+            try:
+                for visible in pieces.read(partition.pieces):
+                    if visible.type != "commit":
+                        raise NotImplementedError(f"payloads mode: a {visible.type} entry "
+                                                  f"at {visible.index}")
+                    for payload, content_type in zip(visible.records, visible.content_types):
+                        if content_type != ARROW_CONTENT:
+                            raise NotImplementedError(f"payloads mode: a {content_type} "
+                                                      "payload")
+                        out.write(FRAME.pack(1, visible.index, visible.term,
+                                             visible.timestamp_ms, len(payload)))
+                        out.write(payload)
+            finally:
+                pieces.close()
+    finally:
+        out.write(struct.pack(">i", 0))   # the frames end, whole or not: the trailer says
+
+
+WRITERS: dict[str, Callable[[BinaryIO, object, object, pa.Schema], None]] = {
+    "stream": write_stream, "payloads": write_payloads}
+FRAME = struct.Struct(">iqqqi")
 
 
 def read_exactly(stream, size: int) -> bytes:
@@ -58,15 +104,13 @@ class PartitionHandler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         (size,) = struct.unpack(">I", read_exactly(self.rfile, 4))
-        reader, partition, schema = decode_spec(read_exactly(self.rfile, size))
+        mode, reader, partition, schema = decode_spec(read_exactly(self.rfile, size))
         failure = b""
-        with pa.ipc.new_stream(self.wfile, schema) as writer:
-            try:
-                for batch in reader.read(partition):
-                    writer.write_batch(batch)
-            except Exception:   # the task must fail, not end short: say why in the trailer
-                failure = traceback.format_exc().encode()
-                print(failure.decode(), file=sys.stderr, flush=True)
+        try:
+            WRITERS[mode](self.wfile, reader, partition, schema)
+        except Exception:   # the task must fail, not end short: say why in the trailer
+            failure = traceback.format_exc().encode()
+            print(failure.decode(), file=sys.stderr, flush=True)
         self.wfile.write(struct.pack(">I", len(failure)) + failure)
         self.wfile.flush()
 
