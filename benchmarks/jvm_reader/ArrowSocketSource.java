@@ -55,9 +55,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * </pre>
  *
  * Protocol, per partition: connect; send the spec as a 4-byte big-endian length and its
- * UTF-8 bytes; read an Arrow IPC stream (schema, batches, end-of-stream marker); read a
- * trailer: a 4-byte big-endian length, 0 when the stream is whole, else that many bytes
- * of UTF-8 error message. A stream cut short (no trailer) fails the task, so an error in
+ * UTF-8 bytes; read a status (a 4-byte big-endian length, 0 when the spec is accepted,
+ * else that many bytes of UTF-8 error message); read an Arrow IPC stream (schema,
+ * batches, end-of-stream marker); read the trailer, a status again (0: the stream is
+ * whole). A stream cut short (no trailer) fails the task, so an error in
  * the server never passes for fewer rows.
  *
  * <p>Option mode=payloads (raft only): the server forwards each committed payload as the
@@ -301,6 +302,8 @@ public final class ArrowSocketSource implements TableProvider, DataSourceRegiste
       while (request.hasRemaining()) {
         channel.write(request);
       }
+      checkStatus(new DataInputStream(java.nio.channels.Channels.newInputStream(channel)),
+          "arrowsocket: the server closed before answering");
       return channel;
     } catch (IOException | RuntimeException e) {
       channel.close();
@@ -310,11 +313,16 @@ public final class ArrowSocketSource implements TableProvider, DataSourceRegiste
 
   /** The server's last word: 0, or why the stream ended early. */
   static void checkTrailer(DataInputStream in) throws IOException {
+    checkStatus(in, "arrowsocket: the stream ended without its trailer");
+  }
+
+  /** A status: 0, or the server's error (thrown). */
+  static void checkStatus(DataInputStream in, String whenMissing) throws IOException {
     int size;
     try {
       size = in.readInt();
     } catch (EOFException e) {
-      throw new EOFException("arrowsocket: the stream ended without its trailer");
+      throw new EOFException(whenMissing);
     }
     if (size != 0) {
       byte[] message = new byte[size];

@@ -48,6 +48,8 @@ sys.path.insert(0, os.path.dirname(BENCHMARKS))
 import spark_raft  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 from process_cpu import CpuLedger  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
+from pyspark.sql.datasource import InputPartition  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 from serve import encode_spec  # noqa: E402
 from spark_raft import BenchSource, CeilingReader, ceiling_reader, value_frame  # noqa: E402
@@ -111,13 +113,26 @@ def main(argv: list[str] | None = None) -> int:
                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
     server = Server(args.partitions, args.threads)
     work = tempfile.mkdtemp(prefix="jvm-reader-")
+    try:
+        lines = measure(args, jar, f"127.0.0.1:{server.port}", work)
+    finally:
+        server.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(lines, f, indent=1)
+    return 0
+
+
+def measure(args: argparse.Namespace, jar: str, address: str, work: str) -> list[str]:
+    """The whole run in one Spark session; the report's lines."""
     spark = spark_session("jvm-reader", f"local[{args.partitions}]", conf={
         "spark.jars": jar, "spark.ui.enabled": "false", "spark.driver.memory": "4g",
         "spark.sql.shuffle.partitions": str(args.partitions)})
     spark.sparkContext.setLogLevel("ERROR")
     cloudpickle.register_pickle_by_value(spark_raft)   # the workers cannot import benchmarks/
     spark.dataSource.register(BenchSource)
-    address = f"127.0.0.1:{server.port}"
     try:
         with LocalFarm(nodes=3) as farm:
             value_frame(spark, WARM_ROWS, args.partitions, args.value_bytes).write \
@@ -140,18 +155,18 @@ def main(argv: list[str] | None = None) -> int:
             full_schema, value_schema = full.schema, value.schema
             tasks = len(full.specs())
 
-            def arrowsocket(schema: StructType, specs: list[str], **extra: str):
+            def arrowsocket(schema: StructType, specs: list[str], **extra: str) -> DataFrame:
                 return (spark.read.format("arrowsocket").schema(schema).options(**extra)
                         .option("address", address).option("specs", "\n".join(specs)).load())
 
-            def payloads(plan: RaftPlan):
+            def payloads(plan: RaftPlan) -> DataFrame:
                 return arrowsocket(plan.schema, plan.specs("payloads"), mode="payloads",
                                    cluster=plan.reader.settings.connection.cluster)
 
-            def garlic(**extra: str):
+            def garlic(**extra: str) -> DataFrame:
                 return spark.read.format("garlicfarm").options(**raft_range).options(**extra).load()
 
-            frames: dict[str, Callable[[], object]] = {
+            frames: dict[str, Callable[[], DataFrame]] = {
                 "parquet": lambda: spark.read.parquet(parquet),
                 "parquet raft": lambda: spark.read.parquet(parquet_raft),
                 "raft": garlic,
@@ -173,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"local[{args.partitions}], {tasks} tasks per read, serve.py "
                      f"{'threads' if args.threads else f'{args.partitions} worker processes'}"]
             lines += check(frames, args.rows)
+            lines += check_failures(spark, address, full_schema)
             planning = sorted(timed(full.specs) for _ in range(5))
             lines.append(f"planning the raft read in the driver (jvm raft, each read): "
                          f"{planning[2] * 1000:.0f} ms median")
@@ -194,16 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             lines += ledger.lines(args.rows)
     finally:
         spark.stop()
-        server.close()
-        shutil.rmtree(work, ignore_errors=True)
-    print("\n".join(lines))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(lines, f, indent=1)
-    return 0
+    return lines
 
 
-def check(frames: dict[str, Callable[[], object]], rows: int) -> list[str]:
+def check(frames: dict[str, Callable[[], DataFrame]], rows: int) -> list[str]:
     """The JVM path reads what the Python source reads: the same count and hash sums
     (every column; the value column against parquet's too). Raises when not."""
     def sums(name: str, expression: str) -> tuple[int, int]:
@@ -225,6 +235,28 @@ def check(frames: dict[str, Callable[[], object]], rows: int) -> list[str]:
         counted = frames[name]().count()
         if counted != rows:
             raise SystemExit(f"{name} read {counted} rows, not {rows}")
+    return lines
+
+
+def check_failures(spark, address: str, schema: StructType) -> list[str]:
+    """A read the server refuses (an unknown mode), and one that fails after its stream
+    began (a partition the reader cannot read), must fail the Spark job with the server's
+    error, never end as fewer rows. Raises when not."""
+    reader = CeilingReader(schema, {"rows": 10, "partitions": 1, "valueBytes": 10})
+    broken = InputPartition(("not", "rows"))
+    specs = {"refused": encode_spec(reader, reader.partitions()[0], reader.arrow, "nope"),
+             "failed mid-stream": encode_spec(reader, broken, reader.arrow)}
+    lines = []
+    for case, spec in specs.items():
+        try:
+            spark.read.format("arrowsocket").schema(schema).option("address", address) \
+                .option("specs", spec).load().count()
+        except Exception as exc:     # Py4J / Spark's wrapping of the task's IOException
+            if "arrowsocket server failed" not in str(exc):
+                raise
+            lines.append(f"check: a read {case} fails its job with the server's error")
+            continue
+        raise SystemExit(f"arrowsocket: a read {case} did not fail")
     return lines
 
 

@@ -12,9 +12,10 @@ of its planned partitions. Mode "stream": the server runs exactly
 its batches as one Arrow IPC stream. Mode "payloads" (raft): the server runs only the
 raft reader's PieceReader (fetching, member fallback, committed-batch visibility) and
 forwards each visible committed payload as the farm holds it (zstd Arrow IPC) in a frame
-(see ArrowSocketSource.java), for the JVM to decode. Either way a trailer follows (4-byte
-length, then that many bytes of error text; 0 when whole), so a failed read fails its
-task instead of ending short. The listening port is printed on stdout's first line.
+(see ArrowSocketSource.java), for the JVM to decode. The server answers a spec with a status
+(4-byte length, then that many bytes of error text; 0: accepted), the body, and the same
+status again as a trailer (0 when whole), so a failed read fails its task instead of
+ending short. The listening port is printed on stdout's first line.
 
 By default --workers processes, forked once after the imports, accept connections on the
 one listening socket and serve one at a time, as Spark reuses a Python worker process per
@@ -104,14 +105,26 @@ class PartitionHandler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         (size,) = struct.unpack(">I", read_exactly(self.rfile, 4))
-        mode, reader, partition, schema = decode_spec(read_exactly(self.rfile, size))
-        failure = b""
         try:
-            WRITERS[mode](self.wfile, reader, partition, schema)
+            mode, reader, partition, schema = decode_spec(read_exactly(self.rfile, size))
+            write = WRITERS[mode]
+        except Exception:   # refused before any body: the same status the trailer has
+            self.status(traceback.format_exc())
+            return
+        self.status("")
+        failure = ""
+        try:
+            write(self.wfile, reader, partition, schema)
         except Exception:   # the task must fail, not end short: say why in the trailer
-            failure = traceback.format_exc().encode()
-            print(failure.decode(), file=sys.stderr, flush=True)
-        self.wfile.write(struct.pack(">I", len(failure)) + failure)
+            failure = traceback.format_exc()
+        self.status(failure)
+
+    def status(self, failure: str) -> None:
+        """4-byte length and that much error text; 0: fine."""
+        if failure:
+            print(failure, file=sys.stderr, flush=True)
+        text = failure.encode()
+        self.wfile.write(struct.pack(">I", len(text)) + text)
         self.wfile.flush()
 
 
