@@ -24,8 +24,9 @@ into Spark's `noop` sink, after a warm-up round, in rotating order per round:
   ceiling(, value)    bench_ceiling, the Python data source's floor (spark_raft.py)
 Reported as spark_vs_kafka.py does: rows/s of the median round, the median of the rounds'
 own ratios, and CPU seconds per 1M rows by kind of process (serve.py and its workers
-are `arrow server`). Before timing, the JVM path's rows are checked against the
-Python source's: count and a sum of xxhash64 over every column.
+are `arrow server`). Before timing, the JVM paths' rows are checked against the Python
+source's (count and a sum of xxhash64 over every column), and a refused spec and a read
+failing mid-stream must fail their jobs (their server tracebacks show in the output).
 """
 from __future__ import annotations
 
