@@ -231,6 +231,47 @@ def test_a_micro_batch_reads_each_entry_header_once():
     assert farm_log.served == 30
 
 
+class _OlderMember(_PagedLog):
+    """A member from before entry_rows: the call is refused as unknown, as such a node
+    refuses it."""
+
+    def entry_rows(self, start, stop, *, endpoint=None):
+        from consensus.runtime import FarmError
+        self.refused = getattr(self, "refused", 0) + 1
+        raise FarmError("unknown call 'entry_rows'; this node knows log_bounds, read_entries")
+
+
+class _RowsMember(_PagedLog):
+    """A member with entry_rows, answering `page` entries at a time."""
+
+    def entry_rows(self, start, stop, *, endpoint=None):
+        from consensus.runtime import RowCounts
+        stop = min(stop, start + self.page)
+        self.served += stop - start
+        rows = np.array([1 if i <= self.journal else 0 for i in range(start, stop)], "<u4")
+        return RowCounts(start, stop, rows.tobytes(), [])
+
+    def read_entries(self, *args, **kwargs):
+        raise AssertionError("planned from headers although entry_rows answers")
+
+
+@pytest.mark.parametrize("member", [_OlderMember, _RowsMember])
+def test_planning_asks_entry_rows_and_falls_back_to_headers(member):
+    from types import SimpleNamespace
+
+    from pyspark_farm.log_access import LogPlanner
+    farm_log = member(journal=25, last=30, page=10)
+    planner = LogPlanner()
+    planner.settings = SimpleNamespace(limits=Limits(), min_partitions=1, read_from="leader",
+                                       fail_on_data_loss=True)
+    planner._client = planner._probe = farm_log
+    stop = planner.next_end(1, ReadAllAvailable())
+    tasks = planner.plan_batch(1, stop)
+    assert [(p.start, p.stop) for task in tasks for p in task.pieces] == [(1, 26)]
+    assert farm_log.served == 30
+    assert getattr(farm_log, "refused", 0) == (1 if member is _OlderMember else 0)
+
+
 # --- planning -------------------------------------------------------------------------------
 
 def _covered(tasks):
