@@ -2,9 +2,10 @@
 and the chp source, which reads the journal its capture writes).
 
 Driver side (planning): the committed end of the log, the first index still kept, the row
-counts of entries (`entry_sizes`, optionally only one query's committed batches), which
-members serve reads (`reading_members`), one lazy pass over entry sizes (`SizeScan`) and
-the planning steps of a reader (`LogPlanner`).
+counts of entries (`size_pages`, as arrays from the members' row index; `entry_sizes`,
+an entry at a time; optionally only one query's committed batches), which members serve
+reads (`reading_members`), one lazy pass over entry sizes (`SizeScan`) and the planning
+steps of a reader (`LogPlanner`).
 Executor side: `PieceReader` turns planned `Piece`s into visible entries, at the member a
 task was given, falling back to the leader when that one is behind or gone, and to any
 member that still holds them when entries were compacted away where it asked; the same
