@@ -222,7 +222,7 @@ def read_range(farm, start: int, stop: int) -> int:
                                    username=options["username"], password=options["password"])
     reader = PieceReader(connection, None, fail_on_data_loss=True)
     try:
-        return sum(1 for _ in reader.read([Piece(start, stop)]))
+        return sum(len(page) for page in reader.read([Piece(start, stop)]))
     finally:
         reader.close()
 

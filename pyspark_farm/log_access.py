@@ -37,6 +37,7 @@ from .planning import EntrySize, Piece, Sizes, plan_tasks
 
 if TYPE_CHECKING:
     from consensus.runtime import ClusterView, FarmClient, LogRecord
+    from consensus.runtime.journal_pages import JournalPage
 
     from .connection import FarmClientOptions
 
@@ -49,8 +50,8 @@ CHUNK_BYTES = 8 << 20
 
 @dataclass(frozen=True, slots=True)
 class Visible:
-    """One visible entry: a journal entry's records, or (part of) a committed batch's
-    payloads with their content types."""
+    """(Part of) a committed batch's payloads with their content types, at its commit
+    entry (journal entries are read as columns: `JournalPage`)."""
     index: int
     term: int
     timestamp_ms: int
@@ -113,6 +114,11 @@ def read_held(client: "FarmClient", start: int, stop: int, *,
             delay = min(delay * 2, 0.2)
 
 
+def unknown_call(exc: Exception, name: str) -> bool:
+    """Is `exc` a member's refusal of call `name` as unknown (a node older than it)?"""
+    return str(exc).startswith(f"unknown call {name!r}")
+
+
 def size_pages(client: "FarmClient", start: int, stop: int, *,
                query_id: str | None = None, probe: "FarmClient | None" = None
                ) -> Iterator[Sizes]:
@@ -131,7 +137,7 @@ def size_pages(client: "FarmClient", start: int, stop: int, *,
                                    ask=lambda member, endpoint, at=cursor: member.entry_rows(
                                        at, stop, endpoint=endpoint))
             except FarmError as exc:
-                if not str(exc).startswith("unknown call 'entry_rows'"):
+                if not unknown_call(exc, "entry_rows"):
                     raise
                 by_rows = False         # a member older than the call: read headers
                 continue
@@ -261,13 +267,16 @@ class PieceReader:
                                         thread_name_prefix="garlicfarm-read")
         self._probe: "FarmClient | None" = None
         self._firsts: dict[str | None, int] = {}   # where members' logs started, when asked
+        self._columns = True                # read_journal, until a member does not know it
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for client in self._clients:
             client.close()
 
-    def read(self, pieces: Sequence[Piece]) -> Iterator[Visible]:
+    def read(self, pieces: Sequence[Piece]) -> Iterator["Visible | JournalPage"]:
+        """The pieces' visible entries in order: runs of journal entries as JournalPages,
+        committed batches as Visible."""
         for piece in pieces:
             if piece.parts is None:
                 yield from self._range(piece.start, piece.stop)
@@ -283,12 +292,18 @@ class PieceReader:
                 self._clients.append(self._probe)
             return self._probe
 
-    def _call(self, client: "FarmClient", start: int, stop: int) -> list:
-        """read_entries at the assigned member; if it is behind (IndexOverflow) wait for it
-        up to `wait` seconds, and if it is gone or still behind, ask the leader. Where the
-        range was compacted away (at that member, or at the leader), read it from a member
-        that still holds it, and read on there (EntriesGone when none does)."""
+    def _call(self, client: "FarmClient", start: int, stop: int,
+              ask: "Callable | None" = None) -> list:
+        """read_entries (or `ask(member, endpoint)`) at the assigned member; if it is
+        behind (IndexOverflow) wait for it up to `wait` seconds, and if it is gone or
+        still behind, ask the leader. Where the range was compacted away (at that member,
+        or at the leader), read it from a member that still holds it, and read on there
+        (EntriesGone when none does)."""
         from consensus.runtime import FarmError, IndexOverflow, IndexUnderflow
+        if ask is None:
+            def ask(member: "FarmClient", endpoint: str | None) -> list:
+                return member.read_entries(start, stop, max_bytes=CHUNK_BYTES,
+                                           endpoint=endpoint)
         endpoint = self.endpoint
         try:
             if endpoint is not None:
@@ -296,8 +311,7 @@ class PieceReader:
                 delay = 0.01
                 while True:
                     try:
-                        return client.read_entries(start, stop, max_bytes=CHUNK_BYTES,
-                                                   endpoint=endpoint)
+                        return ask(client, endpoint)
                     except IndexOverflow:
                         if time.monotonic() + delay > deadline:
                             break
@@ -308,12 +322,12 @@ class PieceReader:
                     except FarmError:
                         break
                 self.endpoint = endpoint = None  # the rest of the task reads from the leader
-            return client.read_entries(start, stop, max_bytes=CHUNK_BYTES)
+            return ask(client, None)
         except IndexUnderflow as exc:
             self._firsts[endpoint] = exc.first_available
             self.endpoint, records = read_anywhere(
                 client, self._prober(), start, stop, deadline=time.monotonic() + self.wait,
-                max_bytes=CHUNK_BYTES)
+                ask=ask)
             return records
 
     def _holds(self, index: int) -> bool:
@@ -331,12 +345,13 @@ class PieceReader:
                 return True
         return index >= first
 
-    def _range(self, start: int, stop: int) -> Iterator[Visible]:
-        """Journal entries of [start, stop), page by page (a retried append that the state
-        machine ignored, `duplicate`, shows nothing: as in read_committed)."""
+    def _range(self, start: int, stop: int) -> Iterator["JournalPage"]:
+        """The visible journal entries of [start, stop), page by page, as columns (a
+        retried append that the state machine ignored, `duplicate`, shows nothing: as in
+        read_committed)."""
         while start < stop:
             try:
-                page = self._call(self.client, start, stop)
+                page = self._journal(start, stop)
             except EntriesGone as gone:
                 if self.fail_on_data_loss:
                     raise DataLossError(start, gone.kept, firsts=gone.firsts) from None
@@ -345,13 +360,29 @@ class PieceReader:
                             "false)", start, gone.kept, gone.kept)
                 start = max(start + 1, gone.kept)
                 continue
-            if not page:
+            if page.stop <= start:
                 return
-            for record in page:
-                if record.type == "journal" and not getattr(record, "duplicate", False):
-                    yield Visible(record.index, record.term, record.timestamp_ms, "journal",
-                                  list(record.records or ()))
-            start = page[-1].index + 1
+            if len(page):
+                yield page
+            start = page.stop
+
+    def _journal(self, start: int, stop: int) -> "JournalPage":
+        """One page of [start, stop): `read_journal`, or, from a member older than that
+        call, read_entries turned into the same columns here."""
+        from consensus.runtime import FarmError
+        from consensus.runtime.journal_pages import page_answer, page_from_answer
+        if self._columns:
+            try:
+                return self._call(self.client, start, stop, ask=lambda member, endpoint:
+                                  member.read_journal(start, stop, max_bytes=CHUNK_BYTES,
+                                                      endpoint=endpoint))
+            except FarmError as exc:
+                if not unknown_call(exc, "read_journal"):
+                    raise
+                self._columns = False
+        records = self._call(self.client, start, stop)
+        end = records[-1].index + 1 if records else start
+        return page_from_answer(start, stop, page_answer(records, start, end))
 
     def _slice(self, index: int, lo: int, hi: int) -> Iterator[Visible]:
         """Payloads [lo, hi) of the committed batch at `index`, one at a time, from a member

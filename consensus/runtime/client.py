@@ -41,6 +41,7 @@ from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmErro
                                       Incomplete, NotLeaderError, ProtocolMismatch,
                                       RetryableWrite, Unavailable, error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
+from consensus.runtime.journal_pages import JournalPage, page_from_answer
 from consensus.runtime.links import (Directory, Link, LinkPool, NoAnswer,
                                     foreign_leader_text)
 from consensus.runtime.pipeline import PendingWrite, WritePipe
@@ -385,6 +386,20 @@ class FarmClient:
                           verdicts.get(index, True))
                 for index, term, kind, data in answer["entries"]]
 
+    def read_journal(self, start: int, stop: int, *, max_bytes: int = 8 << 20,
+                     endpoint: str | None = None) -> JournalPage:
+        """The visible journal entries of committed entries [start, stop) of one member
+        (default: the leader) as columns (`JournalPage`; docs/runtime-requests.md S8); may
+        end before `stop` when `max_bytes` is reached (at least one entry when start <
+        stop). FarmError "unknown call" from a member older than the call."""
+        answer = self._call("read_journal", {"start": int(start), "stop": int(stop),
+                                             "max_bytes": int(max_bytes)},
+                            leader=endpoint is None, endpoint=endpoint)
+        if not isinstance(answer, dict):
+            raise ProtocolMismatch(f"read_journal({start}, {stop}): the member answered "
+                                   f"{type(answer).__name__}, not a map")
+        return page_from_answer(start, stop, answer)
+
     def entry_rows(self, start: int, stop: int, *, endpoint: str | None = None) -> RowCounts:
         """Row counts of committed entries [start, stop) of one member (default: the
         leader), for planning: each entry's journal rows and the effective commits'
@@ -392,6 +407,7 @@ class FarmClient:
         when start < stop). FarmError "unknown call" from a member older than the call."""
         answer = self._call("entry_rows", {"start": int(start), "stop": int(stop)},
                             leader=endpoint is None, endpoint=endpoint)
+        answer = answer if isinstance(answer, dict) else {}
         end, rows = answer.get("stop"), answer.get("rows")
         commits = [record_from_header(h) for h in answer.get("commits") or ()]
         if not isinstance(end, int) or not isinstance(rows, bytes) or \

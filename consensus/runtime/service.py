@@ -43,6 +43,7 @@ from consensus.runtime.errors import (FarmError, IndexOverflow, IndexUnderflow,
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.runtime.machines import CommandError, Outcome
+from consensus.runtime.journal_pages import member_answer
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.runtime.row_index import RowIndex, entry_shows
 from consensus.wire.errors import ProtocolError
@@ -533,6 +534,17 @@ class Service:
         return self._applied_range(conn, call, args, "read_entries", lambda start, stop:
                                    self._entries(start, stop, max_bytes, payloads))
 
+    def _c_read_journal(self, conn, call, args):
+        """The visible journal entries of a page as columns (docs/runtime-requests.md
+        S8): a backlog of small entries read without a record object per entry."""
+        max_bytes = int(args.get("max_bytes", 8 << 20))
+        node = self.node
+
+        def answer(start: int, stop: int) -> dict:
+            entries = node.log.slice(start, stop, max_bytes) if stop > start else []
+            return member_answer(entries, node.machine.verdict, start)
+        return self._applied_range(conn, call, args, "read_journal", answer)
+
     def _c_entry_rows(self, conn, call, args):
         """Each entry's journal rows and the effective commits' headers, from the row
         index (docs/runtime-requests.md S7): planning a backlog without its headers."""
@@ -617,6 +629,7 @@ class Service:
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
         "read_entries": _c_read_entries, "entry_rows": _c_entry_rows,
+        "read_journal": _c_read_journal,
         "subscribe": _c_subscribe, "ping": _c_ping,
     }
 

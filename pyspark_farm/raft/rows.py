@@ -1,20 +1,23 @@
 """Visible log entries to Arrow record batches of the raft source's schema.
 
 Rows are built column-wise: the values of many entries are gathered into one binary
-array (an Arrow payload's `value` column as is; a journal entry's records through one
-`pa.array` call), and the per-entry columns (index, term, type, timestamp) are repeated
-with numpy, so no Python object is made per row.
+array (an Arrow payload's `value` column as is; a page of journal entries' records over
+the buffer they arrived in), and the per-entry columns (index, term, type, timestamp)
+are repeated with numpy, so no Python object is made per row.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from ..schema import PayloadError, open_ipc
+
+if TYPE_CHECKING:
+    from consensus.runtime.journal_pages import JournalPage
 
 #: The raft source's own columns (docs/options.md).
 RAFT_COLUMNS_DDL = ("cluster string, index long, term long, type string, value binary, "
@@ -83,19 +86,34 @@ class RowBatchBuilder:
     _times: list[int] = field(default_factory=list)
     _counts: list[int] = field(default_factory=list)
     _chunks: list[pa.Array] = field(default_factory=list)
-    _records: list[bytes] = field(default_factory=list)
     _rows: int = 0
     _bytes: int = 0
 
-    def add_records(self, index: int, term: int, type_: str, timestamp_ms: int,
-                    records: list[bytes]) -> Iterator[pa.RecordBatch]:
-        """A journal entry's records (bytes objects as the client decoded them)."""
-        if not records:
+    def add_journal(self, page: "JournalPage") -> Iterator[pa.RecordBatch]:
+        """A page of journal entries as columns (`read_journal`): its records become one
+        binary array over the page's buffer (no Python object per record), cut into
+        batches of `max_rows` rows at entry boundaries."""
+        if not len(page):
             return
-        self._entry(index, term, type_, timestamp_ms, len(records))
-        self._records.extend(records)
-        self._bytes += sum(map(len, records))
-        yield from self._maybe_emit()
+        yield from self.finish()             # what came before, in log order
+        offsets = page.offsets()
+        ends = np.cumsum(page.count, dtype=np.int64)
+        first = 0
+        while first < len(page):
+            # as many whole entries as max_rows holds (at least one)
+            base = ends[first - 1] if first else 0
+            last = max(first + 1, int(np.searchsorted(ends, base + self.max_rows, "right")))
+            lo, hi = int(base), int(ends[last - 1])
+            values = pa.BinaryArray.from_buffers(
+                pa.binary(), hi - lo, [None, pa.py_buffer(offsets[lo:hi + 1] - offsets[lo]),
+                                       pa.py_buffer(page.data)[offsets[lo]:offsets[hi]]])
+            entries = slice(first, last)
+            yield self._batch(page.index[entries].astype(np.int64),
+                              page.term[entries].astype(np.int64),
+                              np.full(last - first, TYPES.index("journal"), np.int8),
+                              page.timestamp[entries].astype(np.int64),
+                              page.count[entries].astype(np.int64), values)
+            first = last
 
     def add_values(self, index: int, term: int, type_: str, timestamp_ms: int,
                    values: pa.Array) -> Iterator[pa.RecordBatch]:
@@ -110,7 +128,6 @@ class RowBatchBuilder:
                 self._chunks.append(piece)
                 yield self._emit()
             return
-        self._flush_records_if(True)
         self._entry(index, term, type_, timestamp_ms, len(values))
         self._chunks.append(values)
         self._bytes += values.nbytes
@@ -129,40 +146,37 @@ class RowBatchBuilder:
         self._counts.append(count)
         self._rows += count
 
-    def _flush_records_if(self, pending: bool) -> None:
-        """Keep values in log order: pending journal records become a chunk before Arrow
-        values are added after them."""
-        if pending and self._records:
-            self._chunks.append(pa.array(self._records, pa.binary()))
-            self._records = []
-
     def _maybe_emit(self) -> Iterator[pa.RecordBatch]:
         if self._rows >= self.max_rows or self._bytes >= self.max_bytes:
             yield self._emit()
 
     def _emit(self) -> pa.RecordBatch:
-        self._flush_records_if(True)
-        counts = np.asarray(self._counts, dtype=np.int64)
         values = self._chunks[0] if len(self._chunks) == 1 else pa.concat_arrays(self._chunks)
-        rows = len(values)
+        batch = self._batch(np.asarray(self._indexes, np.int64),
+                            np.asarray(self._terms, np.int64), np.asarray(self._types, np.int8),
+                            np.asarray(self._times, np.int64),
+                            np.asarray(self._counts, np.int64), values)
+        self._indexes, self._terms, self._types, self._times, self._counts = [], [], [], [], []
+        self._chunks = []
+        self._rows = self._bytes = 0
+        return batch
 
-        def per_entry(items: list[int], dtype) -> np.ndarray:
-            return np.repeat(np.asarray(items, dtype=dtype), counts)
+    def _batch(self, indexes: np.ndarray, terms: np.ndarray, types: np.ndarray,
+               times: np.ndarray, counts: np.ndarray, values: pa.Array) -> pa.RecordBatch:
+        """The batch of `values`, entry k's `counts[k]` rows carrying its index, term,
+        type and time."""
+        rows = len(values)
         # only the columns the schema has (the `columns` option), each made on demand
         makers: dict[str, Callable[[], pa.Array]] = {
             "cluster": lambda: pa.repeat(pa.scalar(self.cluster, pa.string()), rows),
-            "index": lambda: pa.array(per_entry(self._indexes, np.int64)),
-            "term": lambda: pa.array(per_entry(self._terms, np.int64)),
-            "type": lambda: _type_names().take(pa.array(per_entry(self._types, np.int8))),
+            "index": lambda: pa.array(np.repeat(indexes, counts)),
+            "term": lambda: pa.array(np.repeat(terms, counts)),
+            "type": lambda: _type_names().take(pa.array(np.repeat(types, counts))),
             "value": lambda: values,
-            "timestamp": lambda: pa.array(per_entry(self._times, np.int64) * 1000,
+            "timestamp": lambda: pa.array(np.repeat(times, counts) * 1000,
                                           pa.timestamp("us", tz="UTC")),
         }
         columns = [makers[name]() for name in self.schema.names if name in makers]
         if self.decode is not None:
             columns.extend(self.decode(values))
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        self._indexes, self._terms, self._types, self._times, self._counts = [], [], [], [], []
-        self._chunks = []
-        self._rows = self._bytes = 0
-        return batch
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)

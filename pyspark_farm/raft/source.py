@@ -16,6 +16,8 @@ from typing import Iterable, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from consensus.runtime.journal_pages import JournalPage
+
 from ..admission import Limits
 from ..compat import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
                       LessThan, LessThanOrEqual, ReadLimit, StartTracker,
@@ -54,9 +56,8 @@ def read_partition(settings: RaftSourceSettings, partition: InputPartition
                          fail_on_data_loss=settings.fail_on_data_loss)
     try:
         for visible in reader.read(partition.pieces):
-            if visible.type == "journal":
-                yield from builder.add_records(visible.index, visible.term, visible.type,
-                                               visible.timestamp_ms, visible.records)
+            if isinstance(visible, JournalPage):
+                yield from builder.add_journal(visible)
                 continue
             for payload, content_type in zip(visible.records, visible.content_types):
                 for values in payload_chunks(payload, content_type, visible.index):

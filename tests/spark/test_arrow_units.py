@@ -8,6 +8,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
 
+from consensus.runtime import LogRecord
+from consensus.runtime.journal_pages import page_answer, page_from_answer
 from pyspark_farm.errors import CommitConflict, OptionError, SchemaError
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL, PayloadError, RowBatchBuilder, payload_values
 from pyspark_farm.raft.rows import payload_chunks as payload_chunks_of
@@ -74,17 +76,27 @@ def test_binary_value_column_rules():
         binary_value_column(pa.RecordBatch.from_pydict({"value": [1]}))
 
 
+def journal(*entries):
+    """A JournalPage (what read_journal answers) of (index, term, timestamp_ms, records)
+    journal entries."""
+    records = [LogRecord(i, t, "journal", list(r), b"", ts, count=len(r))
+               for i, t, ts, r in entries]
+    lo, hi = entries[0][0], entries[-1][0] + 1
+    return page_from_answer(lo, hi, page_answer(records, lo, hi))
+
+
 def test_row_batches_match_sparks_arrow_schema_and_keep_log_order():
     schema = arrow_schema(RAFT_SCHEMA)
     builder = RowBatchBuilder("farm", schema, max_rows=1000)
     payload = ipc_payload([pa.array([b"c1", b"c2", b"c3"], pa.binary())])
-    batches = list(builder.add_records(4, 2, "journal", 1_700_000_000_123, [b"j1", b"j2"]))
+    batches = list(builder.add_journal(journal((4, 2, 1_700_000_000_123, [b"j1", b"j2"]))))
     batches += builder.add_values(6, 2, "commit", 1_700_000_000_500,
                                   payload_values(payload, "arrow", 6))
-    batches += builder.add_records(7, 3, "journal", 0, [b"j3"])
+    batches += builder.add_journal(journal((7, 3, 0, [b"j3"])))
     batches += builder.finish()
-    assert len(batches) == 1 and batches[0].schema.equals(schema)
-    rows = batches[0].to_pylist()
+    assert [b.num_rows for b in batches] == [2, 3, 1]
+    assert all(b.schema.equals(schema) for b in batches)
+    rows = [r for b in batches for r in b.to_pylist()]
     assert [r["value"] for r in rows] == [b"j1", b"j2", b"c1", b"c2", b"c3", b"j3"]
     assert [r["index"] for r in rows] == [4, 4, 6, 6, 6, 7]
     assert [r["type"] for r in rows] == ["journal"] * 2 + ["commit"] * 3 + ["journal"]
@@ -100,7 +112,7 @@ def test_large_payload_batches_go_to_spark_without_copies_in_log_order():
     payload = ipc_payload(sent)
     chunks = payload_chunks_of(payload, "arrow", 5)
     assert [len(c) for c in chunks] == [7000, 2]       # one array per batch the sink wrote
-    batches = list(builder.add_records(3, 1, "journal", 0, [b"j"]))
+    batches = list(builder.add_journal(journal((3, 1, 0, [b"j"]))))
     for values in chunks:
         batches += builder.add_values(5, 1, "commit", 0, values)
     batches += builder.finish()
@@ -119,11 +131,10 @@ def test_row_batches_are_cut_at_max_rows_and_decode_values():
                                             "timestamp"])) + [("id", "long")]))
     value_schema = pa.schema([("id", pa.int64())])
     builder = RowBatchBuilder("c", schema, value_decoder("json", value_schema), max_rows=3)
-    out = []
-    for i in range(5):
-        out += builder.add_records(10 + i, 1, "journal", 0, [b'{"id": %d}' % i, b"{}"])
+    out = list(builder.add_journal(journal(*[(10 + i, 1, 0, [b'{"id": %d}' % i, b"{}"])
+                                             for i in range(5)])))
     out += builder.finish()
-    assert [b.num_rows for b in out] == [4, 4, 2]
+    assert [b.num_rows for b in out] == [2, 2, 2, 2, 2]     # whole entries, max_rows each
     assert [r["id"] for b in out for r in b.to_pylist()] == [0, None, 1, None, 2, None,
                                                              3, None, 4, None]
 
@@ -182,11 +193,11 @@ def test_columns_option_selects_the_kinds_columns_in_its_order():
 def test_row_batches_hold_only_the_schemas_columns():
     schema = arrow_schema(_struct([("timestamp", "timestamp"), ("value", "binary")]))
     builder = RowBatchBuilder("farm", schema, max_rows=1000)
-    batches = list(builder.add_records(4, 2, "journal", 1_700_000_000_123, [b"j1", b"j2"]))
+    batches = list(builder.add_journal(journal((4, 2, 1_700_000_000_123, [b"j1", b"j2"]))))
     batches += builder.add_values(6, 2, "commit", 0, pa.array([b"c1"], pa.binary()))
     batches += builder.finish()
-    assert len(batches) == 1 and batches[0].schema.equals(schema)
-    assert batches[0].column("value").to_pylist() == [b"j1", b"j2", b"c1"]
+    assert len(batches) == 2 and all(b.schema.equals(schema) for b in batches)
+    assert [v for b in batches for v in b.column("value").to_pylist()] == [b"j1", b"j2", b"c1"]
     assert batches[0].column("timestamp")[0].as_py() == datetime.datetime(
         2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
 
