@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -45,6 +45,16 @@ class JournalPage:
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def entries(self) -> Iterator[tuple[int, list[bytes]]]:
+        """(index, records) of each entry, as bytes objects (a Python object per record:
+        for checks and small reads, not for the bulk of a backlog)."""
+        offsets = self.offsets().tolist()
+        first = 0
+        for index, count in zip(self.index.tolist(), self.count.tolist()):
+            yield index, [self.data[offsets[k]:offsets[k + 1]]
+                          for k in range(first, first + count)]
+            first += count
 
     def offsets(self) -> np.ndarray:
         """Where each record starts in `data`, and the end: int32 (Arrow's binary)."""

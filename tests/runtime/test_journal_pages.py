@@ -21,6 +21,7 @@ def test_a_page_holds_the_visible_journal_records_in_order():
     assert page.index.tolist() == [3, 7] and page.timestamp.tolist() == [1003, 1007]
     assert page.count.tolist() == [2, 2] and page.sizes.tolist() == [1, 2, 0, 3]
     assert page.data == b"abcdef" and page.offsets().tolist() == [0, 1, 3, 3, 6]
+    assert list(page.entries()) == [(3, [b"a", b"bc"]), (7, [b"", b"def"])]
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -54,11 +55,6 @@ def test_read_journal_at_each_member_matches_read_entries():
                 while start < end:      # small pages: the answer ends early, at an entry
                     page = client.read_journal(start, end, max_bytes=64, endpoint=endpoint)
                     assert start < page.stop <= end
-                    offsets = page.offsets()
-                    j = 0
-                    for index, count in zip(page.index.tolist(), page.count.tolist()):
-                        got.append((index, [page.data[offsets[k]:offsets[k + 1]]
-                                            for k in range(j, j + count)]))
-                        j += count
+                    got += page.entries()
                     start = page.stop
                 assert got == expected

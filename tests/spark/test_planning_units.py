@@ -427,3 +427,42 @@ def test_index_filters_narrow_the_range():
     assert points.narrow(In(("index",), (3, 4, 9, 50)))
     assert points.narrow(LessThanOrEqual(("index",), 9))
     assert points.ranges(1, 40) == [(3, 5), (9, 10)]
+
+
+class _OlderJournalMember:
+    """A member from before read_journal: it refuses the call as unknown and serves
+    read_entries (journal entries 5..9 with two records each, 7 a retried duplicate)."""
+    timeout = 1.0
+
+    def __init__(self) -> None:
+        self.refused = 0
+
+    def read_journal(self, start, stop, *, max_bytes=0, endpoint=None):
+        from consensus.runtime import FarmError
+        self.refused += 1
+        raise FarmError("unknown call 'read_journal'; this node knows read_entries")
+
+    def read_entries(self, start, stop, *, max_bytes=0, endpoint=None, payloads=True):
+        from consensus.runtime import LogRecord
+        stop = min(stop, start + 2)         # pages of two entries
+        return [LogRecord(i, 1, "journal", [b"%d-a" % i, b"%d-b" % i], b"", i,
+                          duplicate=i == 7, count=2) for i in range(start, stop)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_journal_runs_from_a_member_older_than_read_journal_come_from_read_entries():
+    from types import SimpleNamespace
+
+    from pyspark_farm.log_access import PieceReader
+    member = _OlderJournalMember()
+    reader = PieceReader(SimpleNamespace(client=lambda **_: member, timeout=1.0), None,
+                         fail_on_data_loss=True)
+    try:
+        pages = list(reader.read([Piece(5, 10)]))
+    finally:
+        reader.close()
+    assert [entry for page in pages for entry in page.entries()] == [
+        (i, [b"%d-a" % i, b"%d-b" % i]) for i in (5, 6, 8, 9)]
+    assert member.refused == 1          # asked once, then read_entries for the rest

@@ -18,6 +18,7 @@ from typing import Iterator
 import pytest
 
 from consensus.runtime import FarmError
+from consensus.runtime.journal_pages import JournalPage
 from pyspark_farm import DataLossError, LocalFarm
 from pyspark_farm.connection import FarmClientOptions
 from pyspark_farm.log_access import LogPartition, LogPlanner, PieceReader
@@ -120,7 +121,10 @@ def read_pieces(conn: FarmClientOptions, endpoint: str | None, pieces: list[Piec
                 fail: bool) -> list[tuple[int, bytes]]:
     reader = PieceReader(conn, endpoint, fail_on_data_loss=fail)
     try:
-        return [(v.index, record) for v in reader.read(pieces) for record in v.records]
+        return [(index, record) for v in reader.read(pieces)
+                for index, records in (v.entries() if isinstance(v, JournalPage)
+                                       else [(v.index, v.records)])
+                for record in records]
     finally:
         reader.close()
 
