@@ -9,8 +9,8 @@ membership entries in between are never fetched (a staged payload is read once, 
 the commit that names it). Rows come out in the same order whatever the cut, so a replay
 of the same offsets gives the same rows.
 
-Sans-I/O: the caller passes what it knows about the entries (`EntrySize`s, from entry
-headers).
+Sans-I/O: the caller passes what it knows about the entries (`Sizes`, arrays of the
+members' row counts, or `EntrySize`s from entry headers).
 """
 from __future__ import annotations
 
@@ -145,15 +145,14 @@ def plan_tasks(start: int, stop: int, sizes: "Sizes | Sequence[EntrySize]", *,
     lasts = np.append(firsts[1:] - 1, len(index) - 1)
     tasks: list[list[Piece]] = []
     task_of = None
-    for first, last, unit_bucket, is_journal, lo, hi, at, part_lo, part_hi in zip(
-            firsts.tolist(), lasts.tolist(), bucket[firsts].tolist(),
-            journal[firsts].tolist(), index[firsts].tolist(), index[lasts].tolist(),
-            index[firsts].tolist(), part[firsts].tolist(), part[lasts].tolist()):
+    for unit_bucket, is_journal, lo, hi, part_lo, part_hi in zip(
+            bucket[firsts].tolist(), journal[firsts].tolist(), index[firsts].tolist(),
+            index[lasts].tolist(), part[firsts].tolist(), part[lasts].tolist()):
         if unit_bucket != task_of:
             tasks.append([])
             task_of = unit_bucket
-        tasks[-1].append(Piece(lo, hi + 1) if is_journal
-                         else Piece(at, at + 1, (part_lo, part_hi + 1)))
+        tasks[-1].append(Piece(lo, hi + 1) if is_journal      # a run of journal entries
+                         else Piece(lo, lo + 1, (part_lo, part_hi + 1)))    # a commit's slice
     return tasks
 
 

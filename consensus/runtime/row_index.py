@@ -46,9 +46,6 @@ class RowIndex:
         self._commit_at: list[int] = []         # the effective commits' indexes, in order
         self._commits: list[list] = []          # and their headers
 
-    def __len__(self) -> int:
-        return self.high - self.low
-
     def forget_before(self, first: int) -> None:
         """Entries below `first` were compacted away: drop them."""
         if first <= self.low:
