@@ -86,6 +86,16 @@ def _supports_headers_only(client: "FarmClient") -> bool:
         return False
 
 
+def entries_of(start: int, stop: int, **options: object
+               ) -> Callable[["FarmClient", str | None], list["LogRecord"]]:
+    """What readers ask a member by default: read_entries of [start, stop), a page of
+    CHUNK_BYTES at most (`options`: payloads)."""
+    def ask(member: "FarmClient", endpoint: str | None) -> list["LogRecord"]:
+        return member.read_entries(start, stop, max_bytes=CHUNK_BYTES, endpoint=endpoint,
+                                   **options)
+    return ask
+
+
 def read_held(client: "FarmClient", start: int, stop: int, *,
               probe: "FarmClient | None" = None, ask: "Callable | None" = None,
               **options: object) -> list["LogRecord"]:
@@ -95,17 +105,14 @@ def read_held(client: "FarmClient", start: int, stop: int, *,
     predecessor reported) are waited for, with backoff, up to the client's timeout.
     `ask(member, endpoint)` asks something else of the member (entry_rows)."""
     from consensus.runtime import IndexOverflow, IndexUnderflow
-    if ask is None:
-        def ask(member: "FarmClient", endpoint: str | None) -> list["LogRecord"]:
-            return member.read_entries(start, stop, max_bytes=CHUNK_BYTES, endpoint=endpoint,
-                                       **options)
+    ask = ask or entries_of(start, stop, **options)
     deadline = time.monotonic() + client.timeout
     delay = 0.01
     while True:
         try:
             return ask(client, None)
         except IndexUnderflow:
-            return read_anywhere(client, probe or client, start, stop,
+            return read_anywhere(client, probe or client, start,
                                  deadline=time.monotonic() + client.timeout, ask=ask)[1]
         except IndexOverflow:
             if time.monotonic() + delay > deadline:
@@ -300,10 +307,7 @@ class PieceReader:
         or at the leader), read it from a member that still holds it, and read on there
         (EntriesGone when none does)."""
         from consensus.runtime import FarmError, IndexOverflow, IndexUnderflow
-        if ask is None:
-            def ask(member: "FarmClient", endpoint: str | None) -> list:
-                return member.read_entries(start, stop, max_bytes=CHUNK_BYTES,
-                                           endpoint=endpoint)
+        ask = ask or entries_of(start, stop)
         endpoint = self.endpoint
         try:
             if endpoint is not None:
@@ -326,8 +330,7 @@ class PieceReader:
         except IndexUnderflow as exc:
             self._firsts[endpoint] = exc.first_available
             self.endpoint, records = read_anywhere(
-                client, self._prober(), start, stop, deadline=time.monotonic() + self.wait,
-                ask=ask)
+                client, self._prober(), start, deadline=time.monotonic() + self.wait, ask=ask)
             return records
 
     def _holds(self, index: int) -> bool:
@@ -382,7 +385,7 @@ class PieceReader:
                 self._columns = False
         records = self._call(self.client, start, stop)
         end = records[-1].index + 1 if records else start
-        return page_from_answer(start, stop, page_answer(records, start, end))
+        return page_from_answer(start, stop, page_answer(records, end))
 
     def _slice(self, index: int, lo: int, hi: int) -> Iterator[Visible]:
         """Payloads [lo, hi) of the committed batch at `index`, one at a time, from a member
@@ -403,9 +406,10 @@ class PieceReader:
         started = False
         try:
             if wanted and not self._holds(min(wanted)):
+                low = min(wanted)
                 self.endpoint, _ = read_anywhere(
-                    self.client, self._prober(), min(wanted), min(wanted) + 1,
-                    deadline=time.monotonic() + self.wait, payloads=False)
+                    self.client, self._prober(), low, deadline=time.monotonic() + self.wait,
+                    ask=entries_of(low, low + 1, payloads=False))
             for staged in self._in_order(wanted):
                 content_type = staged.staged.content_type if staged.staged else "bytes"
                 started = True
@@ -556,12 +560,12 @@ class LogPlanner:
         for start, stop in ranges:
             if stop <= start:
                 continue
-            known = sizes if sizes is not None else Sizes.joined(start, stop, list(
-                size_pages(client, start, stop, query_id=query_id, probe=self.probe())))
-            known = self._whole(known)
+            pages = [sizes] if sizes is not None else list(
+                size_pages(client, start, stop, query_id=query_id, probe=self.probe()))
+            known = self._whole(Sizes.joined(start, stop, pages))
             tasks += plan_tasks(start, stop, known, min_tasks=self.settings.min_partitions,
                                 rows_per_task=ROWS_PER_TASK)
-            low = Sizes.joined(start, stop, [known]).first_needed()
+            low = known.first_needed()
             if low is not None:
                 lows.append(low)
         if not tasks:

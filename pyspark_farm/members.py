@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from .errors import GarlicFarmSparkError, describe_firsts
 
 if TYPE_CHECKING:
-    from consensus.runtime import ClusterView, FarmClient, LogRecord
+    from consensus.runtime import ClusterView, FarmClient
 
 T = TypeVar("T")
 
@@ -57,18 +57,14 @@ def member_firsts(probe: "FarmClient", members: dict[int, str]) -> dict[int, int
     return firsts
 
 
-def read_anywhere(client: "FarmClient", probe: "FarmClient", start: int, stop: int, *,
-                  deadline: float, ask: "Callable[[FarmClient, str], T] | None" = None,
-                  **options: object) -> tuple[str, "T | list[LogRecord]"]:
-    """`read_entries(start, stop)` (or `ask(member, endpoint)`) at a member that still
+def read_anywhere(client: "FarmClient", probe: "FarmClient", start: int, *,
+                  deadline: float, ask: "Callable[[FarmClient, str], T]") -> tuple[str, T]:
+    """`ask(member, endpoint)` (a read of entries from `start`) at a member that still
     holds `start`, and its endpoint: each member of the farm in turn (asked with
     `probe`), in rounds with backoff until `deadline`, since a member that is down or
     behind may answer later. EntriesGone when every member answered that its log starts
     after `start`; Unavailable when some never answered."""
     from consensus.runtime import FarmError, IndexUnderflow, Unavailable
-    if ask is None:
-        def ask(member: "FarmClient", endpoint: str) -> list["LogRecord"]:
-            return member.read_entries(start, stop, endpoint=endpoint, **options)
     delay = 0.05
     while True:
         firsts: dict[int, int | None] = {}

@@ -62,10 +62,10 @@ class JournalPage:
         return np.concatenate([np.zeros(1, np.int64), ends]).astype(np.int32)
 
 
-def page_answer(records: Iterable[LogRecord], start: int, stop: int) -> dict:
-    """The answer for [start, stop) from its entries' records (`envelope.described`): a
-    member's, and a reader's own from read_entries where a member is older than the
-    call."""
+def page_answer(records: Iterable[LogRecord], stop: int) -> dict:
+    """The answer for a page ending at `stop` from its entries' records
+    (`envelope.described`): a member's, and a reader's own from read_entries where a
+    member is older than the call."""
     columns = {name: array(code) for name, code in COLUMNS}
     joined: list[bytes] = []
     for record in records:
@@ -89,7 +89,7 @@ def page_answer(records: Iterable[LogRecord], start: int, stop: int) -> dict:
 def member_answer(entries: Sequence[Entry], verdict: Callable[[Entry], "bool | None"],
                   start: int) -> dict:
     """A member's answer for `entries`, the applied entries from `start` (one page)."""
-    return page_answer((described(e, verdict(e)) for e in entries), start,
+    return page_answer((described(e, verdict(e)) for e in entries),
                        entries[-1].index + 1 if entries else start)
 
 

@@ -82,7 +82,7 @@ def journal(*entries):
     records = [LogRecord(i, t, "journal", list(r), b"", ts, count=len(r))
                for i, t, ts, r in entries]
     lo, hi = entries[0][0], entries[-1][0] + 1
-    return page_from_answer(lo, hi, page_answer(records, lo, hi))
+    return page_from_answer(lo, hi, page_answer(records, hi))
 
 
 def test_row_batches_match_sparks_arrow_schema_and_keep_log_order():
