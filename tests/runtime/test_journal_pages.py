@@ -6,6 +6,7 @@ import pytest
 
 from consensus.runtime import LocalCluster, LogRecord, ProtocolMismatch
 from consensus.runtime.journal_pages import page_answer, page_from_answer
+from tests.support import wait_until
 
 
 def record(index, records, *, duplicate=False, type_="journal"):
@@ -51,6 +52,9 @@ def test_read_journal_at_each_member_matches_read_entries():
             expected = [(r.index, r.records) for r in client.read_entries(first, end)
                         if r.type == "journal" and not r.duplicate and r.records]
             for endpoint in [None] + [farm.endpoint_of(i) for i in (1, 2, 3)]:
+                # a follower applies the last entry a little after the leader answered
+                wait_until(lambda: client.log_bounds(endpoint)[1] >= end - 1, 15,
+                           message=f"{endpoint or 'the leader'} applied entry {end - 1}")
                 got, start = [], first
                 while start < end:      # small pages: the answer ends early, at an entry
                     page = client.read_journal(start, end, max_bytes=64, endpoint=endpoint)

@@ -11,6 +11,7 @@ from consensus.runtime import FarmError, LocalCluster, envelope
 from consensus.runtime.envelope import CommandKind, encode_command
 from consensus.runtime.errors import IndexOverflow
 from consensus.runtime.row_index import COMPUTED_PER_ANSWER, RowIndex, entry_shows
+from tests.support import wait_until
 
 
 def app(index: int, kind: CommandKind, *args, rid: bytes = b"r1") -> Entry:
@@ -87,6 +88,9 @@ def test_entry_rows_at_a_member_match_the_headers():
             expected = [h.count if h.type == "journal" and not h.duplicate else 0
                         for h in headers]
             for endpoint in [None] + [farm.endpoint_of(i) for i in (1, 2, 3)]:
+                # a follower applies the last entry a little after the leader answered
+                wait_until(lambda: client.log_bounds(endpoint)[1] >= end - 1, 15,
+                           message=f"{endpoint or 'the leader'} applied entry {end - 1}")
                 counts = client.entry_rows(first, end, endpoint=endpoint)
                 assert (counts.start, counts.stop) == (first, end)
                 assert np.frombuffer(counts.rows, "<u4").tolist() == expected
