@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.garlicfarm-installed
 
-.PHONY: test demo install bench soak clean
+.PHONY: test demo install bench soak clean jar
 
 install: $(STAMP)
 
@@ -20,7 +20,14 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install --quiet -e '.[spark,connect,test,bench]'
 	@touch $(STAMP)
 
-test: $(STAMP)
+# The JVM reader's jar (format "garlicfarm-columnar"), built against the venv's PySpark.
+JAR := pyspark_farm/jvm/garlicfarm-spark.jar
+$(JAR): $(STAMP) jvm/build.sh $(shell find jvm/src -type f 2>/dev/null)
+	jvm/build.sh $(abspath $(BIN)/python)
+
+jar: $(JAR)
+
+test: $(STAMP) $(JAR)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)

@@ -13,6 +13,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["consensus*", "connectors*", "pyspark_farm*", "garlicfarm*"]),
     package_dir={"": "."},
+    # the JVM reader's jar, when jvm/build.sh built it (pyspark_farm/jvm/__init__.py)
+    package_data={"pyspark_farm.jvm": ["*.jar"]},
     # PySpark is the runtime's (Databricks, a Spark distribution): it is not a requirement,
     # and nothing here pins an upper bound that would make pip replace a runtime's PySpark,
     # pandas or pyarrow. `pip install 'garlicfarm[spark]'` brings PySpark for a laptop or CI.
