@@ -1,0 +1,41 @@
+package garlicfarm.spark;
+
+import java.util.Map;
+
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.types.StructType;
+
+import garlicfarm.spark.planning.PlannedPartition;
+import garlicfarm.spark.planning.PythonPlanner;
+import garlicfarm.spark.read.RaftInputPartition;
+import garlicfarm.spark.read.RaftReaderFactory;
+import garlicfarm.spark.wire.FarmSettings;
+
+/** A batch read of a range of the log: planned once, by the Python planner. */
+final class RaftBatch implements Batch {
+  private final StructType columns;
+  private final Map<String, String> options;
+  private final FarmSettings settings;
+
+  RaftBatch(StructType columns, Map<String, String> options, FarmSettings settings) {
+    this.columns = columns;
+    this.options = options;
+    this.settings = settings;
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions() {
+    try (PythonPlanner planner = Planners.open("batch", options)) {
+      return RaftInputPartition.of(
+          PlannedPartition.fromJson(planner.request("partitions", Map.of())), settings, columns,
+          options);
+    }
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    return new RaftReaderFactory();
+  }
+}
