@@ -58,6 +58,7 @@ from process_cpu import CpuLedger  # noqa: E402
 from spark_raft import BenchSource, ceiling_reader, value_frame  # noqa: E402
 
 from pyspark_farm import LocalFarm, spark_session  # noqa: E402
+from pyspark_farm.jvm import jar_path  # noqa: E402
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL  # noqa: E402
 
 WARM_ROWS = 10_000
@@ -182,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
-    jars = ",".join(str(j) for j in connector_jars(args.connector_version))
+    # Kafka's connector, and garlicfarm's JVM reader (format "garlicfarm-columnar")
+    jars = ",".join([str(j) for j in connector_jars(args.connector_version)] + [jar_path()])
     work = tempfile.mkdtemp(prefix="spark-vs-kafka-")
     spark = spark_session("spark-vs-kafka", f"local[{args.partitions}]", conf={
         "spark.jars": jars, "spark.ui.enabled": "false", "spark.driver.memory": "4g",
@@ -253,8 +255,16 @@ def main(argv: list[str] | None = None) -> int:
                 def ceiling(ddl: str):
                     return lambda: noop(ceiling_reader(spark, args.rows, args.partitions,
                                                        args.value_bytes, ddl))
+                def columnar(*selected: str):
+                    def read() -> None:
+                        frame = spark.read.format("garlicfarm-columnar").options(**raft_range).load()
+                        noop(frame.select(*selected) if selected else frame)
+                    return read
                 readers = {
                     "raft": raft_read(),
+                    # the JVM reader: no Python worker on the executors
+                    "raft columnar": columnar(),
+                    "raft columnar value": columnar("value"),
                     "raft value": raft_read(columns="value"),
                     "kafka": lambda: noop(spark.read.format("kafka").options(**kafka_range)
                                           .option("endingOffsets", "latest").load()),
@@ -266,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 counts = {"raft": spark.read.format("garlicfarm").options(**raft_range).load()
                           .count(),
+                          "raft columnar": spark.read.format("garlicfarm-columnar")
+                          .options(**raft_range).load().count(),
                           "kafka": spark.read.format("kafka").options(**kafka_range).load()
                           .count()}
                 if any(c != args.rows for c in counts.values()):
@@ -274,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                 lines += report("source: spark.read", args.rows,
                                 run_rounds(args.rounds, readers, ledger, warm=True),
                                 [("raft", "kafka"), ("raft", "parquet"), ("raft value", "parquet"),
+                                 ("raft columnar", "kafka"), ("raft columnar", "parquet"),
+                                 ("raft columnar value", "parquet"),
                                  ("ceiling", "parquet"), ("ceiling value", "parquet")])
                 lines += ledger.lines(args.rows)
 
@@ -293,11 +307,13 @@ def main(argv: list[str] | None = None) -> int:
             if "stream" in parts:
                 streams = {"raft": stream("garlicfarm", {**farm.options, "startingOffsets":
                                                          json.dumps({"index": start})}),
+                           "raft columnar": stream("garlicfarm-columnar", {
+                               **farm.options, "startingOffsets": json.dumps({"index": start})}),
                            "kafka": stream("kafka", kafka_range)}
                 ledger = CpuLedger()
                 lines += report("stream: readStream availableNow", args.rows,
                                 run_rounds(args.rounds, streams, ledger, warm=True),
-                                [("raft", "kafka")])
+                                [("raft", "kafka"), ("raft columnar", "kafka")])
                 lines += ledger.lines(args.rows)
 
             if "latency" in parts:

@@ -5,6 +5,7 @@ developing and are copied into tests/vectors for a clean clone (CI)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,3 +22,16 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def vectors_dir() -> Path:
     return VECTORS
+
+
+@pytest.fixture(scope="session")
+def reader_jar() -> str:
+    """The JVM reader's jar (`format("garlicfarm-columnar")`), built when missing or older
+    than a source: `make test` builds it first, a bare pytest run here."""
+    from pyspark_farm.jvm import JAR, jar_path
+    sources = [p for p in (ROOT / "jvm").rglob("*")
+               if p.is_file() and not {"lib", "build"} & set(p.relative_to(ROOT / "jvm").parts)]
+    if not JAR.is_file() or any(p.stat().st_mtime > JAR.stat().st_mtime for p in sources):
+        subprocess.run([str(ROOT / "jvm" / "build.sh"), sys.executable], check=True,
+                       capture_output=True, timeout=600)
+    return jar_path()
