@@ -68,14 +68,21 @@ def ensure_java() -> str:
 
 def spark_session(app_name: str = "garlicfarm", master: str = "local[2]", *,
                   conf: dict[str, Any] | None = None) -> "SparkSession":
-    """A SparkSession (the active one if there is one) ready for the garlicfarm source."""
+    """A SparkSession (the active one if there is one) ready for the garlicfarm source, and
+    for its JVM reader (`format("garlicfarm-columnar")`) when its jar is built: the jar is
+    added to `spark.jars` (after any given)."""
     ensure_java()
     ensure_worker_python()
     from pyspark.sql import SparkSession
+
+    from .jvm import JAR
     settings: dict[str, Any] = {PUSHDOWN_CONF: "true", "spark.ui.showConsoleProgress": "false"}
     if master.startswith("local"):
         settings["spark.sql.shuffle.partitions"] = "4"
     settings.update(conf or {})
+    jars = [j for j in str(settings.get("spark.jars", "")).split(",") if j]
+    if JAR.is_file() and str(JAR) not in jars:
+        settings["spark.jars"] = ",".join(jars + [str(JAR)])
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():
         builder = builder.config(key, str(value))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory, reader_jar):
+    # reader_jar: built first, so spark_session adds it (format("garlicfarm-columnar"))
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql.datasource import DataSourceRegistration
 
@@ -31,7 +32,6 @@ def spark(tmp_path_factory, reader_jar):
     from pyspark_farm import spark_session
     session = spark_session("garlicfarm-tests", "local[2,3]", conf={
         "spark.ui.enabled": "false",
-        "spark.jars": reader_jar,             # format("garlicfarm-columnar")
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.sql.streaming.stopTimeout": "30s",
