@@ -24,6 +24,7 @@ from ..datasource import kind_module
 from ..errors import OptionError
 from ..kind_options import parse_source
 from ..log_access import LogPartition
+from ..offsets import index_of
 from ..raft import kind as raft_kind
 
 MODES = ("batch", "stream")
@@ -152,7 +153,7 @@ class Planner:
             "prepareForTriggerAvailableNow": reader.prepareForTriggerAvailableNow,
             "partitions": lambda: partitions_json(reader.partitions(
                 field(request, "start", dict), field(request, "end", dict))),
-            "commit": lambda: reader.commit(field(request, "end", dict)),
+            "commit": lambda: reader.commit(checked(field(request, "end", dict))),
             "reportLatestOffset": reader.reportLatestOffset,
         }
         if op not in calls:
@@ -183,6 +184,12 @@ def field(request: dict, name: str, kind: type) -> Any:
         raise ProtocolError(f"op {request['op']!r} needs {name!r}, a JSON "
                             f"{'object' if kind is dict else kind.__name__}, got {value!r}")
     return value
+
+
+def checked(offset: dict) -> dict:
+    """`offset`, after checking it is a log offset (the reader's commit looks at none)."""
+    index_of(offset, "end offset")
+    return offset
 
 
 def parse_line(line: bytes) -> Any:
