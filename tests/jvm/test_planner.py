@@ -218,6 +218,7 @@ PROBE = r"""
 package garlicfarm.spark.planning;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.time.Duration;
 import java.util.Map;
 
 public class PlannerProbe {
@@ -236,10 +237,12 @@ public class PlannerProbe {
     } catch (PlannerException e) {
       System.out.println(e.pythonType() + "|" + e.getMessage());
     }
-    try {
-      PythonPlanner.start(args[2], "batch", options);
-    } catch (PlannerException e) {
-      System.out.println(e.pythonType() + "|" + e.getMessage().replace('\n', ' '));
+    for (int i = 2; i < 5; i++) {
+      try {
+        PythonPlanner.start(args[i], "batch", options, Duration.ofSeconds(3));
+      } catch (PlannerException e) {
+        System.out.println(e.pythonType() + "|" + e.getMessage().replace('\n', ' '));
+      }
     }
     System.out.println(PythonPlanner.interpreter(k -> null, Map.of("PYSPARK_PYTHON", "py9")::get)
         + " " + PythonPlanner.interpreter(Map.of("spark.pyspark.python", "a",
@@ -262,17 +265,21 @@ def test_python_planner_java(farm, tmp_path):
     sources = sorted((ROOT / "jvm/src/main/java/garlicfarm/spark/planning").glob("*.java"))
     subprocess.run(["javac", "-nowarn", "--release", "17", "-cp", jars, "-d", str(tmp_path),
                     *map(str, sources), str(probe)], check=True, timeout=300)
-    dying = tmp_path / "dying-python"
-    dying.write_text("#!/bin/sh\necho 'planner broke here' >&2\nexit 3\n")
-    dying.chmod(0o755)
+    fakes = {"dying": "echo 'planner broke here' >&2\nexit 3",
+             "hung": "exec sleep 60",
+             "chatty": "read request\necho 'hello there'\nexec sleep 60"}
+    for name, script in fakes.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{script}\n")
+        (tmp_path / name).chmod(0o755)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     run = subprocess.run(
         ["java", "-cp", f"{tmp_path}{os.pathsep}{jars}", "garlicfarm.spark.planning.PlannerProbe",
-         sys.executable, json.dumps(farm.options), str(dying)],
+         sys.executable, json.dumps(farm.options), *(str(tmp_path / name) for name in fakes)],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert run.returncode == 0, run.stderr
-    schema, partitions, first, refused, died, chosen = run.stdout.strip().splitlines()
+    schema, partitions, first, refused, died, hung, chatty, chosen = \
+        run.stdout.strip().splitlines()
     python = raft_kind.batch_reader(farm.options, struct_of(RAFT_COLUMNS_DDL)).partitions()
     assert schema == RAFT_COLUMNS_DDL
     assert json.loads(partitions) == as_json(python)
@@ -281,4 +288,6 @@ def test_python_planner_java(farm, tmp_path):
     assert "startingOffsets" in refused
     assert died.startswith("null|garlicfarm planner: the Python planner")
     assert "exit code 3" in died and "planner broke here" in died
+    assert hung.startswith("null|") and "no answer to 'open' within PT3S" in hung
+    assert chatty.startswith("null|") and "not an answer: hello there" in chatty
     assert chosen == "py9 b python3"

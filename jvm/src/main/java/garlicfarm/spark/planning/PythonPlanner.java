@@ -165,20 +165,21 @@ public final class PythonPlanner implements AutoCloseable {
       stdin.write('\n');
       stdin.flush();
     } catch (IOException e) {
-      throw fail("could not send '" + op + "' (" + e.getMessage() + ")");
+      throw fail("could not send '" + op + "' (" + e.getMessage() + ")", false);
     }
     Object line;
     try {
       line = answers.poll(timeout.toMillis(), TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
-      throw fail("interrupted while waiting for the answer to '" + op + "'");
+      throw fail("interrupted while waiting for the answer to '" + op + "'", true);
     }
     if (line == null) {
-      throw fail("no answer to '" + op + "' within " + timeout + "; the process was stopped");
+      throw fail("no answer to '" + op + "' within " + timeout + "; the process was stopped",
+          true);
     }
     if (line == EOF) {
-      throw fail("the process ended before answering '" + op + "'");
+      throw fail("the process ended before answering '" + op + "'", false);
     }
     JsonNode answer;
     try {
@@ -195,7 +196,7 @@ public final class PythonPlanner implements AutoCloseable {
     }
     String shown = ((String) line).length() > 500
         ? ((String) line).substring(0, 500) + "..." : (String) line;
-    throw fail("answered '" + op + "' with something that is not an answer: " + shown);
+    throw fail("answered '" + op + "' with something that is not an answer: " + shown, true);
   }
 
   /** Sends stop, waits briefly for the process to end, and destroys it if it does not. */
@@ -220,8 +221,14 @@ public final class PythonPlanner implements AutoCloseable {
     stop();
   }
 
-  /** Marks the planner broken (and stops the process): the failure, with stderr's tail. */
-  private PlannerException fail(String why) {
+  /**
+   * Marks the planner broken and ends the process (at once when it is `hung`, else after
+   * it exits, for its exit code): the failure, with the tail of its stderr.
+   */
+  private PlannerException fail(String why, boolean hung) {
+    if (hung) {
+      process.destroy();
+    }
     stop();
     broken = "the Python planner (" + command + ") is unusable: " + why;
     String tail;
