@@ -28,8 +28,6 @@ from ..offsets import index_of
 from ..raft import kind as raft_kind
 
 MODES = ("batch", "stream")
-STREAM_OPS = ("initialOffset", "defaultReadLimit", "latestOffset",
-              "prepareForTriggerAvailableNow", "partitions", "commit", "reportLatestOffset")
 # The raft columns are simple types: a StructType without a JVM to parse DDL.
 _TYPES = {t.typeName(): t for t in (StringType(), LongType(), BinaryType(), TimestampType())}
 
@@ -158,7 +156,7 @@ class Planner:
         }
         if op not in calls:
             raise ProtocolError(f"unknown op {op!r}; a stream takes open, "
-                                f"{', '.join(STREAM_OPS)} and stop")
+                                f"{', '.join(calls)} and stop")
         return calls[op]()
 
     def _open(self, request: dict) -> dict:
