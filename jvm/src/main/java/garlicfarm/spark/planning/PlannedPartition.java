@@ -1,0 +1,48 @@
+package garlicfarm.spark.planning;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * One task the planner planned: the log pieces to read at {@code endpoint} ("host:port",
+ * or null for any member). Each piece is {start, stop}: the visible entries of [start,
+ * stop); or {start, stop, lo, hi}: only the staged payloads [lo, hi) of the commit entry
+ * at start.
+ */
+public record PlannedPartition(String endpoint, long[][] pieces) implements Serializable {
+
+  /** The partitions of a "partitions" answer, refusing any other shape. */
+  public static List<PlannedPartition> fromJson(JsonNode answer) {
+    if (answer == null || !answer.isArray()) {
+      throw new PlannerException(null, "a partitions answer is not a JSON array: " + answer);
+    }
+    List<PlannedPartition> found = new ArrayList<>(answer.size());
+    for (JsonNode partition : answer) {
+      JsonNode endpoint = partition.get("endpoint");
+      JsonNode pieces = partition.get("pieces");
+      if (endpoint == null || !(endpoint.isNull() || endpoint.isTextual())
+          || pieces == null || !pieces.isArray()) {
+        throw new PlannerException(null, "not a planned partition: " + partition);
+      }
+      long[][] numbers = new long[pieces.size()][];
+      for (int i = 0; i < numbers.length; i++) {
+        JsonNode piece = pieces.get(i);
+        if (!piece.isArray() || (piece.size() != 2 && piece.size() != 4)) {
+          throw new PlannerException(null, "not a piece ([start, stop] or [start, stop, lo,"
+              + " hi]): " + piece);
+        }
+        numbers[i] = new long[piece.size()];
+        for (int j = 0; j < piece.size(); j++) {
+          if (!piece.get(j).canConvertToLong() || !piece.get(j).isIntegralNumber()) {
+            throw new PlannerException(null, "a piece holds a non-integer: " + piece);
+          }
+          numbers[i][j] = piece.get(j).longValue();
+        }
+      }
+      found.add(new PlannedPartition(endpoint.isNull() ? null : endpoint.asText(), numbers));
+    }
+    return found;
+  }
+}

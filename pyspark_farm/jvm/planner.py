@@ -1,0 +1,241 @@
+"""The planning half of the JVM reader (`format("garlicfarm-columnar")`), in Python.
+
+The JVM source's driver side runs ``python -m pyspark_farm.jvm.planner`` once per scan or
+stream and asks it, one JSON object per line on stdin, for what the raft source's Python
+readers plan (offsets, admission control, partitions), so both formats plan alike from
+the same code. Each request gets one JSON line on stdout: ``{"ok": value}`` or
+``{"error": {"type": ..., "message": ...}}``; a failed request leaves the process up for
+the next one. Only answers go to stdout: logging, warnings and stray prints go to stderr,
+which the JVM forwards to the driver's log. The protocol is in `Planner.answer`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import IO, Any, Callable, Mapping
+
+from pyspark.sql.types import (BinaryType, LongType, StringType, StructField, StructType,
+                               TimestampType)
+
+from ..compat import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
+from ..datasource import kind_module
+from ..errors import OptionError
+from ..kind_options import parse_source
+from ..log_access import LogPartition
+from ..offsets import index_of
+from ..raft import kind as raft_kind
+
+MODES = ("batch", "stream")
+# The raft columns are simple types: a StructType without a JVM to parse DDL.
+_TYPES = {t.typeName(): t for t in (StringType(), LongType(), BinaryType(), TimestampType())}
+
+
+class ProtocolError(ValueError):
+    """A request that is not one this planner understands (not JSON, unknown op, a
+    missing or mistyped field, a call out of order)."""
+
+
+def raft_options(options: Mapping[str, str]) -> dict[str, str]:
+    """`options` checked for the JVM reader: kind raft (the default), every raft option
+    valid, and only the raw value (the JVM reader decodes no values and prunes columns
+    itself)."""
+    if kind_module(options) is not raft_kind:
+        raise OptionError("kind", "the JVM reader (format('garlicfarm-columnar')) reads raft "
+                          "logs only; use format('garlicfarm') for other kinds")
+    values = parse_source(raft_kind.SOURCE_OPTIONS, options)
+    if values["valueFormat"] != "binary":
+        raise OptionError("valueFormat", f"{values['valueFormat']!r} is not supported by the "
+                          "JVM reader, which reads the raw value (binary); use "
+                          "format('garlicfarm') to decode values")
+    if values["columns"] is not None:
+        raise OptionError("columns", "is not supported by the JVM reader, which prunes "
+                          "columns itself (select the columns you need); use "
+                          "format('garlicfarm') to pass the option")
+    return dict(options)
+
+
+def struct_of(ddl: str) -> StructType:
+    """The StructType of the raft source's DDL (simple types only)."""
+    fields = []
+    for part in ddl.split(","):
+        name, kind = part.split()
+        fields.append(StructField(name.strip("`"), _TYPES[kind]))
+    return StructType(fields)
+
+
+def read_limit(value: Any) -> ReadLimit | None:
+    """A limit from its JSON form (Spark's ReadAllAvailable, ReadMaxRows, ReadMinRows).
+    A minRows limit's maxTriggerDelayMs is accepted but the reader waits by its own
+    maxTriggerDelay option, which is where Spark's default limit got it."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ProtocolError(f"limit {value!r} is not a JSON object")
+    kind = value.get("type")
+    if kind == "all":
+        return ReadAllAvailable()
+    if kind in ("maxRows", "minRows"):
+        rows = value.get("rows")
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ProtocolError(f"limit {value!r} needs rows, an integer >= 1")
+        return ReadMaxRows(rows) if kind == "maxRows" else ReadMinRows(rows)
+    raise ProtocolError(f"limit {value!r} has no known type (all, maxRows or minRows)")
+
+
+def limit_json(limit: ReadLimit, max_trigger_delay: float) -> dict:
+    """The JSON form of a limit the reader chose."""
+    if isinstance(limit, ReadMaxRows):
+        return {"type": "maxRows", "rows": limit.max_rows}
+    if isinstance(limit, ReadMinRows):
+        return {"type": "minRows", "rows": limit.min_rows,
+                "maxTriggerDelayMs": round(max_trigger_delay * 1000)}
+    return {"type": "all"}
+
+
+def partitions_json(planned: Any) -> list[dict]:
+    """Planned LogPartitions as JSON: pieces [start, stop] or [start, stop, lo, hi]."""
+    found = []
+    for partition in planned:
+        assert isinstance(partition, LogPartition), partition
+        found.append({"endpoint": partition.endpoint, "pieces": [
+            [p.start, p.stop] if p.parts is None else [p.start, p.stop, *p.parts]
+            for p in partition.pieces]})
+    return found
+
+
+class Planner:
+    """The state of one scan or stream: its reader, once opened. Sans-I/O: `answer` takes
+    a request and returns the answer; `serve` runs it over lines."""
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+        self.reader: Any = None
+
+    def answer(self, request: Any) -> dict:
+        """The answer to one request; every failure becomes an error answer."""
+        try:
+            return {"ok": self._dispatch(request)}
+        except Exception as exc:   # noqa: BLE001 - each failure is the JVM's to report
+            return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+
+    def close(self) -> None:
+        """Close the reader's clients (also the stream's `stop`)."""
+        if self.reader is not None:
+            self.reader.close()
+
+    def _dispatch(self, request: Any) -> Any:
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            raise ProtocolError(f"a request is a JSON object with a string 'op', got "
+                                f"{request!r}")
+        op = request["op"]
+        if op == "stop":
+            self.close()
+            return None
+        if op == "open":
+            return self._open(request)
+        if self.reader is None:
+            raise ProtocolError(f"op {op!r} before 'open'")
+        reader = self.reader
+        if self.mode == "batch":
+            if op != "partitions":
+                raise ProtocolError(f"op {op!r} is not one of a batch scan (partitions, stop)")
+            return partitions_json(reader.partitions())
+        calls: dict[str, Callable[[], Any]] = {
+            "initialOffset": reader.initialOffset,
+            "defaultReadLimit": lambda: limit_json(
+                reader.getDefaultReadLimit(), reader.settings.limits.max_trigger_delay),
+            "latestOffset": lambda: reader.latestOffset(
+                field(request, "start", dict), read_limit(request.get("limit"))),
+            "prepareForTriggerAvailableNow": reader.prepareForTriggerAvailableNow,
+            "partitions": lambda: partitions_json(reader.partitions(
+                field(request, "start", dict), field(request, "end", dict))),
+            "commit": lambda: reader.commit(checked(field(request, "end", dict))),
+            "reportLatestOffset": reader.reportLatestOffset,
+        }
+        if op not in calls:
+            raise ProtocolError(f"unknown op {op!r}; a stream takes open, "
+                                f"{', '.join(calls)} and stop")
+        return calls[op]()
+
+    def _open(self, request: dict) -> dict:
+        if self.reader is not None:
+            raise ProtocolError("'open' twice: one planner process serves one scan or stream")
+        mode = request.get("mode")
+        if mode not in MODES:
+            raise ProtocolError(f"'open' needs mode batch or stream, got {mode!r}")
+        options = field(request, "options", dict)
+        if not all(isinstance(v, str) for v in options.values()):
+            raise ProtocolError("'open' options must map names to strings")
+        options = raft_options(options)
+        ddl = raft_kind.schema(options)
+        make = raft_kind.stream_reader if mode == "stream" else raft_kind.batch_reader
+        self.reader, self.mode = make(options, struct_of(ddl)), mode
+        return {"schema": ddl}
+
+
+def field(request: dict, name: str, kind: type) -> Any:
+    """A request's field `name`, checked to be a `kind`."""
+    value = request.get(name)
+    if not isinstance(value, kind):
+        raise ProtocolError(f"op {request['op']!r} needs {name!r}, a JSON "
+                            f"{'object' if kind is dict else kind.__name__}, got {value!r}")
+    return value
+
+
+def checked(offset: dict) -> dict:
+    """`offset`, after checking it is a log offset (the reader's commit looks at none)."""
+    index_of(offset, "end offset")
+    return offset
+
+
+def parse_line(line: bytes) -> Any:
+    """A request line as JSON, or a ProtocolError saying why not."""
+    try:
+        return json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"request line is not UTF-8 ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"request line is not JSON ({exc.msg} at column {exc.colno}): "
+                            f"{line[:200]!r}") from None
+
+
+def serve(planner: Planner, requests: IO[bytes], answers: IO[str]) -> None:
+    """Answer each line of `requests` on `answers` until EOF or `stop`."""
+    try:
+        for line in requests:
+            if not line.strip():
+                continue
+            try:
+                request = parse_line(line)
+            except ProtocolError as exc:
+                request = None
+                reply = {"error": {"type": type(exc).__name__, "message": str(exc)}}
+            else:
+                reply = planner.answer(request)
+            answers.write(json.dumps(reply, allow_nan=False) + "\n")
+            answers.flush()
+            if isinstance(request, dict) and request.get("op") == "stop":
+                return
+    finally:
+        planner.close()
+
+
+def main() -> int:
+    """Run over stdin/stdout, keeping fd 1 for answers: anything else written to stdout
+    (by Python or native code) lands in stderr."""
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        serve(Planner(), sys.stdin.buffer, answers)
+    except (BrokenPipeError, OSError) as exc:
+        print(f"garlicfarm planner: stdin or stdout broke ({exc}); exiting", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

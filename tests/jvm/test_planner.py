@@ -1,0 +1,293 @@
+"""The JVM reader's Python planner (`python -m pyspark_farm.jvm.planner`), driven as the JVM
+drives it: a subprocess asked over JSON lines, against a real farm, its answers compared
+with what the raft source's own Python readers plan. Then `PythonPlanner.java`, from a
+test-only Java class compiled beside it."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pyspark_farm import LocalFarm
+from pyspark_farm.compat import ReadMaxRows
+from pyspark_farm.jvm.planner import ProtocolError, partitions_json, read_limit, struct_of
+from pyspark_farm.log_access import LogPartition, log_end
+from pyspark_farm.planning import Piece
+from pyspark_farm.raft import kind as raft_kind
+from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL
+from pyspark_farm.raft.source import read_partition
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSWER_SECONDS = 60
+ENTRIES = 6            # journal entries of 2 records each
+
+
+@pytest.fixture(scope="module")
+def farm() -> Iterator[LocalFarm]:
+    with LocalFarm(nodes=1) as running:
+        client = running.client()
+        try:
+            for number in range(ENTRIES):
+                client.append([b"x%d" % number, b"y%d" % number])
+        finally:
+            client.close()
+        yield running
+
+
+class Planner:
+    """The planner process, asked one request at a time with a bounded wait."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pyspark_farm.jvm.planner"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def send(self, line: bytes) -> dict:
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+        return json.loads(self.lines.get(timeout=ANSWER_SECONDS))
+
+    def ask(self, op: str, **fields: Any) -> dict:
+        return self.send(json.dumps({"op": op, **fields}).encode())
+
+    def ok(self, op: str, **fields: Any) -> Any:
+        answer = self.ask(op, **fields)
+        assert set(answer) == {"ok"}, answer
+        return answer["ok"]
+
+    def finish(self) -> tuple[int, str]:
+        """Close stdin (EOF); the exit code and stderr."""
+        self.process.stdin.close()
+        code = self.process.wait(timeout=ANSWER_SECONDS)
+        return code, self.process.stderr.read().decode()
+
+
+@pytest.fixture
+def planner() -> Iterator[Planner]:
+    running = Planner()
+    yield running
+    if running.process.poll() is None:
+        running.process.kill()
+        running.process.wait(timeout=ANSWER_SECONDS)
+
+
+def as_json(planned) -> list[dict]:
+    """Python's planned LogPartitions as the planner should answer them (written out here,
+    not with the planner's own conversion)."""
+    return [{"endpoint": p.endpoint,
+             "pieces": [[piece.start, piece.stop] + list(piece.parts or ()) for piece in p.pieces]}
+            for p in planned]
+
+
+def rows_in(options: dict, start: int, end: int) -> int:
+    """The rows the raft source reads from entries [start, end)."""
+    reader = raft_kind.batch_reader(options, struct_of(RAFT_COLUMNS_DDL))
+    planned = reader.plan([(start, end)])
+    reader.close()
+    return sum(batch.num_rows for partition in planned
+               for batch in read_partition(reader.settings, partition))
+
+
+def test_open_answers_the_schema(farm, planner):
+    assert planner.ok("open", mode="batch", options=farm.options) == {
+        "schema": RAFT_COLUMNS_DDL}
+    assert planner.finish()[0] == 0
+
+
+def test_batch_partitions_equal_the_python_readers(farm, planner):
+    options = {**farm.options, "minPartitions": "3"}
+    planner.ok("open", mode="batch", options=options)
+    answered = planner.ok("partitions")
+    python = raft_kind.batch_reader(options, struct_of(RAFT_COLUMNS_DDL)).partitions()
+    assert answered == as_json(python)
+    assert len(answered) >= 3
+    covered = sum(piece[1] - piece[0] for p in answered for piece in p["pieces"])
+    assert covered >= ENTRIES
+
+
+def test_stream_offsets_limits_partitions_and_commit(farm, planner):
+    options = {**farm.options, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "3"}
+    python = raft_kind.stream_reader(options, struct_of(RAFT_COLUMNS_DDL))
+    try:
+        planner.ok("open", mode="stream", options=options)
+        start = planner.ok("initialOffset")
+        assert start == python.initialOffset()
+        assert planner.ok("defaultReadLimit") == {"type": "maxRows", "rows": 3}
+
+        end = planner.ok("latestOffset", start=start, limit={"type": "maxRows", "rows": 3})
+        assert end == python.latestOffset(start, ReadMaxRows(3))
+        assert rows_in(options, start["index"], end["index"]) == 2   # one entry: 2 + 2 > 3
+
+        answered = planner.ok("partitions", start=start, end=end)
+        assert answered == as_json(python.partitions(start, end))
+        assert answered and all(p["pieces"] for p in answered)
+        assert planner.ok("commit", end=end) is None
+
+        client = farm.client()
+        try:
+            latest = {"index": log_end(client)}
+        finally:
+            client.close()
+        assert planner.ok("reportLatestOffset") == latest
+        assert planner.ok("latestOffset", start=end, limit={"type": "all"}) == latest
+        waits = {"type": "minRows", "rows": 10 ** 6, "maxTriggerDelayMs": 900_000}
+        assert planner.ok("latestOffset", start=end, limit=waits) == end
+        assert planner.ok("prepareForTriggerAvailableNow") is None
+        assert planner.ok("latestOffset", start=end, limit=None)["index"] > end["index"]
+        assert planner.ok("stop") is None
+        assert planner.process.wait(timeout=ANSWER_SECONDS) == 0
+    finally:
+        python.stop()
+
+
+def test_default_read_limit_of_min_rows_carries_the_delay(farm, planner):
+    planner.ok("open", mode="stream", options={
+        **farm.options, "minOffsetsPerTrigger": "5", "maxTriggerDelay": "30s"})
+    assert planner.ok("defaultReadLimit") == {
+        "type": "minRows", "rows": 5, "maxTriggerDelayMs": 30_000}
+
+
+def test_a_bad_option_is_an_error_answer_and_the_process_answers_on(farm, planner):
+    answer = planner.ask("open", mode="batch",
+                         options={**farm.options, "startingOffsets": "garbage"})
+    assert answer["error"]["type"] == "OptionError"
+    assert "startingOffsets" in answer["error"]["message"]
+    assert planner.ok("open", mode="batch", options=farm.options) == {
+        "schema": RAFT_COLUMNS_DDL}
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"valueFormat": "json", "valueSchema": "a long"}, "valueFormat"),
+    ({"columns": "index,value"}, "columns"),
+    ({"kind": "chp"}, "kind"),
+])
+def test_what_the_jvm_reader_cannot_do_is_refused(farm, planner, extra, named):
+    error = planner.ask("open", mode="stream", options={**farm.options, **extra})["error"]
+    assert error["type"] == "OptionError"
+    assert repr(named) in error["message"] and "format('garlicfarm')" in error["message"]
+
+
+def test_malformed_requests_are_named(farm, planner):
+    assert "not JSON" in planner.send(b"{nope")["error"]["message"]
+    assert "string 'op'" in planner.send(b"[1, 2]")["error"]["message"]
+    assert "before 'open'" in planner.ask("partitions")["error"]["message"]
+    assert "mode" in planner.ask("open", mode="sideways", options={})["error"]["message"]
+    planner.ok("open", mode="stream", options=farm.options)
+    assert "unknown op 'explode'" in planner.ask("explode")["error"]["message"]
+    error = planner.ask("latestOffset", start={"index": 1}, limit={"type": "maxFiles"})["error"]
+    assert error["type"] == "ProtocolError" and "maxFiles" in error["message"]
+    error = planner.ask("partitions", start={"index": 1})["error"]
+    assert "'end'" in error["message"]
+    assert "offset" in planner.ask("commit", end={"idx": 3})["error"]["message"]
+    assert "twice" in planner.ask("open", mode="stream", options=farm.options)["error"]["message"]
+
+
+def test_warnings_go_to_stderr_and_eof_exits_zero(farm, planner):
+    assert planner.ok("open", mode="batch", options={**farm.options, "noSuchOption": "1"})
+    code, stderr = planner.finish()
+    assert code == 0
+    assert "nosuchoption" in stderr
+
+
+def test_limits_and_partitions_as_json():
+    assert read_limit(None) is None
+    assert read_limit({"type": "maxRows", "rows": 7}) == ReadMaxRows(7)
+    for bad in ({"type": "maxRows"}, {"type": "maxRows", "rows": True}, "all", {"type": "x"}):
+        with pytest.raises(ProtocolError):
+            read_limit(bad)
+    planned = [LogPartition((Piece(3, 5), Piece(9, 10, (2, 4))), "n1:7000")]
+    assert partitions_json(planned) == [
+        {"endpoint": "n1:7000", "pieces": [[3, 5], [9, 10, 2, 4]]}]
+
+
+PROBE = r"""
+package garlicfarm.spark.planning;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.time.Duration;
+import java.util.Map;
+
+public class PlannerProbe {
+  public static void main(String[] args) throws Exception {
+    ObjectMapper json = new ObjectMapper();
+    Map<String, String> options = json.readValue(args[1], Map.class);
+    try (PythonPlanner planner = PythonPlanner.start(args[0], "batch", options)) {
+      System.out.println(planner.schemaDdl());
+      System.out.println(json.writeValueAsString(planner.request("partitions", null)));
+      System.out.println(PlannedPartition.fromJson(planner.request("partitions", null))
+          .get(0).pieces()[0][0]);
+    }
+    options.put("startingOffsets", "garbage");
+    try {
+      PythonPlanner.start(args[0], "batch", options);
+    } catch (PlannerException e) {
+      System.out.println(e.pythonType() + "|" + e.getMessage());
+    }
+    for (int i = 2; i < 5; i++) {
+      try {
+        PythonPlanner.start(args[i], "batch", options, Duration.ofSeconds(3));
+      } catch (PlannerException e) {
+        System.out.println(e.pythonType() + "|" + e.getMessage().replace('\n', ' '));
+      }
+    }
+    System.out.println(PythonPlanner.interpreter(k -> null, Map.of("PYSPARK_PYTHON", "py9")::get)
+        + " " + PythonPlanner.interpreter(Map.of("spark.pyspark.python", "a",
+            "spark.pyspark.driver.python", "b")::get, k -> "c")
+        + " " + PythonPlanner.interpreter(k -> null, k -> null));
+  }
+}
+"""
+
+
+def test_python_planner_java(farm, tmp_path):
+    """PythonPlanner.java (compiled here from its sources, without the rest of the
+    reader) plans what the Python planner answers, and reports failures."""
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("no JDK on PATH")
+    import pyspark
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+    probe = tmp_path / "PlannerProbe.java"
+    probe.write_text(PROBE)
+    sources = sorted((ROOT / "jvm/src/main/java/garlicfarm/spark/planning").glob("*.java"))
+    subprocess.run(["javac", "-nowarn", "--release", "17", "-cp", jars, "-d", str(tmp_path),
+                    *map(str, sources), str(probe)], check=True, timeout=300)
+    fakes = {"dying": "echo 'planner broke here' >&2\nexit 3",
+             "hung": "exec sleep 60",
+             "chatty": "read request\necho 'hello there'\nexec sleep 60"}
+    for name, script in fakes.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{script}\n")
+        (tmp_path / name).chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    run = subprocess.run(
+        ["java", "-cp", f"{tmp_path}{os.pathsep}{jars}", "garlicfarm.spark.planning.PlannerProbe",
+         sys.executable, json.dumps(farm.options), *(str(tmp_path / name) for name in fakes)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    schema, partitions, first, refused, died, hung, chatty, chosen = \
+        run.stdout.strip().splitlines()
+    python = raft_kind.batch_reader(farm.options, struct_of(RAFT_COLUMNS_DDL)).partitions()
+    assert schema == RAFT_COLUMNS_DDL
+    assert json.loads(partitions) == as_json(python)
+    assert int(first) == python[0].pieces[0].start
+    assert refused.startswith("OptionError|garlicfarm planner: OptionError: ")
+    assert "startingOffsets" in refused
+    assert died.startswith("null|garlicfarm planner: the Python planner")
+    assert "exit code 3" in died and "planner broke here" in died
+    assert hung.startswith("null|") and "no answer to 'open' within PT3S" in hung
+    assert chatty.startswith("null|") and "not an answer: hello there" in chatty
+    assert chosen == "py9 b python3"
