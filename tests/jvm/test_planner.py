@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -253,18 +252,16 @@ public class PlannerProbe {
 """
 
 
-def test_python_planner_java(farm, tmp_path):
-    """PythonPlanner.java (compiled here from its sources, without the rest of the
-    reader) plans what the Python planner answers, and reports failures."""
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK on PATH")
+def test_python_planner_java(farm, tmp_path, reader_jar):
+    """PythonPlanner.java (in the reader's jar) plans what the Python planner answers, and
+    reports failures."""
     import pyspark
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
     probe = tmp_path / "PlannerProbe.java"
     probe.write_text(PROBE)
-    sources = sorted((ROOT / "jvm/src/main/java/garlicfarm/spark/planning").glob("*.java"))
-    subprocess.run(["javac", "-nowarn", "--release", "17", "-cp", jars, "-d", str(tmp_path),
-                    *map(str, sources), str(probe)], check=True, timeout=300)
+    subprocess.run(["javac", "-nowarn", "--release", "17", "-cp",
+                    f"{reader_jar}{os.pathsep}{jars}", "-d", str(tmp_path), str(probe)],
+                   check=True, timeout=300)
     fakes = {"dying": "echo 'planner broke here' >&2\nexit 3",
              "hung": "exec sleep 60",
              "chatty": "read request\necho 'hello there'\nexec sleep 60"}
@@ -274,7 +271,7 @@ def test_python_planner_java(farm, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     run = subprocess.run(
-        ["java", "-cp", f"{tmp_path}{os.pathsep}{jars}", "garlicfarm.spark.planning.PlannerProbe",
+        ["java", "-cp", f"{tmp_path}{os.pathsep}{reader_jar}{os.pathsep}{jars}", "garlicfarm.spark.planning.PlannerProbe",
          sys.executable, json.dumps(farm.options), *(str(tmp_path / name) for name in fakes)],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert run.returncode == 0, run.stderr
