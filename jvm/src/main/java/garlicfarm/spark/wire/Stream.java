@@ -66,10 +66,11 @@ final class Stream implements AutoCloseable {
             throw new FarmException(FarmException.UNAVAILABLE, "cannot connect to " + endpoint + " (" + e.getMessage()
                     + "): check the endpoints option and that the member runs", endpoint);
         }
+        Socket connected = settings.tls() ? tls(socket, host, port, settings, deadline) : socket;
         try {
-            return new Stream(endpoint, settings.tls() ? tls(socket, host, port, settings, deadline) : socket);
+            return new Stream(endpoint, connected);
         } catch (IOException e) {
-            closeQuietly(socket);
+            closeQuietly(connected);
             throw new FarmException(FarmException.UNAVAILABLE, "the connection to " + endpoint + " broke: " + e,
                     endpoint);
         }
