@@ -77,8 +77,9 @@ def test_ping_log_bounds_and_welcome_equal_the_python_client(farm, call_main):
     assert answer["result"] == _as_json(client.ping(endpoint))
     assert answer["welcome"] == {"node_id": 1, "cluster": "farm", "leader_id": 1, "role": "leader",
                                  "members": {"1": endpoint}}
-    bounds = _ok(call_main(endpoint, "log_bounds", {}, local.options))["result"]
-    assert bounds == list(client.log_bounds(endpoint))
+    bounds = _ok(call_main("tcp://" + endpoint, "log_bounds", {}, local.options))
+    assert bounds["endpoint"] == endpoint
+    assert bounds["result"] == list(client.log_bounds(endpoint))
 
 
 def test_journal_calls_equal_the_python_clients_raw_answers(farm, call_main):
@@ -198,14 +199,17 @@ def test_tls_with_another_ca_fails_verification(tls_farm, call_main, tmp_path):
 
 
 class _FakeMember:
-    """Accepts the handshake for u/p like a member, then answers Hello with `frame`."""
+    """Accepts the handshake for u/p like a member (offering `algorithms`), then answers the
+    Hello with `frames`."""
 
-    def __init__(self, frame: bytes) -> None:
+    def __init__(self, frames: bytes, algorithms=None) -> None:
+        from consensus.wire.digest import DigestAlgorithm
         from consensus.wire.handshake import HandshakeReceiver, NonceStore
-        self.frame = frame
-        self.nonces = NonceStore(os.urandom)
-        self.receiver = lambda: HandshakeReceiver(credentials=lambda u: "p" if u == "u" else None,
-                                                  nonces=self.nonces)
+        self.frames = frames
+        nonces = NonceStore(os.urandom)
+        self.receiver = lambda: HandshakeReceiver(
+            credentials=lambda u: "p" if u == "u" else None, nonces=nonces,
+            algorithms=algorithms or (DigestAlgorithm.SHA_256, DigestAlgorithm.MD5))
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.endpoint = "127.0.0.1:%d" % self.sock.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -224,30 +228,49 @@ class _FakeMember:
                 conn.sendall(event.data)
                 if isinstance(event, Accepted):
                     conn.recv(65536)        # the Hello
-                    conn.sendall(self.frame)
+                    conn.sendall(self.frames)
+                    conn.recv(65536)        # the Call
                     conn.recv(1)            # until the client closes
 
-    def close(self) -> None:
-        self.sock.close()
+    def call(self, call_main) -> subprocess.CompletedProcess:
+        try:
+            return call_main(self.endpoint, "ping", {},
+                             {"username": "u", "password": "p", "timeout": "5"})
+        finally:
+            self.sock.close()
 
 
-def _frame(message_type: int, body: bytes, size: int | None = None) -> bytes:
+def _frame(message_type: int, fields=None, *, raw: bytes | None = None,
+           size: int | None = None) -> bytes:
+    body = msgpack.packb(fields, use_bin_type=True) if raw is None else raw
     return struct.pack(">Biiqi", message_type, 0, 0, 0, len(body) if size is None else size) + body
 
 
-@pytest.mark.parametrize("frame, expected", [
-    (_frame(0x31, b"", size=(256 << 20) + 1), "bodySize 268435457 (the limit is 268435456)"),
-    (_frame(0x31, b"", size=-1), "bodySize -1"),
-    (_frame(0x31, b"\xdb\x7f\xff\xff\xff"), "longer than the 0 bytes left"),   # str32 of 2 GiB
-    (_frame(0x31, msgpack.packb([1, "farm", None, "leader"])), "the frame has 4 fields, not 5"),
-    (_frame(0x33, msgpack.packb([1, 0, None, "", {}])), "answered Hello with a frame of type 0x33"),
-    (_frame(4, b""), "sent a frame of type 4"),
+WELCOME = _frame(0x31, [7, "farm", None, "follower", b'{"addresses":{"7":"h:1","8":"h:2"}}'])
+
+
+@pytest.mark.parametrize("frames, expected", [
+    (_frame(0x31, raw=b"", size=(256 << 20) + 1), "bodySize 268435457 (the limit is 268435456)"),
+    (_frame(0x31, raw=b"", size=-1), "bodySize -1"),
+    (_frame(0x31, raw=b"\xdb\x7f\xff\xff\xff"), "longer than the 0 bytes left"),   # str32 of 2 GiB
+    (_frame(0x31, [1, "farm", None, "leader"]), "the frame has 4 fields, not 5"),
+    (_frame(0x33, [1, 0, None, "", {}]), "answered Hello with a frame of type 0x33"),
+    (_frame(4, raw=b""), "sent a frame of type 4"),
+    (WELCOME + _frame(0x33, [9, 0, None, "", {}]), "answered call 1 (ping) with the Reply of call 9"),
+    (WELCOME + _frame(0x34, [b"r", 1, 1, 0, None, "", {}]), "answered ping with a frame of type 0x34"),
+    (WELCOME + _frame(0x33, [1, 0, [2 ** 64 - 1], "", {}]), "whose body is bad: not msgpack"),
 ])
-def test_sizes_and_types_from_the_wire_are_checked(call_main, frame, expected):
-    member = _FakeMember(frame)
-    try:
-        stderr = _failed(call_main(member.endpoint, "ping", {},
-                                   {"username": "u", "password": "p", "timeout": "5"}))
-    finally:
-        member.close()
+def test_sizes_and_types_from_the_wire_are_checked(call_main, frames, expected):
+    stderr = _failed(_FakeMember(frames).call(call_main))
     assert expected in stderr and "error code 8 PROTOCOL" in stderr
+
+
+def test_md5_only_member_events_skipped_and_values_decoded(call_main):
+    from consensus.wire.digest import DigestAlgorithm
+    result = {"n": -5, "f": 1.5, "b": b"\x00\xff", "t": True, "nil": None, "l": [1, "x"], 3: "k"}
+    frames = (WELCOME + _frame(0x35, ["state-changed", 7, {"applied": 3}])
+              + _frame(0x33, [1, 0, result, "", {}]))
+    answer = _ok(_FakeMember(frames, algorithms=(DigestAlgorithm.MD5,)).call(call_main))
+    assert answer["welcome"] == {"node_id": 7, "cluster": "farm", "leader_id": None,
+                                 "role": "follower", "members": {"7": "h:1", "8": "h:2"}}
+    assert answer["result"] == _as_json(result)
