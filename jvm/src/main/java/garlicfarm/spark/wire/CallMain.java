@@ -1,5 +1,6 @@
 package garlicfarm.spark.wire;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.ArrayList;
 import java.util.HexFormat;
@@ -34,10 +35,18 @@ public final class CallMain {
             System.exit(1);
         }
         Map<String, String> options = new LinkedHashMap<>(Map.of("endpoints", argv[0]));
-        String env = System.getenv().getOrDefault("GARLICFARM_OPTIONS", "{}");
-        JSON.readValue(env, Map.class).forEach((k, v) -> options.put(String.valueOf(k), String.valueOf(v)));
-        @SuppressWarnings("unchecked")
-        Map<String, Object> args = (Map<String, Object>) fromJson(JSON.readValue(argv[2], Map.class));
+        Map<String, Object> args = new LinkedHashMap<>();
+        try {
+            JSON.readValue(System.getenv().getOrDefault("GARLICFARM_OPTIONS", "{}"), Map.class).forEach((k, v) -> {
+                if (v != null) {
+                    options.put(String.valueOf(k), String.valueOf(v));
+                }
+            });
+            ((Map<?, ?>) fromJson(JSON.readValue(argv[2], Map.class))).forEach((k, v) -> args.put((String) k, v));
+        } catch (JsonProcessingException e) {
+            System.err.println("GARLICFARM_OPTIONS and ARGS_JSON must be JSON objects: " + e.getOriginalMessage());
+            System.exit(1);
+        }
         try {
             FarmSettings settings = FarmSettings.fromOptions(options);
             try (FarmLink link = FarmLink.open(argv[0], settings)) {

@@ -24,7 +24,7 @@ final class Stream implements AutoCloseable {
     private final Socket socket;
     private final InputStream in;
     private final OutputStream out;
-    private boolean received;
+    private boolean received;       // a byte came: from then on a reset is a break, not a refusal
 
     private Stream(String endpoint, Socket socket) throws IOException {
         this.endpoint = endpoint;
@@ -116,11 +116,6 @@ final class Stream implements AutoCloseable {
             }
         }
         return false;
-    }
-
-    /** Whether a byte ever came from the member (a reset before any is a refusal, not a break). */
-    boolean received() {
-        return received;
     }
 
     void write(byte[] data) throws FarmException {
