@@ -30,7 +30,8 @@ def rows(frame) -> list[tuple]:
     """Every row of every column, in log order (index, then the order within an entry is
     kept by a stable sort on index alone)."""
     collected = frame.select(*COLUMNS).collect()
-    out = [(r.cluster, r.index, r.term, r.type, bytes(r.value), r.timestamp) for r in collected]
+    out = [(r.cluster, r["index"], r.term, r.type, bytes(r.value), r.timestamp)
+           for r in collected]
     return sorted(out, key=lambda row: row[1])
 
 
@@ -166,9 +167,9 @@ def test_compacted_entries_fail_or_are_skipped(spark, tmp_path):
             columnar(spark, farm, first).collect()
         assert "failOnDataLoss" in str(failure.value)
         skipped = columnar(spark, farm, first, failOnDataLoss="false")
-        indexes = [r.index for r in skipped.select("index").collect()]
+        indexes = [r["index"] for r in skipped.select("index").collect()]
         assert indexes and min(indexes) >= kept
-        assert sorted(indexes) == sorted(r.index for r in log_range(
+        assert sorted(indexes) == sorted(r["index"] for r in log_range(
             spark, farm, first, failOnDataLoss="false").select("index").collect())
         client.close()
 

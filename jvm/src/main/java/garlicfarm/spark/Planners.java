@@ -3,9 +3,6 @@ package garlicfarm.spark;
 import java.io.IOException;
 import java.util.Map;
 
-import org.apache.spark.SparkConf;
-import org.apache.spark.SparkEnv;
-
 import garlicfarm.spark.planning.PythonPlanner;
 
 /** Starts the Python planner of a scan or a stream with the driver's Python. */
@@ -14,9 +11,7 @@ final class Planners {
   }
 
   static PythonPlanner open(String mode, Map<String, String> options) {
-    SparkEnv env = SparkEnv.get();
-    SparkConf conf = env == null ? new SparkConf(false) : env.conf();
-    String python = PythonPlanner.interpreter(conf);
+    String python = PythonPlanner.activeInterpreter();
     try {
       return PythonPlanner.start(python, mode, options);
     } catch (IOException e) {
