@@ -1,7 +1,8 @@
 """The planning half of the JVM reader (`format("garlicfarm-columnar")`), in Python.
 
-The JVM source's driver side runs ``python -m pyspark_farm.jvm.planner`` once per scan or
-stream and asks it, one JSON object per line on stdin, for what the raft source's Python
+The JVM source's driver side runs ``python -m pyspark_farm.jvm.planner`` for a scan or a
+stream (and keeps it for the next one: ``close`` ends a scan, ``open`` starts the next, so
+only the first scan of a driver pays for starting Python) and asks it, one JSON object per line on stdin, for what the raft source's Python
 readers plan (offsets, admission control, partitions), so both formats plan alike from
 the same code. Each request gets one JSON line on stdout: ``{"ok": value}`` or
 ``{"error": {"type": ..., "message": ...}}``; a failed request leaves the process up for
@@ -133,6 +134,10 @@ class Planner:
         if op == "stop":
             self.close()
             return None
+        if op == "close":           # this scan or stream is over; the next may open
+            self.close()
+            self.reader = self.mode = None
+            return None
         if op == "open":
             return self._open(request)
         if self.reader is None:
@@ -140,7 +145,8 @@ class Planner:
         reader = self.reader
         if self.mode == "batch":
             if op != "partitions":
-                raise ProtocolError(f"op {op!r} is not one of a batch scan (partitions, stop)")
+                raise ProtocolError(f"op {op!r} is not one of a batch scan (partitions, close, "
+                                    "stop)")
             return partitions_json(reader.partitions())
         calls: dict[str, Callable[[], Any]] = {
             "initialOffset": reader.initialOffset,
@@ -156,12 +162,12 @@ class Planner:
         }
         if op not in calls:
             raise ProtocolError(f"unknown op {op!r}; a stream takes open, "
-                                f"{', '.join(calls)} and stop")
+                                f"{', '.join(calls)}, close and stop")
         return calls[op]()
 
     def _open(self, request: dict) -> dict:
         if self.reader is not None:
-            raise ProtocolError("'open' twice: one planner process serves one scan or stream")
+            raise ProtocolError("'open' twice: close the scan or stream first")
         mode = request.get("mode")
         if mode not in MODES:
             raise ProtocolError(f"'open' needs mode batch or stream, got {mode!r}")

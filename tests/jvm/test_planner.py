@@ -192,7 +192,27 @@ def test_malformed_requests_are_named(farm, planner):
     error = planner.ask("partitions", start={"index": 1})["error"]
     assert "'end'" in error["message"]
     assert "offset" in planner.ask("commit", end={"idx": 3})["error"]["message"]
-    assert "twice" in planner.ask("open", mode="stream", options=farm.options)["error"]["message"]
+    assert "close the scan" in planner.ask("open", mode="stream",
+                                           options=farm.options)["error"]["message"]
+
+
+def test_close_ends_a_scan_and_the_process_serves_the_next(farm, planner):
+    """The JVM keeps a planner process for the next scan: after close, the old reader is
+    gone and a new open (another mode, other options) plans as a fresh process would."""
+    planner.ok("open", mode="batch", options=farm.options)
+    first = planner.ok("partitions")
+    assert planner.ok("close") is None
+    assert "before 'open'" in planner.ask("partitions")["error"]["message"]
+    earliest = {**farm.options, "startingOffsets": "earliest"}
+    planner.ok("open", mode="stream", options=earliest)
+    python = raft_kind.stream_reader(earliest, struct_of(RAFT_COLUMNS_DDL))
+    try:
+        assert planner.ok("initialOffset") == python.initialOffset()
+    finally:
+        python.close()
+    planner.ok("close")
+    planner.ok("open", mode="batch", options={**farm.options, "minPartitions": "2"})
+    assert planner.ok("partitions")
 
 
 def test_warnings_go_to_stderr_and_eof_exits_zero(farm, planner):

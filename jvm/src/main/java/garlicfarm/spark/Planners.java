@@ -1,23 +1,69 @@
 package garlicfarm.spark;
 
 import java.io.IOException;
+import java.util.ArrayDeque;
+import java.util.Deque;
+import java.util.HashMap;
 import java.util.Map;
 
+import garlicfarm.spark.planning.PlannerException;
 import garlicfarm.spark.planning.PythonPlanner;
 
-/** Starts the Python planner of a scan or a stream with the driver's Python. */
+/**
+ * The driver's Python planners: one per scan or stream while it runs, and one kept idle
+ * per interpreter for the next (starting Python and importing the planner takes ~0.4 s,
+ * which a batch read of a million rows would otherwise pay every time). An idle planner
+ * holds no reader and no connection; it ends with the driver (its stdin closes).
+ */
 final class Planners {
+  private static final Map<String, Deque<PythonPlanner>> IDLE = new HashMap<>();
+  private static final int IDLE_PER_INTERPRETER = 1;
+
   private Planners() {
   }
 
+  /** A planner opened for {@code mode} with the source's options. */
   static PythonPlanner open(String mode, Map<String, String> options) {
     String python = PythonPlanner.activeInterpreter();
+    PythonPlanner planner;
+    while ((planner = idle(python)) != null) {
+      if (planner.usable()) {
+        try {
+          planner.open(mode, options);
+          return planner;
+        } catch (PlannerException e) {
+          release(planner);             // refused options: the process stays usable
+          throw e;
+        }
+      }
+      planner.close();
+    }
     try {
       return PythonPlanner.start(python, mode, options);
     } catch (IOException e) {
       throw new IllegalStateException("garlicfarm-columnar: cannot start its planner with "
-          + python + " -m pyspark_farm.jvm.planner (" + e.getMessage() + "): set "
+          + python + " -m " + PythonPlanner.MODULE + " (" + e.getMessage() + "): set "
           + "spark.pyspark.driver.python or PYSPARK_PYTHON to a Python that has garlicfarm", e);
+    }
+  }
+
+  /** The scan or stream is over: keep the planner for the next, or stop it. */
+  static void release(PythonPlanner planner) {
+    String python = PythonPlanner.activeInterpreter();
+    synchronized (IDLE) {
+      Deque<PythonPlanner> idle = IDLE.computeIfAbsent(python, key -> new ArrayDeque<>());
+      if (idle.size() < IDLE_PER_INTERPRETER && planner.usable() && planner.release()) {
+        idle.push(planner);
+        return;
+      }
+    }
+    planner.close();
+  }
+
+  private static PythonPlanner idle(String python) {
+    synchronized (IDLE) {
+      Deque<PythonPlanner> idle = IDLE.get(python);
+      return idle == null ? null : idle.poll();
     }
   }
 }

@@ -27,10 +27,13 @@ final class RaftBatch implements Batch {
 
   @Override
   public InputPartition[] planInputPartitions() {
-    try (PythonPlanner planner = Planners.open("batch", options)) {
+    PythonPlanner planner = Planners.open("batch", options);
+    try {
       return RaftInputPartition.of(
           PlannedPartition.fromJson(planner.request("partitions", Map.of())), settings, columns,
           options);
+    } finally {
+      Planners.release(planner);
     }
   }
 

@@ -136,7 +136,7 @@ final class RaftMicroBatchStream implements MicroBatchStream, SupportsAdmissionC
   @Override
   public synchronized void stop() {
     if (planner != null) {
-      planner.close();
+      Planners.release(planner);
       planner = null;
     }
   }

@@ -84,9 +84,18 @@ public final class PythonPlanner implements AutoCloseable {
    */
   public static PythonPlanner start(String python, String mode, Map<String, String> options,
       Duration timeout) throws IOException {
-    if (!"batch".equals(mode) && !"stream".equals(mode)) {
-      throw new IllegalArgumentException("mode is batch or stream, not " + mode);
+    PythonPlanner planner = launch(python, timeout);
+    try {
+      planner.open(mode, options);
+    } catch (RuntimeException e) {
+      planner.close();
+      throw e;
     }
+    return planner;
+  }
+
+  /** Starts {@code python -m pyspark_farm.jvm.planner}, not yet opened. */
+  public static PythonPlanner launch(String python, Duration timeout) throws IOException {
     String command = python + " -m " + MODULE;
     Process process;
     try {
@@ -96,21 +105,41 @@ public final class PythonPlanner implements AutoCloseable {
           + "): set spark.pyspark.driver.python or PYSPARK_PYTHON to a Python with garlicfarm "
           + "installed", e);
     }
-    PythonPlanner planner = new PythonPlanner(process, command, timeout);
-    try {
-      Map<String, Object> fields = new LinkedHashMap<>();
-      fields.put("mode", mode);
-      fields.put("options", options);
-      JsonNode schema = planner.request("open", fields).get("schema");
-      if (schema == null || !schema.isTextual()) {
-        throw new PlannerException(null, "'open' answered no schema DDL");
-      }
-      planner.schemaDdl = schema.asText();
-    } catch (RuntimeException e) {
-      planner.close();
-      throw e;
+    return new PythonPlanner(process, command, timeout);
+  }
+
+  /** Opens the planner for a "batch" scan or a "stream" with the source's options (a
+   *  PlannerException, e.g. OptionError, when they are refused: the planner stays usable). */
+  public synchronized void open(String mode, Map<String, String> options) {
+    if (!"batch".equals(mode) && !"stream".equals(mode)) {
+      throw new IllegalArgumentException("mode is batch or stream, not " + mode);
     }
-    return planner;
+    Map<String, Object> fields = new LinkedHashMap<>();
+    fields.put("mode", mode);
+    fields.put("options", options);
+    JsonNode schema = request("open", fields).get("schema");
+    if (schema == null || !schema.isTextual()) {
+      throw fail("'open' answered no schema DDL", true);
+    }
+    schemaDdl = schema.asText();
+  }
+
+  /** Ends the scan or stream it was opened for, keeping the process for the next one;
+   *  false (and the process stopped) when it cannot be kept. */
+  public synchronized boolean release() {
+    try {
+      request("close", null);
+      schemaDdl = null;
+      return true;
+    } catch (PlannerException e) {
+      close();
+      return false;
+    }
+  }
+
+  /** Is the process still there to answer? */
+  public synchronized boolean usable() {
+    return !closed && broken == null && process.isAlive();
   }
 
   /** The driver's Python, as PySpark chooses it: conf, then environment, then python3. */
