@@ -1,9 +1,14 @@
 package garlicfarm.spark.read;
 
 import java.io.IOException;
+import java.util.ArrayDeque;
 import java.util.Arrays;
+import java.util.Deque;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Future;
 
 import org.apache.arrow.compression.CommonsCompressionFactory;
 import org.apache.arrow.memory.BufferAllocator;
@@ -33,6 +38,7 @@ import org.slf4j.LoggerFactory;
  */
 final class CommitSlice {
   private static final Logger LOG = LoggerFactory.getLogger(CommitSlice.class);
+  static final int PREFETCH = 2;
 
   private final MemberReads reads;
   private final StructType columns;
@@ -46,10 +52,14 @@ final class CommitSlice {
   private int next;                   // position in commit.staged of the next payload
   private boolean started;
   private ArrowStreamReader payload;  // the Arrow payload being read, if any
+  private final ExecutorService fetcher;
+  private final Deque<Future<StagedPayload>> ahead = new ArrayDeque<>();
 
   CommitSlice(MemberReads reads, StructType columns, UTF8String cluster,
-              BufferAllocator allocator, boolean failOnDataLoss, long index, int lo, int hi) {
+              BufferAllocator allocator, ExecutorService fetcher, boolean failOnDataLoss,
+              long index, int lo, int hi) {
     this.reads = reads;
+    this.fetcher = fetcher;
     this.columns = columns;
     this.cluster = cluster;
     this.allocator = allocator;
@@ -75,10 +85,7 @@ final class CommitSlice {
         if (next >= Math.min(hi, commit.staged.length)) {
           return null;
         }
-        long at = commit.staged[next++];
-        StagedPayload staged = StagedPayload.of(at,
-            reads.read("read_entries", Map.of("start", at, "stop", at + 1, "max_bytes",
-                1L << 30, "payloads", true), at));
+        StagedPayload staged = fetched();
         started = true;
         if (!staged.contentType().equals("arrow")) {
           OnHeapColumnVector value = new OnHeapColumnVector(1, DataTypes.BinaryType);
@@ -98,6 +105,29 @@ final class CommitSlice {
       }
       throw DataLossException.batch(index, commit.queryId, commit.batchId, commit.staged,
           gone, started || !failOnDataLoss);
+    }
+  }
+
+  /** The payload at position {@code next}, fetched ahead: the farm serves the next
+   *  {@link #PREFETCH} while this thread decodes one. */
+  private StagedPayload fetched() throws IOException {
+    int end = Math.min(hi, commit.staged.length);
+    while (ahead.size() < PREFETCH && next + ahead.size() < end) {
+      long at = commit.staged[next + ahead.size()];
+      ahead.add(fetcher.submit(() -> StagedPayload.of(at, reads.read("read_entries",
+          Map.of("start", at, "stop", at + 1, "max_bytes", 1L << 30, "payloads", true), at))));
+    }
+    next++;
+    try {
+      return ahead.poll().get();
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof IOException io) {
+        throw io;
+      }
+      throw new IOException("garlicfarm-columnar: fetching a staged payload failed", e.getCause());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new java.io.InterruptedIOException("garlicfarm-columnar: interrupted");
     }
   }
 
@@ -161,15 +191,19 @@ final class CommitSlice {
         EntryColumns.COMMIT, commit.timestampMs, value), rows);
   }
 
+  void close() throws IOException {
+    for (Future<StagedPayload> pending : ahead) {
+      pending.cancel(true);
+    }
+    ahead.clear();
+    closePayload();
+  }
+
   private void closePayload() throws IOException {
     if (payload != null) {
       payload.close();
       payload = null;
     }
-  }
-
-  void close() throws IOException {
-    closePayload();
   }
 
   /** A commit entry's header (read_entries without payloads), when it shows rows. */

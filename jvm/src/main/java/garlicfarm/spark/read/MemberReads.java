@@ -18,7 +18,8 @@ import garlicfarm.spark.wire.Welcome;
  * with backoff while it is behind (INDEX_OVERFLOW); the leader when it stays behind or is
  * gone; and where the entries were compacted away (INDEX_UNDERFLOW), any member that
  * still holds them, where the task then reads on. The same committed range gives the
- * same entries at every member, so switching never changes the rows.
+ * same entries at every member, so switching never changes the rows. Thread-safe: a
+ * task's fetching thread reads ahead through it.
  */
 final class MemberReads implements AutoCloseable {
   private static final int NOT_LEADER = 2;
@@ -39,7 +40,7 @@ final class MemberReads implements AutoCloseable {
   }
 
   /** {@code op} (a read of entries from {@code start}) with the fallbacks above. */
-  Object read(String op, Map<String, ?> args, long start) throws IOException {
+  synchronized Object read(String op, Map<String, ?> args, long start) throws IOException {
     String at = endpoint;
     try {
       if (at != null) {
@@ -75,7 +76,7 @@ final class MemberReads implements AutoCloseable {
   /** Does the member reads go to still hold {@code index}? Asked once per member (a
    *  log's start only moves up; a later compaction shows as INDEX_UNDERFLOW on the read).
    *  A member that does not answer counts as holding it: the read then falls back. */
-  boolean holds(long index) {
+  synchronized boolean holds(long index) {
     String at = endpoint == null ? "" : endpoint;
     Long first = firsts.get(at);
     if (first == null) {
@@ -215,7 +216,7 @@ final class MemberReads implements AutoCloseable {
   }
 
   @Override
-  public void close() {
+  public synchronized void close() {
     for (FarmLink link : links.values()) {
       link.close();
     }

@@ -1,6 +1,9 @@
 package garlicfarm.spark.read;
 
 import java.io.IOException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.spark.TaskContext;
@@ -19,6 +22,11 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
   private final MemberReads reads;
   private final BufferAllocator allocator;
   private final UTF8String cluster;
+  private final ExecutorService fetcher = Executors.newSingleThreadExecutor(runnable -> {
+    Thread thread = new Thread(runnable, "garlicfarm-columnar-fetch");
+    thread.setDaemon(true);
+    return thread;
+  });
   private int piece;
   private JournalRun journal;
   private CommitSlice slice;
@@ -61,7 +69,7 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
         journal = new JournalRun(reads, partition.columns, cluster, partition.failOnDataLoss,
             next[0], next[1]);
       } else if (next.length == 4 && next[1] == next[0] + 1) {
-        slice = new CommitSlice(reads, partition.columns, cluster, allocator,
+        slice = new CommitSlice(reads, partition.columns, cluster, allocator, fetcher,
             partition.failOnDataLoss, next[0], Math.toIntExact(next[2]),
             Math.toIntExact(next[3]));
       } else {
@@ -84,6 +92,12 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
         slice.close();
       }
     } finally {
+      fetcher.shutdownNow();
+      try {
+        fetcher.awaitTermination(10, TimeUnit.SECONDS);   // before its links close
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
       try {
         reads.close();
       } finally {
