@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             kafka_range = {**kafka_options, "subscribe": source_topic,
                            "startingOffsets": "earliest"}
             if "source" in parts:
+                parquet_raft = os.path.join(work, "source-raft.parquet")
+                spark.read.format("garlicfarm").options(**raft_range).load() \
+                    .write.mode("overwrite").parquet(parquet_raft)
+
                 def raft_read(**extra):
                     return lambda: noop(spark.read.format("garlicfarm").options(**raft_range)
                                         .options(**extra).load())
@@ -269,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                     "kafka": lambda: noop(spark.read.format("kafka").options(**kafka_range)
                                           .option("endingOffsets", "latest").load()),
                     "parquet": lambda: noop(spark.read.parquet(parquet)),
+                    # like for like: the raft source's six columns as a parquet file
+                    "parquet raft": lambda: noop(spark.read.parquet(parquet_raft)),
                     # a Python data source that reads nothing: batches of the same rows built
                     # once in memory (benchmarks/spark_raft.py), the floor of any Python source
                     "ceiling": ceiling(RAFT_COLUMNS_DDL),
@@ -287,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                                 run_rounds(args.rounds, readers, ledger, warm=True),
                                 [("raft", "kafka"), ("raft", "parquet"), ("raft value", "parquet"),
                                  ("raft columnar", "kafka"), ("raft columnar", "parquet"),
+                                 ("raft columnar", "parquet raft"),
                                  ("raft columnar value", "parquet"),
                                  ("ceiling", "parquet"), ("ceiling value", "parquet")])
                 lines += ledger.lines(args.rows)

@@ -182,3 +182,47 @@ def test_empty_range_reads_no_rows(spark):
         frame = columnar(spark, farm, start, start)
         assert frame.count() == 0
         assert frame.select("value").collect() == []
+
+
+def test_stream_restarts_from_its_checkpoint(spark, tmp_path, no_queries_left):
+    """A second run of the query with the same checkpoint reads only what came after the
+    first (the offsets the JVM stored and read back)."""
+    with LocalFarm(nodes=1) as farm:
+        client = farm.client()
+        start = client.last_applied() + 1
+        client.append_many([[f"first-{n}".encode()] for n in range(50)])
+        seen: list[bytes] = []
+
+        def run() -> None:
+            query = (spark.readStream.format("garlicfarm-columnar").options(**farm.options)
+                     .option("startingOffsets", json.dumps({"index": start})).load()
+                     .where(F.col("type") == "journal").select("value")
+                     .writeStream.foreachBatch(
+                         lambda batch, _: seen.extend(bytes(r.value) for r in batch.collect()))
+                     .option("checkpointLocation", str(tmp_path / "chk"))
+                     .trigger(availableNow=True).start())
+            try:
+                assert query.awaitTermination(120), "the availableNow query did not end"
+            finally:
+                query.stop()
+            assert query.exception() is None
+
+        run()
+        assert sorted(seen) == sorted(f"first-{n}".encode() for n in range(50))
+        client.append_many([[f"second-{n}".encode()] for n in range(30)])
+        seen.clear()
+        run()
+        assert sorted(seen) == sorted(f"second-{n}".encode() for n in range(30))
+        client.close()
+
+
+def test_tls_farm(spark):
+    """A farm with TLS: the CA travels in the options as PEM text, to every task."""
+    with LocalFarm(nodes=1, tls=True) as farm:
+        assert "tls.ca" in farm.options
+        client = farm.client()
+        start = client.last_applied() + 1
+        client.append([b"over", b"tls"])
+        client.close()
+        frame = columnar(spark, farm, start)
+        assert sorted(bytes(r.value) for r in frame.select("value").collect()) == [b"over", b"tls"]
