@@ -7,9 +7,12 @@ then retried on another executor), and reads back what landed, for the test to c
 
 SPEC: {"master", "driver_host", "result", "kill_dir", "kinds": {KIND: {...}}, and either
 "farm" (the options of a farm the test runs) or "embedded_farm" ({"host", "tls"}: a
-LocalFarm this driver starts beside itself, as on a cluster)}. The session is a stock one
-(`SparkSession.builder`): nothing of garlicfarm in its conf. It writes RESULT: per kind the
-values read back, the sink's last batch and the killed executor's marker; the test judges.
+LocalFarm this driver starts beside itself, as on a cluster), and optionally "columnar":
+true}. The session is a stock one (`SparkSession.builder`): nothing of garlicfarm in its
+conf, except, with "columnar", the JVM reader's jar in `spark.jars`, which the raft kind
+then also reads back with (`format("garlicfarm-columnar")`: on the executors, no Python).
+It writes RESULT: per kind the values read back, the sink's last batch and the killed
+executor's marker; the test judges.
 """
 from __future__ import annotations
 
@@ -83,10 +86,13 @@ def run_raft(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:
     with connection.client() as client:
         batch = client.last_committed_batch(query.id)
         end = client.last_applied() + 1
-    read = (spark.read.format("garlicfarm").options(**farm)
-            .option("startingOffsets", json.dumps({"index": start}))
-            .option("endingOffsets", json.dumps({"index": end})).load())
-    return {"values": values(read), "batch": batch}
+    result = {"batch": batch}
+    for fmt in ("garlicfarm", "garlicfarm-columnar") if spec.get("columnar") else ("garlicfarm",):
+        read = (spark.read.format(fmt).options(**farm)
+                .option("startingOffsets", json.dumps({"index": start}))
+                .option("endingOffsets", json.dumps({"index": end})).load())
+        result["values" if fmt == "garlicfarm" else "columnar values"] = values(read)
+    return result
 
 
 def run_dafka(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:
@@ -115,7 +121,11 @@ def run_chp(spark, farm: dict, spec: dict, kill_dir: Path) -> dict:
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     host = spec["driver_host"]
-    spark = (SparkSession.builder.master(spec["master"]).appName("garlicfarm-cluster-test")
+    builder = SparkSession.builder
+    if spec.get("columnar"):
+        from pyspark_farm.jvm import jar_path
+        builder = builder.config("spark.jars", jar_path())
+    spark = (builder.master(spec["master"]).appName("garlicfarm-cluster-test")
              .config("spark.driver.host", host).config("spark.driver.bindAddress", host)
              .config("spark.executor.cores", "1").config("spark.cores.max", "2")
              .config("spark.executor.memory", "512m").config("spark.ui.enabled", "false")

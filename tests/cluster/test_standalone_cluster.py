@@ -108,11 +108,12 @@ def test_three_kinds_through_two_workers_with_an_executor_killed_mid_batch(tmp_p
     assert found == {k: v for chunk in chp_rows for k, v in chunk}
 
 
-def test_executors_on_another_machine_use_the_drivers_embedded_farm(tmp_path):
+def test_executors_on_another_machine_use_the_drivers_embedded_farm(tmp_path, reader_jar):
     """The driver, its embedded LocalFarm and the master in one network namespace, the
     worker (and so the executors) in another, linked by a veth pair: the farm listens on
     the driver machine's address with TLS (its CA travels in the options) and a password;
-    the raft stream writes through it with an executor killed, and reads back."""
+    the raft stream writes through it with an executor killed, and reads back, with the
+    Python source and with the JVM reader (its jar shipped by spark.jars)."""
     from tests.cluster.netns import (DRIVER_ADDRESS, WORKER_ADDRESS, NamespacePair,
                                      NamespacesUnavailable)
     rows = chunks("far")
@@ -128,6 +129,7 @@ def test_executors_on_another_machine_use_the_drivers_embedded_farm(tmp_path):
                                worker_netns=namespaces.worker) as cluster:
             spec = {"master": cluster.url, "driver_host": DRIVER_ADDRESS,
                     "embedded_farm": {"host": DRIVER_ADDRESS, "tls": None},
+                    "columnar": True,
                     "kinds": {"raft": {"inbox": str(tmp_path / "in"), "poison": "far-1-020",
                                        "checkpoint": str(tmp_path / "chk")}}}
             result = run_job(spec, tmp_path, cluster, prefix=namespaces.exec(namespaces.driver))
@@ -139,4 +141,5 @@ def test_executors_on_another_machine_use_the_drivers_embedded_farm(tmp_path):
     assert killed["netns"] != result["driver_netns"], "the executor ran in the driver's namespace"
     assert killed["netns"] != os.readlink("/proc/self/ns/net")
     assert result["raft"]["values"] == sorted(sum(rows, []))
+    assert result["raft"]["columnar values"] == sorted(sum(rows, []))
     assert result["raft"]["batch"] == 2
