@@ -19,7 +19,6 @@ import psutil
 
 #: (group, test of "name + command line"), first match wins.
 GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("arrow server", lambda c: "jvm_reader/serve.py" in c),
     ("columnar planner", lambda c: "pyspark_farm.jvm.planner" in c),
     ("kafka brokers", lambda c: "java" in c and "kafka.Kafka" in c),
     ("spark JVM", lambda c: "java" in c),

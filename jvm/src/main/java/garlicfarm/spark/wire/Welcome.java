@@ -7,7 +7,7 @@ import java.util.Map;
  * members of the configuration it knows ({id: "host:port"}), so a reader can find the others.
  */
 public record Welcome(long nodeId, String cluster, Long leaderId, String role, Map<Long, String> members) {
-    public Welcome {
-        members = Map.copyOf(members);
-    }
+  public Welcome {
+    members = Map.copyOf(members);
+  }
 }
