@@ -1,9 +1,10 @@
 """Spark Connect: `SparkSession.builder.remote("local[2]")` (a local Connect server, its
-own JVM and Python workers, in a new process) with no garlicfarm conf and no `register`:
-the server finds the format, a batch write and reads (with a filter), a stream round trip
-through the sink and the source, an option error as a Connect client sees it, and
-`spark.dataSource.register` of the class (and of a subclass under a new name) through
-Connect."""
+own JVM and Python workers, in a new process) with no garlicfarm conf and no `register`
+(only the JVM reader's jar in `spark.jars`, for its one read): the server finds the
+format, a batch write and reads (with a filter), a stream round trip through the sink and
+the source, an option error as a Connect client sees it, `spark.dataSource.register` of
+the class (and of a subclass under a new name) through Connect, and a read with the JVM
+reader (`format("garlicfarm-columnar")`, planned by the server's Python)."""
 from __future__ import annotations
 
 import json
@@ -22,9 +23,9 @@ pytestmark = [pytest.mark.spark]
 CLIENT = textwrap.dedent("""
     import json, os, sys
     from pyspark.sql import SparkSession
-    options, start, inbox, work = (json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
-                                   sys.argv[4])
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    options, start, inbox, work, jar = (json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
+                                        sys.argv[4], sys.argv[5])
+    spark = SparkSession.builder.remote("local[2]").config("spark.jars", jar).getOrCreate()
     result = {"session": type(spark).__module__}
     try:
         (spark.createDataFrame([("first",), ("second",)], "value string")
@@ -73,6 +74,10 @@ CLIENT = textwrap.dedent("""
             bytes(r.value).decode() for r in spark.read.format("garlicfarm_registered_by_hand")
             .options(**options).option("startingOffsets", json.dumps({"index": start}))
             .load().collect())
+        result["columnar"] = sorted(
+            bytes(r.value).decode() for r in spark.read.format("garlicfarm-columnar")
+            .options(**options).option("startingOffsets", json.dumps({"index": start}))
+            .load().select("value").collect())
         print(json.dumps(result))
     finally:
         spark.stop()
@@ -80,7 +85,7 @@ CLIENT = textwrap.dedent("""
 
 
 @pytest.mark.timeout(300)
-def test_round_trips_through_spark_connect(farm, tmp_path):
+def test_round_trips_through_spark_connect(farm, tmp_path, reader_jar):
     with farm.client() as client:
         start = client.last_applied() + 1
     inbox = tmp_path / "in"
@@ -91,7 +96,7 @@ def test_round_trips_through_spark_connect(farm, tmp_path):
                                                                      "SPARK_CONNECT"))}
     env["PYSPARK_PYTHON"] = sys.executable
     done = subprocess.run([sys.executable, "-c", CLIENT, json.dumps(farm.options), str(start),
-                           str(inbox), str(tmp_path)], capture_output=True, text=True,
+                           str(inbox), str(tmp_path), reader_jar], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=280, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -101,3 +106,4 @@ def test_round_trips_through_spark_connect(farm, tmp_path):
     assert result["streamed"] == sorted(["first", "second"] + streamed)
     assert "'maxOffsetsPerTrigger'" in result["option_error"]
     assert result["registered"] == sorted(["first", "second", "by hand"] + streamed)
+    assert result["columnar"] == result["registered"]
