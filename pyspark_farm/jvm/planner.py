@@ -20,7 +20,9 @@ from typing import IO, Any, Callable, Mapping
 from pyspark.sql.types import (BinaryType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from ..compat import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
+from ..compat import (HAS_FILTER_PUSHDOWN, EqualNullSafe, EqualTo, Filter, GreaterThan,
+                      GreaterThanOrEqual, In, LessThan, LessThanOrEqual, ReadAllAvailable,
+                      ReadLimit, ReadMaxRows, ReadMinRows)
 from ..datasource import kind_module
 from ..errors import OptionError
 from ..kind_options import parse_source
@@ -83,6 +85,34 @@ def read_limit(value: Any) -> ReadLimit | None:
             raise ProtocolError(f"limit {value!r} needs rows, an integer >= 1")
         return ReadMaxRows(rows) if kind == "maxRows" else ReadMinRows(rows)
     raise ProtocolError(f"limit {value!r} has no known type (all, maxRows or minRows)")
+
+
+_FILTERS = {"EqualTo": EqualTo, "EqualNullSafe": EqualNullSafe, "GreaterThan": GreaterThan,
+            "GreaterThanOrEqual": GreaterThanOrEqual, "LessThan": LessThan,
+            "LessThanOrEqual": LessThanOrEqual, "In": In}
+
+
+def index_filters(value: Any) -> list[Filter]:
+    """The filters on `index` a JVM batch scan pushed, as the Python reader's filters
+    (`{"type": "GreaterThan", "value": 5}`, `{"type": "In", "value": [1, 2]}`). They only
+    narrow the range read: Spark applies every filter to the rows again. None before
+    PySpark 4.1, which has no filter classes."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProtocolError(f"filters {value!r} is not a JSON list")
+    found = []
+    for item in value:
+        kind = item.get("type") if isinstance(item, dict) else None
+        given = item.get("value") if isinstance(item, dict) else None
+        values = given if kind == "In" and isinstance(given, list) else [given]
+        if kind not in _FILTERS or not values or \
+                not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise ProtocolError(f"filter {item!r} is not an index filter this planner knows "
+                                f"({', '.join(_FILTERS)} with integer values)")
+        if HAS_FILTER_PUSHDOWN:
+            found.append(_FILTERS[kind](("index",), tuple(values) if kind == "In" else given))
+    return found
 
 
 def limit_json(limit: ReadLimit, max_trigger_delay: float) -> dict:
@@ -175,9 +205,14 @@ class Planner:
         if not all(isinstance(v, str) for v in options.values()):
             raise ProtocolError("'open' options must map names to strings")
         options = raft_options(options)
+        filters = index_filters(request.get("filters"))
         ddl = raft_kind.schema(options)
         make = raft_kind.stream_reader if mode == "stream" else raft_kind.batch_reader
-        self.reader, self.mode = make(options, struct_of(ddl)), mode
+        reader = make(options, struct_of(ddl))
+        if mode == "batch":
+            for condition in filters:
+                reader.bounds.narrow(condition)
+        self.reader, self.mode = reader, mode
         return {"schema": ddl}
 
 

@@ -308,3 +308,24 @@ def test_python_planner_java(farm, tmp_path, reader_jar):
     assert hung.startswith("null|") and "no answer to 'open' within PT3S" in hung
     assert chatty.startswith("null|") and "not an answer: hello there" in chatty
     assert chosen == "py9 b python3"
+
+
+def test_index_filters_narrow_a_batch_plan(farm, planner):
+    """The filters a JVM batch scan pushes narrow what is planned; a malformed one is an
+    error naming it."""
+    planner.ok("open", mode="batch", options=farm.options)
+    whole = [p for part in planner.ok("partitions") for p in part["pieces"]]
+    planner.ok("close")
+    low = whole[0][0] + 1
+    high = max(p[1] for p in whole)
+    assert high > low
+    planner.ok("open", mode="batch", options=farm.options,
+               filters=[{"type": "GreaterThanOrEqual", "value": low},
+                        {"type": "LessThan", "value": high}])
+    narrowed = [p for part in planner.ok("partitions") for p in part["pieces"]]
+    assert narrowed and all(low <= p[0] and p[1] <= high for p in narrowed)
+    assert narrowed != whole
+    planner.ok("close")
+    error = planner.ask("open", mode="batch", options=farm.options,
+                        filters=[{"type": "StartsWith", "value": "x"}])["error"]
+    assert error["type"] == "ProtocolError" and "StartsWith" in error["message"]

@@ -226,3 +226,24 @@ def test_tls_farm(spark):
         client.close()
         frame = columnar(spark, farm, start)
         assert sorted(bytes(r.value) for r in frame.select("value").collect()) == [b"over", b"tls"]
+
+
+def test_index_filters_narrow_the_read(spark, mixed_log):
+    """Filters on `index` are pushed to the planner (the plan shows them) and the rows are
+    those the Python source gives for the same filters."""
+    farm, first, end = mixed_log
+    low, high = first + 3, end - 2
+    frame = columnar(spark, farm, first, end).where((F.col("index") >= low) &
+                                                    (F.col("index") < high))
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "PushedFilters" in plan and "GreaterThanOrEqual" in plan, plan
+    expected = log_range(spark, farm, first, end).where((F.col("index") >= low) &
+                                                        (F.col("index") < high))
+    got = rows(frame)
+    assert got and all(low <= r[1] < high for r in got)
+    assert got == rows(expected)
+    picked = [first, first + 2, end - 1]
+    chosen = columnar(spark, farm, first, end).where(F.col("index").isin(picked))
+    assert {r[1] for r in rows(chosen)} <= set(picked)
+    assert rows(chosen) == rows(log_range(spark, farm, first, end)
+                                .where(F.col("index").isin(picked)))

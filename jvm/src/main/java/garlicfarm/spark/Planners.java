@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.Deque;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 import garlicfarm.spark.planning.PlannerException;
@@ -24,12 +25,18 @@ final class Planners {
 
   /** A planner opened for {@code mode} with the source's options. */
   static PythonPlanner open(String mode, Map<String, String> options) {
+    return open(mode, options, List.of());
+  }
+
+  /** A planner opened for a batch scan narrowed by the filters on `index` it pushed. */
+  static PythonPlanner open(String mode, Map<String, String> options,
+                            List<Map<String, Object>> filters) {
     String python = PythonPlanner.activeInterpreter();
     PythonPlanner planner;
     while ((planner = idle(python)) != null) {
       if (planner.usable()) {
         try {
-          planner.open(mode, options);
+          planner.open(mode, options, filters);
           return planner;
         } catch (PlannerException e) {
           release(planner);             // refused options: the process stays usable
@@ -39,7 +46,14 @@ final class Planners {
       planner.close();
     }
     try {
-      return PythonPlanner.start(python, mode, options);
+      PythonPlanner started = PythonPlanner.launch(python, PythonPlanner.DEFAULT_TIMEOUT);
+      try {
+        started.open(mode, options, filters);
+      } catch (RuntimeException e) {
+        release(started);
+        throw e;
+      }
+      return started;
     } catch (IOException e) {
       throw new IllegalStateException("garlicfarm-columnar: cannot start its planner with "
           + python + " -m " + PythonPlanner.MODULE + " (" + e.getMessage() + "): set "

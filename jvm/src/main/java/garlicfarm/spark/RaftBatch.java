@@ -1,5 +1,6 @@
 package garlicfarm.spark;
 
+import java.util.List;
 import java.util.Map;
 
 import org.apache.spark.sql.connector.read.Batch;
@@ -17,17 +18,20 @@ import garlicfarm.spark.wire.FarmSettings;
 final class RaftBatch implements Batch {
   private final StructType columns;
   private final Map<String, String> options;
+  private final List<Map<String, Object>> indexFilters;
   private final FarmSettings settings;
 
-  RaftBatch(StructType columns, Map<String, String> options, FarmSettings settings) {
+  RaftBatch(StructType columns, Map<String, String> options,
+            List<Map<String, Object>> indexFilters, FarmSettings settings) {
     this.columns = columns;
     this.options = options;
+    this.indexFilters = indexFilters;
     this.settings = settings;
   }
 
   @Override
   public InputPartition[] planInputPartitions() {
-    PythonPlanner planner = Planners.open("batch", options);
+    PythonPlanner planner = Planners.open("batch", options, indexFilters);
     try {
       return RaftInputPartition.of(
           PlannedPartition.fromJson(planner.request("partitions", Map.of())), settings, columns,

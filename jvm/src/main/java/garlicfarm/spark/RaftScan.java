@@ -1,29 +1,43 @@
 package garlicfarm.spark;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.sources.EqualNullSafe;
+import org.apache.spark.sql.sources.EqualTo;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.GreaterThan;
+import org.apache.spark.sql.sources.GreaterThanOrEqual;
+import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.LessThan;
+import org.apache.spark.sql.sources.LessThanOrEqual;
 import org.apache.spark.sql.types.StructType;
 
 import garlicfarm.spark.wire.FarmSettings;
 
 /**
  * A scan of the columns a query uses (Spark prunes the others: a column not read is
- * never built). The connection options are checked here, on the driver, so a bad one
+ * never built), over the range its filters on `index` leave. The connection options are checked here, on the driver, so a bad one
  * fails the query before any task runs.
  */
 final class RaftScan implements Scan {
   private final StructType columns;
   private final Map<String, String> options;
+  private final List<Map<String, Object>> indexFilters;
   private final FarmSettings settings;
 
-  RaftScan(StructType columns, Map<String, String> options) {
+  RaftScan(StructType columns, Map<String, String> options,
+           List<Map<String, Object>> indexFilters) {
     this.columns = columns;
     this.options = options;
+    this.indexFilters = indexFilters;
     this.settings = FarmSettings.fromOptions(options);
   }
 
@@ -34,12 +48,13 @@ final class RaftScan implements Scan {
 
   @Override
   public String description() {
-    return "garlicfarm-columnar " + String.join(",", settings.endpoints());
+    return "garlicfarm-columnar " + String.join(",", settings.endpoints())
+        + (indexFilters.isEmpty() ? "" : " PushedFilters: " + indexFilters);
   }
 
   @Override
   public Batch toBatch() {
-    return new RaftBatch(columns, options, settings);
+    return new RaftBatch(columns, options, indexFilters, settings);
   }
 
   @Override
@@ -47,10 +62,17 @@ final class RaftScan implements Scan {
     return new RaftMicroBatchStream(columns, options, settings);
   }
 
-  /** Keeps the columns Spark asks for, in the table's order. */
-  static final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
+  /**
+   * Keeps the columns Spark asks for, and the filters on `index` a batch scan can narrow
+   * its range by (as format("garlicfarm") does with filter pushdown on). Spark applies
+   * every filter to the rows again: a pushed filter only saves reading.
+   */
+  static final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns,
+      SupportsPushDownFilters {
     private StructType columns;
     private final Map<String, String> options;
+    private final List<Map<String, Object>> indexFilters = new ArrayList<>();
+    private Filter[] pushed = new Filter[0];
 
     Builder(StructType columns, Map<String, String> options) {
       this.columns = columns;
@@ -63,8 +85,74 @@ final class RaftScan implements Scan {
     }
 
     @Override
+    public Filter[] pushFilters(Filter[] filters) {
+      List<Filter> taken = new ArrayList<>();
+      for (Filter filter : filters) {
+        Map<String, Object> json = indexFilter(filter);
+        if (json != null) {
+          indexFilters.add(json);
+          taken.add(filter);
+        }
+      }
+      pushed = taken.toArray(new Filter[0]);
+      return filters;
+    }
+
+    @Override
+    public Filter[] pushedFilters() {
+      return pushed;
+    }
+
+    /** The planner's form of a filter on `index` with whole-number values; else null. */
+    private static Map<String, Object> indexFilter(Filter filter) {
+      String attribute;
+      Object value;
+      if (filter instanceof EqualTo f) {
+        attribute = f.attribute();
+        value = f.value();
+      } else if (filter instanceof EqualNullSafe f) {
+        attribute = f.attribute();
+        value = f.value();
+      } else if (filter instanceof GreaterThan f) {
+        attribute = f.attribute();
+        value = f.value();
+      } else if (filter instanceof GreaterThanOrEqual f) {
+        attribute = f.attribute();
+        value = f.value();
+      } else if (filter instanceof LessThan f) {
+        attribute = f.attribute();
+        value = f.value();
+      } else if (filter instanceof LessThanOrEqual f) {
+        attribute = f.attribute();
+        value = f.value();
+      } else if (filter instanceof In f) {
+        attribute = f.attribute();
+        List<Long> values = new ArrayList<>();
+        for (Object each : f.values()) {
+          if (!(each instanceof Long || each instanceof Integer)) {
+            return null;
+          }
+          values.add(((Number) each).longValue());
+        }
+        value = values;
+      } else {
+        return null;
+      }
+      if (!"index".equals(attribute)) {
+        return null;
+      }
+      if (value instanceof Integer number) {
+        value = number.longValue();
+      }
+      if (!(value instanceof Long || value instanceof List)) {
+        return null;
+      }
+      return Map.of("type", filter.getClass().getSimpleName(), "value", value);
+    }
+
+    @Override
     public Scan build() {
-      return new RaftScan(columns, options);
+      return new RaftScan(columns, options, List.copyOf(indexFilters));
     }
   }
 }

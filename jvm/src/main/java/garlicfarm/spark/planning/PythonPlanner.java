@@ -15,6 +15,7 @@ import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.Deque;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -111,12 +112,22 @@ public final class PythonPlanner implements AutoCloseable {
   /** Opens the planner for a "batch" scan or a "stream" with the source's options (a
    *  PlannerException, e.g. OptionError, when they are refused: the planner stays usable). */
   public synchronized void open(String mode, Map<String, String> options) {
+    open(mode, options, List.of());
+  }
+
+  /** {@link #open(String, Map)} with the filters on `index` a batch scan pushed
+   *  ({"type": "GreaterThan", "value": 5}, ...): they narrow the range planned. */
+  public synchronized void open(String mode, Map<String, String> options,
+      List<Map<String, Object>> filters) {
     if (!"batch".equals(mode) && !"stream".equals(mode)) {
       throw new IllegalArgumentException("mode is batch or stream, not " + mode);
     }
     Map<String, Object> fields = new LinkedHashMap<>();
     fields.put("mode", mode);
     fields.put("options", options);
+    if (!filters.isEmpty()) {
+      fields.put("filters", filters);
+    }
     JsonNode schema = request("open", fields).get("schema");
     if (schema == null || !schema.isTextual()) {
       throw fail("'open' answered no schema DDL", true);
