@@ -7,10 +7,11 @@ then retried on another executor), and reads back what landed, for the test to c
 
 SPEC: {"master", "driver_host", "result", "kill_dir", "kinds": {KIND: {...}}, and either
 "farm" (the options of a farm the test runs) or "embedded_farm" ({"host", "tls"}: a
-LocalFarm this driver starts beside itself, as on a cluster), and optionally "columnar":
-true}. The session is a stock one (`SparkSession.builder`): nothing of garlicfarm in its
-conf, except, with "columnar", the JVM reader's jar in `spark.jars`, which the raft kind
-then also reads back with (`format("garlicfarm-columnar")`: on the executors, no Python).
+LocalFarm this driver starts beside itself, as on a cluster)}; the raft kind's spec may
+say "columnar": true. The session is a stock one (`SparkSession.builder`): nothing of
+garlicfarm in its conf, except, with "columnar", the JVM reader's jar in `spark.jars`,
+which the raft kind then also reads back with (`format("garlicfarm-columnar")`: no Python
+on the executors).
 It writes RESULT: per kind the values read back, the sink's last batch and the killed
 executor's marker; the test judges.
 """
@@ -122,7 +123,7 @@ def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     host = spec["driver_host"]
     builder = SparkSession.builder
-    if spec.get("columnar"):
+    if spec["kinds"].get("raft", {}).get("columnar"):
         from pyspark_farm.jvm import jar_path
         builder = builder.config("spark.jars", jar_path())
     spark = (builder.master(spec["master"]).appName("garlicfarm-cluster-test")

@@ -129,9 +129,8 @@ def test_executors_on_another_machine_use_the_drivers_embedded_farm(tmp_path, re
                                worker_netns=namespaces.worker) as cluster:
             spec = {"master": cluster.url, "driver_host": DRIVER_ADDRESS,
                     "embedded_farm": {"host": DRIVER_ADDRESS, "tls": None},
-                    "columnar": True,
                     "kinds": {"raft": {"inbox": str(tmp_path / "in"), "poison": "far-1-020",
-                                       "checkpoint": str(tmp_path / "chk")}}}
+                                       "checkpoint": str(tmp_path / "chk"), "columnar": True}}}
             result = run_job(spec, tmp_path, cluster, prefix=namespaces.exec(namespaces.driver))
     finally:
         namespaces.close()
