@@ -3,7 +3,8 @@
 # shipped as package data): javac against the installed PySpark's own jars (Spark, Arrow,
 # zstd-jni are the runtime's, so the jar works with the Spark it was built for), plus
 # msgpack-core from Maven Central, whose classes go into the jar (Spark ships no msgpack).
-# Usage: jvm/build.sh [python]   (default: .venv/bin/python, else python3)
+# Usage: jvm/build.sh [python [jar]]   (default: .venv/bin/python, else python3; the jar
+# beside pyspark_farm/jvm/__init__.py)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -37,7 +38,7 @@ javac -nowarn -Xlint:none --release 17 -encoding UTF-8 -cp "$jars/*:$msgpack" \
   -d "$out/classes" @"$out/sources"
 cp -R "$here/src/main/resources/." "$out/classes/"
 mkdir -p "$out/msgpack" && (cd "$out/msgpack" && jar xf "$msgpack") && cp -R "$out/msgpack/org" "$out/classes/"
-target="$root/pyspark_farm/jvm/garlicfarm-spark.jar"
+target=${2:-"$root/pyspark_farm/jvm/garlicfarm-spark.jar"}
 jar cf "$target.part" -C "$out/classes" .
 mv "$target.part" "$target"
 echo "$target"
