@@ -20,10 +20,12 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install --quiet -e '.[spark,connect,test,bench]'
 	@touch $(STAMP)
 
-# The JVM reader's jar (format "garlicfarm-columnar"), built against the venv's PySpark.
-JAR := pyspark_farm/jvm/garlicfarm-spark.jar
+# The JVM reader's jar (format "garlicfarm-columnar"), built against the venv's PySpark
+# (pyspark_farm/jvm/garlicfarm-spark-X.Y.jar); the stamp says it is up to date.
+JAR := $(VENV)/.garlicfarm-jar
 $(JAR): $(STAMP) jvm/build.sh $(shell find jvm/src -type f 2>/dev/null)
 	jvm/build.sh $(abspath $(BIN)/python)
+	@touch $(JAR)
 
 jar: $(JAR)
 

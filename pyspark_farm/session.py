@@ -75,14 +75,15 @@ def spark_session(app_name: str = "garlicfarm", master: str = "local[2]", *,
     ensure_worker_python()
     from pyspark.sql import SparkSession
 
-    from .jvm import JAR
+    from .jvm import jar_file
     settings: dict[str, Any] = {PUSHDOWN_CONF: "true", "spark.ui.showConsoleProgress": "false"}
     if master.startswith("local"):
         settings["spark.sql.shuffle.partitions"] = "4"
     settings.update(conf or {})
     jars = [j for j in str(settings.get("spark.jars", "")).split(",") if j]
-    if JAR.is_file() and str(JAR) not in jars:
-        settings["spark.jars"] = ",".join(jars + [str(JAR)])
+    jar = jar_file()
+    if jar.is_file() and str(jar) not in jars:
+        settings["spark.jars"] = ",".join(jars + [str(jar)])
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():
         builder = builder.config(key, str(value))

@@ -1,5 +1,6 @@
-"""The Spark smoke suite (tests/spark/test_smoke.py) on the oldest supported PySpark, in a
-venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark]'` plus pytest, made by this
+"""The Spark smoke suite (tests/spark/test_smoke.py) and the JVM reader's tests
+(tests/spark/test_columnar_source.py, with its jar built for that PySpark) on the oldest
+supported PySpark, in a venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark]'` plus pytest, made by this
 test when missing (about 450 MB downloaded once; then reused while it still holds PySpark
 4.0 and this checkout). `GARLICFARM_OLDEST_VENV` names another place for it.
 
@@ -9,6 +10,7 @@ checked; CI runs the oldest only (the whole suite runs on the newest)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,9 +72,12 @@ def test_the_smoke_suite_passes_on_the_oldest_pyspark(oldest_python):
            if not k.startswith(("PYSPARK_GATEWAY", "PYTEST_", "SPARK_"))}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(oldest_python)
     done = subprocess.run(
-        [str(oldest_python), "-m", "pytest", "tests/spark/test_smoke.py", "-q",
+        [str(oldest_python), "-m", "pytest", "tests/spark/test_smoke.py",
+         "tests/spark/test_columnar_source.py", "-q",
          "-p", "no:cacheprovider", "-W", "error::FutureWarning:pyspark.*"],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=1200, check=False)
     report = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, report
-    assert "3 passed" in done.stdout, report
+    columnar = len(re.findall(r"^def test_", (ROOT / "tests/spark/test_columnar_source.py")
+                              .read_text(), re.MULTILINE))
+    assert f"{3 + columnar} passed" in done.stdout, report
