@@ -40,6 +40,14 @@ public record PlannedPartition(String endpoint, long[][] pieces) implements Seri
           }
           numbers[i][j] = piece.get(j).longValue();
         }
+        long[] at = numbers[i];
+        boolean sane = at[0] > 0 && at[1] > at[0]
+            && (at.length == 2 || (at[1] == at[0] + 1 && 0 <= at[2] && at[2] < at[3]
+                && at[3] <= Integer.MAX_VALUE));
+        if (!sane) {
+          throw new PlannerException(null, "a piece is not a range of log indexes (or a "
+              + "commit's payloads [lo, hi)): " + piece);
+        }
       }
       found.add(new PlannedPartition(endpoint.isNull() ? null : endpoint.asText(), numbers));
     }

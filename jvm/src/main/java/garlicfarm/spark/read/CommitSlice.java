@@ -212,7 +212,7 @@ final class CommitSlice {
     static CommitHeader of(long index, Object answer) throws IOException {
       if (!(answer instanceof Map<?, ?> map) || !(map.get("headers") instanceof List<?> headers)
           || headers.size() != 1 || !(headers.get(0) instanceof List<?> header)
-          || header.size() < 8) {
+          || header.size() < 8 || !Long.valueOf(index).equals(header.get(0))) {
         throw new IOException("garlicfarm-columnar: read_entries(" + index + "): the member's "
             + "answer is not one entry header");
       }
@@ -220,13 +220,20 @@ final class CommitSlice {
           || commit.size() < 5 || !Boolean.TRUE.equals(commit.get(4))) {
         return null;                  // not a commit, or one that did not take effect
       }
-      List<?> staged = (List<?>) commit.get(2);
+      if (!(header.get(1) instanceof Long term) || !(header.get(4) instanceof Long timestamp)
+          || !(commit.get(1) instanceof Long batchId) || !(commit.get(2) instanceof List<?> staged)) {
+        throw new IOException("garlicfarm-columnar: read_entries(" + index + "): the member's "
+            + "commit header is malformed: " + header);
+      }
       long[] indexes = new long[staged.size()];
       for (int i = 0; i < indexes.length; i++) {
-        indexes[i] = (Long) staged.get(i);
+        if (!(staged.get(i) instanceof Long at) || at <= 0) {
+          throw new IOException("garlicfarm-columnar: read_entries(" + index + "): the commit "
+              + "names " + staged.get(i) + ", not a log index");
+        }
+        indexes[i] = at;
       }
-      return new CommitHeader((Long) header.get(1), (Long) header.get(4),
-          String.valueOf(commit.get(0)), (Long) commit.get(1), indexes);
+      return new CommitHeader(term, timestamp, String.valueOf(commit.get(0)), batchId, indexes);
     }
   }
 }
