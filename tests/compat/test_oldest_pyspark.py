@@ -1,8 +1,9 @@
 """The Spark smoke suite (tests/spark/test_smoke.py) and the JVM reader's tests
 (tests/spark/test_columnar_source.py, with its jar built for that PySpark) on the oldest
-supported PySpark, in a venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark]'` plus pytest, made by this
-test when missing (about 450 MB downloaded once; then reused while it still holds PySpark
-4.0 and this checkout). `GARLICFARM_OLDEST_VENV` names another place for it.
+supported PySpark, in a venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark,tls]'`
+plus pytest (tls: a test reads a TLS farm), made by this test when missing (about 450 MB
+downloaded once; then reused while it still holds PySpark 4.0 and this checkout).
+`GARLICFARM_OLDEST_VENV` names another place for it.
 
 `GARLICFARM_SMOKE_PYSPARK=4.1,4.2` runs it on those versions too (each in a
 `.venv-pysparkX.Y` of its own): how the 4.1 and 4.2 rows of docs/compatibility.md were
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OLDEST = "4.0"
 VERSIONS = [OLDEST] + [v.strip() for v in os.environ.get("GARLICFARM_SMOKE_PYSPARK", "")
                        .split(",") if v.strip() and v.strip() != OLDEST]
-PROBE = ("import pyspark, pyspark_farm, pytest, pytest_timeout; "
+PROBE = ("import pyspark, pyspark_farm, pytest, pytest_timeout, cryptography; "
          "print(pyspark.__version__); print(pyspark_farm.__file__)")
 
 
@@ -57,7 +58,7 @@ def oldest_python(request) -> Path:
             assert made.returncode == 0, made.stderr
         installed = subprocess.run(
             [str(python), "-m", "pip", "install", "--quiet", f"pyspark=={version}.*", "-e",
-             f"{ROOT}[spark]", "pytest>=8", "pytest-timeout>=2.3"],
+             f"{ROOT}[spark,tls]", "pytest>=8", "pytest-timeout>=2.3"],
             capture_output=True, text=True, timeout=900, check=False)
         assert installed.returncode == 0, installed.stderr[-3000:]
     found = _probe(python)
