@@ -37,9 +37,11 @@ def file_stream(spark, folder: Path):
             .json(str(folder)))
 
 
-def log_range(spark, farm, start: int, stop: int | None = None, **options):
-    """A batch read of the farm's log from `start` (to `stop`, else to the end)."""
-    reader = (spark.read.format("garlicfarm").options(**farm.options)
+def log_range(spark, farm, start: int, stop: int | None = None, *, fmt: str = "garlicfarm",
+              **options):
+    """A batch read of the farm's log from `start` (to `stop`, else to the end), by the
+    Python source or (`fmt="garlicfarm-columnar"`) the JVM reader."""
+    reader = (spark.read.format(fmt).options(**farm.options)
               .option("startingOffsets", json.dumps({"index": start})))
     if stop is not None:
         reader = reader.option("endingOffsets", json.dumps({"index": stop}))

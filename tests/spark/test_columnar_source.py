@@ -19,11 +19,7 @@ COLUMNS = ["cluster", "index", "term", "type", "value", "timestamp"]
 
 
 def columnar(spark, farm, start: int, stop: int | None = None, **options):
-    reader = (spark.read.format("garlicfarm-columnar").options(**farm.options)
-              .option("startingOffsets", json.dumps({"index": start})))
-    if stop is not None:
-        reader = reader.option("endingOffsets", json.dumps({"index": stop}))
-    return reader.options(**options).load()
+    return log_range(spark, farm, start, stop, fmt="garlicfarm-columnar", **options)
 
 
 def rows(frame) -> list[tuple]:
