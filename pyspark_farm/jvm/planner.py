@@ -29,6 +29,7 @@ from ..kind_options import parse_source
 from ..log_access import LogPartition
 from ..offsets import index_of
 from ..raft import kind as raft_kind
+from ..schema import top_level_fields
 
 MODES = ("batch", "stream")
 # The raft columns are simple types: a StructType without a JVM to parse DDL.
@@ -62,7 +63,7 @@ def raft_options(options: Mapping[str, str]) -> dict[str, str]:
 def struct_of(ddl: str) -> StructType:
     """The StructType of the raft source's DDL (simple types only)."""
     fields = []
-    for part in ddl.split(","):
+    for part in top_level_fields(ddl):
         name, kind = part.split()
         fields.append(StructField(name.strip("`"), _TYPES[kind]))
     return StructType(fields)

@@ -7,7 +7,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 
-import garlicfarm.spark.planning.PlannerException;
 import garlicfarm.spark.planning.PythonPlanner;
 
 /**
@@ -31,29 +30,27 @@ final class Planners {
   /** A planner opened for a batch scan narrowed by the filters on `index` it pushed. */
   static PythonPlanner open(String mode, Map<String, String> options,
                             List<Map<String, Object>> filters) {
-    String python = PythonPlanner.activeInterpreter();
+    PythonPlanner planner = idleOrNew(PythonPlanner.activeInterpreter());
+    try {
+      planner.open(mode, options, filters);
+      return planner;
+    } catch (RuntimeException e) {
+      release(planner);                 // refused options: the process stays usable
+      throw e;
+    }
+  }
+
+  /** An idle planner of {@code python} that still answers, else a new one. */
+  private static PythonPlanner idleOrNew(String python) {
     PythonPlanner planner;
     while ((planner = idle(python)) != null) {
       if (planner.usable()) {
-        try {
-          planner.open(mode, options, filters);
-          return planner;
-        } catch (PlannerException e) {
-          release(planner);             // refused options: the process stays usable
-          throw e;
-        }
+        return planner;
       }
       planner.close();
     }
     try {
-      PythonPlanner started = PythonPlanner.launch(python, PythonPlanner.DEFAULT_TIMEOUT);
-      try {
-        started.open(mode, options, filters);
-      } catch (RuntimeException e) {
-        release(started);
-        throw e;
-      }
-      return started;
+      return PythonPlanner.launch(python, PythonPlanner.DEFAULT_TIMEOUT);
     } catch (IOException e) {
       throw new IllegalStateException("garlicfarm-columnar: cannot start its planner with "
           + python + " -m " + PythonPlanner.MODULE + " (" + e.getMessage() + "): set "

@@ -24,8 +24,8 @@ import garlicfarm.spark.wire.FarmSettings;
 
 /**
  * A scan of the columns a query uses (Spark prunes the others: a column not read is
- * never built), over the range its filters on `index` leave. The connection options are checked here, on the driver, so a bad one
- * fails the query before any task runs.
+ * never built), over the range its filters on `index` leave. The connection options are
+ * checked here, on the driver, so a bad one fails the query before any task runs.
  */
 final class RaftScan implements Scan {
   private final StructType columns;
@@ -105,49 +105,40 @@ final class RaftScan implements Scan {
 
     /** The planner's form of a filter on `index` with whole-number values; else null. */
     private static Map<String, Object> indexFilter(Filter filter) {
-      String attribute;
+      String[] columns = filter.references();
+      if (columns.length != 1 || !"index".equals(columns[0])) {
+        return null;
+      }
       Object value;
-      if (filter instanceof EqualTo f) {
-        attribute = f.attribute();
-        value = f.value();
-      } else if (filter instanceof EqualNullSafe f) {
-        attribute = f.attribute();
-        value = f.value();
-      } else if (filter instanceof GreaterThan f) {
-        attribute = f.attribute();
-        value = f.value();
-      } else if (filter instanceof GreaterThanOrEqual f) {
-        attribute = f.attribute();
-        value = f.value();
-      } else if (filter instanceof LessThan f) {
-        attribute = f.attribute();
-        value = f.value();
-      } else if (filter instanceof LessThanOrEqual f) {
-        attribute = f.attribute();
-        value = f.value();
-      } else if (filter instanceof In f) {
-        attribute = f.attribute();
+      if (filter instanceof In f) {
         List<Long> values = new ArrayList<>();
         for (Object each : f.values()) {
-          if (!(each instanceof Long || each instanceof Integer)) {
-            return null;
-          }
-          values.add(((Number) each).longValue());
+          values.add(whole(each));
         }
-        value = values;
+        value = values.contains(null) ? null : values;
+      } else if (filter instanceof EqualTo f) {
+        value = whole(f.value());
+      } else if (filter instanceof EqualNullSafe f) {
+        value = whole(f.value());
+      } else if (filter instanceof GreaterThan f) {
+        value = whole(f.value());
+      } else if (filter instanceof GreaterThanOrEqual f) {
+        value = whole(f.value());
+      } else if (filter instanceof LessThan f) {
+        value = whole(f.value());
+      } else if (filter instanceof LessThanOrEqual f) {
+        value = whole(f.value());
       } else {
         return null;
       }
-      if (!"index".equals(attribute)) {
-        return null;
-      }
-      if (value instanceof Integer number) {
-        value = number.longValue();
-      }
-      if (!(value instanceof Long || value instanceof List)) {
-        return null;
-      }
-      return Map.of("type", filter.getClass().getSimpleName(), "value", value);
+      return value == null ? null
+          : Map.of("type", filter.getClass().getSimpleName(), "value", value);
+    }
+
+    /** A Long or Integer literal as a long; else null. */
+    private static Long whole(Object literal) {
+      return literal instanceof Long || literal instanceof Integer
+          ? ((Number) literal).longValue() : null;
     }
 
     @Override

@@ -114,8 +114,7 @@ final class CommitSlice {
     int end = Math.min(hi, commit.staged.length);
     while (ahead.size() < PREFETCH && next + ahead.size() < end) {
       long at = commit.staged[next + ahead.size()];
-      ahead.add(fetcher.submit(() -> StagedPayload.of(at, reads.read("read_entries",
-          Map.of("start", at, "stop", at + 1, "max_bytes", 1L << 30, "payloads", true), at))));
+      ahead.add(fetcher.submit(() -> StagedPayload.of(at, entry(at, true))));
     }
     next++;
     try {
@@ -135,8 +134,7 @@ final class CommitSlice {
   private boolean open() throws IOException {
     Object answer;
     try {
-      answer = reads.read("read_entries", Map.of("start", index, "stop", index + 1,
-          "max_bytes", 1L << 20, "payloads", false), index);
+      answer = entry(index, false);
     } catch (EntriesGoneException gone) {
       throw DataLossException.commitGone(index, gone);
     }
@@ -150,11 +148,16 @@ final class CommitSlice {
     if (wanted.length > 0) {
       long low = Arrays.stream(wanted).min().getAsLong();
       if (!reads.holds(low)) {
-        reads.read("read_entries", Map.of("start", low, "stop", low + 1, "max_bytes",
-            1L << 20, "payloads", false), low);  // moves the reads to a member holding it
+        entry(low, false);              // moves the reads to a member holding it
       }
     }
     return true;
+  }
+
+  /** read_entries of the one entry {@code at}, its header or (payloads) all of it. */
+  private Object entry(long at, boolean payloads) throws IOException {
+    return reads.read("read_entries", Map.of("start", at, "stop", at + 1, "max_bytes",
+        payloads ? 1L << 30 : 1L << 20, "payloads", payloads), at);
   }
 
   private ColumnarBatch arrowBatch(VectorSchemaRoot root) throws IOException {
