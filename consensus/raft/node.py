@@ -31,6 +31,7 @@ from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
 from .observer import Puller
 from .options import RaftOptions
 from .progress import Progress
+from .tracker import ProgressTracker
 from .read_index import Reads
 from .reads import SnapshotQueryResult, SparseSnapshots, StateMachine, query_snapshot
 from .ready import Outbox, Ready, Role, SoftState
@@ -71,7 +72,7 @@ class RaftNode:
                                     f"{self.log.last_index()}: the log lost durable entries")
         self.log.committed = max(state.commit, self.log.first_index() - 1)
         self.leader_id: int | None = None
-        self.progress: dict[int, Progress] = {}     #: the leader's view of each follower
+        self.tracker = ProgressTracker(node_id, lambda: self.log.configuration)
         self.ticks = 0
         self.outbox = Outbox()
         self.elections = Elections(self)
@@ -103,6 +104,11 @@ class RaftNode:
     @property
     def configuration(self) -> Configuration:
         return self.log.configuration
+
+    @property
+    def progress(self) -> Mapping[int, Progress]:
+        """The leader's view of each follower (empty elsewhere), for inspection."""
+        return self.tracker.progress
 
     @property
     def commit_index(self) -> int:
@@ -190,13 +196,11 @@ class RaftNode:
         elections.elapsed += 1
         if opts.check_quorum and elections.elapsed >= opts.election_timeout_min:
             elections.elapsed = 0
-            active = {self.id} | {p for p, pr in self.progress.items() if pr.recent_active}
-            if not self.log.configuration.has_quorum(active):
+            if not self.tracker.quorum_active():
                 self.become_follower(self.term, None)
                 return
             replication.drop_departed(silent_too=True)
-            for pr in self.progress.values():
-                pr.recent_active = False
+            self.tracker.forget_activity()
         self.transfer.tick()
         replication.tick()
         self.reads.expire()
@@ -291,10 +295,10 @@ class RaftNode:
             self.vote = None
         self.leader_id = leader
         self.set_role(Role.OBSERVER if self.role is Role.OBSERVER else Role.FOLLOWER)
-        self.elections.votes = {}
+        self.tracker.reset_votes()
         self.elections.reset_timer()
         if was_leader:
-            self.progress = {}
+            self.tracker.reset_progress()
             self.transfer.target = None
             self.membership.reset()
         self.reads.lost_leadership(was_leader)
@@ -303,7 +307,7 @@ class RaftNode:
     def become_leader(self) -> None:
         self.set_role(Role.LEADER)
         self.leader_id = self.id
-        self.elections.votes = {}
+        self.tracker.reset_votes()
         self.elections.elapsed = 0
         self.transfer.target = None
         self.replication.start()
