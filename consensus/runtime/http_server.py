@@ -101,8 +101,8 @@ class Tally:
         self.pending[reason] += count
         self.totals[reason] += count
 
-    def flush(self, now: float) -> None:
-        if not self.pending or now - self._last < self.interval:
+    def flush(self, now: float, force: bool = False) -> None:
+        if not self.pending or (now - self._last < self.interval and not force):
             return
         parts = ", ".join(f"{n:,} {self.explain.get(r, r)}" for r, n in
                           sorted(self.pending.items(), key=lambda kv: -kv[1]))
@@ -184,6 +184,7 @@ class HttpServer:
         self._thread.join()
         for conn in list(self._conns.values()):
             self._drop(conn)
+        self.tally.flush(time.monotonic(), force=True)     # the last news, not lost
         self._sel.close()
         for s in (self.sock, self._wake_r, self._wake_w):
             s.close()
