@@ -1,20 +1,27 @@
 """A real node's ``--metrics`` under hostile HTTP clients (issue 26, item 8): 1,000 idle
 connections cost it neither threads nor file descriptors and a scrape still answers;
 clients that hang up mid-request leave no traceback in its log; with
-``--metrics-tls-cert`` Prometheus-style scrapes go over HTTPS and plain HTTP is refused."""
+``--metrics-tls-cert`` Prometheus-style scrapes go over HTTPS and plain HTTP is refused;
+the status page (``--serve-tls-cert``) likewise."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from consensus.runtime.config import NodeConfig
+from consensus.runtime.errors import ConfigError
 from consensus.runtime.local import LocalCluster
 from tests.operators import logged_url, scrape
 from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 - a fixture
@@ -113,3 +120,50 @@ def test_metrics_over_tls_with_the_ca_and_plain_http_refused(certificates):  # n
         assert b"garlicfarm_server_term" not in body
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             urllib.request.urlopen(url, timeout=5)      # without the CA
+
+
+def test_the_status_page_over_tls(tmp_path, certificates):  # noqa: F811
+    with LocalCluster(1, status_interval=0.5) as farm:
+        farm.wait_for_leader()
+        log_path = tmp_path / "status.log"
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "consensus.cli", "status", "--serve", "127.0.0.1:0",
+                 "--serve-tls-cert", certificates["node.pem"], "--serve-tls-key",
+                 certificates["node.key"], "--endpoints", farm.endpoints, "--credentials",
+                 os.path.join(farm.data_dir, "credentials")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            url = logged_url(log_path, r"status page on (https://\S+)/ ")
+            context = ssl.create_default_context(cafile=certificates["ca.pem"])
+
+            def members() -> list | None:
+                with urllib.request.urlopen(f"{url}/api/farm/farm", timeout=5,
+                                            context=context) as answer:
+                    return json.load(answer)["members"] or None
+            assert [m["id"] for m in wait_until(members, 15, 0.1, "the farm's members")] \
+                == [1]
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url.replace("https:", "http:") + "/", timeout=5)
+            assert refused.value.code == 400
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+def test_tls_options_name_what_is_missing(tmp_path, certificates):  # noqa: F811
+    result = subprocess.run(
+        [sys.executable, "-m", "consensus.cli", "status", "--serve-tls-cert",
+         certificates["node.pem"], "--endpoints", "127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--serve-tls-cert: protects the status page: give " \
+        "--serve HOST:PORT too" in result.stderr
+    with pytest.raises(ConfigError, match="--metrics-tls-key: --metrics-tls-cert and "
+                                          "--metrics-tls-key go together"):
+        NodeConfig(id=1, listen="127.0.0.1:0", data_dir=str(tmp_path), username="farm",
+                   password="pw", metrics="127.0.0.1:0",
+                   metrics_tls_cert=certificates["node.pem"])
+    with pytest.raises(ConfigError, match="--metrics-tls-cert: protects the --metrics"):
+        NodeConfig(id=1, listen="127.0.0.1:0", data_dir=str(tmp_path), username="farm",
+                   password="pw", metrics_tls_cert=certificates["node.pem"],
+                   metrics_tls_key=certificates["node.key"])
