@@ -106,7 +106,7 @@ class Tally:
             return
         parts = ", ".join(f"{n:,} {self.explain.get(r, r)}" for r, n in
                           sorted(self.pending.items(), key=lambda kv: -kv[1]))
-        log.info("%s: in the last %.0f s: %s", self.name, now - self._since, parts)
+        log.info("%s: in the last %.1f s: %s", self.name, now - self._since, parts)
         self.pending.clear()
         self._last = self._since = now
 
