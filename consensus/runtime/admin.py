@@ -212,6 +212,9 @@ def build_parser(name: str) -> argparse.ArgumentParser:
                        "instead (consensus/runtime/status_page.py)")
         p.add_argument("--farm", action="append", metavar="NAME=HOST:PORT,...",
                        help="with --serve: a farm (cluster NAME) to show; repeatable")
+        p.add_argument("--serve-tls-cert", metavar="FILE", help="with --serve: PEM "
+                       "certificate; the page is then served over HTTPS only")
+        p.add_argument("--serve-tls-key", metavar="FILE", help="its private key")
     elif name == "add-server":
         p = argparse.ArgumentParser(prog=prog, parents=[parent],
                                     description="Add a voter (JRaft's AddServer: the new node "
@@ -288,7 +291,8 @@ def _command(name: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             return EXIT_OK if exit_.code in (0, None) else EXIT_USAGE
         if name == "config":
             return cmd_config(args, out)
-        if name == "status" and (args.serve or args.farm):
+        if name == "status" and (args.serve or args.farm or args.serve_tls_cert
+                                 or args.serve_tls_key):
             from consensus.runtime.status_page import serve_status
             return serve_status(args, out)
         return HANDLERS[name](resolve_connection(args), args, out)

@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on "
                    "http://HOST:PORT/metrics (port 0: any free, logged); a non-loopback "
                    "address requires the node's credentials as HTTP Basic authentication")
+    p.add_argument("--metrics-tls-cert", metavar="FILE", help="PEM certificate: serve "
+                   "--metrics over HTTPS only (it may be the node's --tls-cert)")
+    p.add_argument("--metrics-tls-key", metavar="FILE", help="PEM private key of "
+                   "--metrics-tls-cert")
     return p
 
 
@@ -111,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics = None
         if config.metrics:
             from consensus.runtime.metrics import serve_node_metrics
-            metrics = serve_node_metrics(node, config.metrics, node.security.accepted)
+            metrics = serve_node_metrics(node, config.metrics, node.security.accepted,
+                                         config.metrics_tls())
     except (ConfigError, FarmError) as exc:
         print(f"garlicfarm node: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,8 @@ from consensus.raft import InstallSnapshot, Message, Role, SoftState
 from consensus.runtime.http_endpoint import HttpEndpoint, serve_metrics
 
 if TYPE_CHECKING:
+    import ssl
+
     from consensus.runtime.node import FarmNode
 
 #: etcd's disk buckets: 1 ms to 8 s, doubling
@@ -157,12 +159,13 @@ class NodeCollector(Collector):
 
 
 def serve_node_metrics(node: "FarmNode", listen: str,
-                       credentials: Mapping[str, str] | None = None) -> HttpEndpoint:
-    """Serve the node's metrics on ``http://LISTEN/metrics`` (``--metrics``)."""
+                       credentials: Mapping[str, str] | None = None,
+                       tls: "ssl.SSLContext | None" = None) -> HttpEndpoint:
+    """Serve the node's metrics on ``http(s)://LISTEN/metrics`` (``--metrics``)."""
     from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
     registry = node.observer.registry
     registry.register(NodeCollector(node))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
     return serve_metrics(listen, "--metrics", registry, credentials=credentials,
-                         name="metrics")
+                         name="metrics", tls=tls)

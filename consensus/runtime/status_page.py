@@ -10,7 +10,8 @@ leader changes it saw. The server answers ``/`` (the farms), ``/farm/NAME`` (a p
 farm: members with role, term, commit and applied index, lag, last contact, publisher,
 recent leader changes) and ``/api/farm/NAME`` (that page's JSON, which the page fetches
 every second: no reload, plain HTML and JavaScript, no build step). The exposure rule
-is `http_endpoint`'s: loopback, or the farm's credentials as HTTP Basic authentication.
+is `http_endpoint`'s: loopback, or the farm's credentials as HTTP Basic authentication;
+``--serve-tls-cert/--serve-tls-key`` serve it over HTTPS only.
 """
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from consensus.runtime.admin import member_rows
 from consensus.runtime.admin_output import UsageError, plain
 from consensus.runtime.farm_target import FarmTarget, resolve_connection, split_endpoints
-from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen
+from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen, tls_context
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger("garlicfarm.status_page")
 
@@ -128,7 +132,8 @@ class StatusPage:
     """The HTTP endpoint and a poller per farm."""
 
     def __init__(self, listen: str, farms: dict[str, FarmTarget],
-                 credentials: dict[str, str] | None = None) -> None:
+                 credentials: dict[str, str] | None = None,
+                 tls: "ssl.SSLContext | None" = None) -> None:
         self.pollers: dict[str, FarmPoller] = {}
         try:
             for name, conn in farms.items():
@@ -139,7 +144,7 @@ class StatusPage:
                 routes[f"/api/farm/{name}"] = lambda p=poller: Response(
                     json.dumps(p.document(), default=str).encode(), "application/json")
             self.endpoint = HttpEndpoint(listen, "--serve", routes, credentials=credentials,
-                                         name="status-page")
+                                         name="status-page", tls=tls)
         except BaseException:
             for poller in self.pollers.values():
                 poller.stop()           # never started: closes its client
@@ -181,12 +186,16 @@ def farms_of(args: argparse.Namespace) -> dict[str, FarmTarget]:
 def serve_status(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGINT/SIGTERM (the `status --serve` command)."""
     import signal
+    if not args.serve and (args.serve_tls_cert or args.serve_tls_key):
+        raise UsageError("--serve-tls-cert", "protects the status page: give --serve "
+                                             "HOST:PORT too")
+    tls = tls_context(args.serve_tls_cert, args.serve_tls_key, "--serve-tls")
     farms = farms_of(args)
     base = next(iter(farms.values()))
     credentials = {base.username: base.password} if base.username and base.password \
         else None
     parse_listen(args.serve, "--serve", credentials)   # before any farm is asked
-    page = StatusPage(args.serve, farms, credentials)
+    page = StatusPage(args.serve, farms, credentials, tls)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
