@@ -175,7 +175,7 @@ class RaftNode:
         now, timeout = self.ticks, self.options.election_timeout_min
         return {peer: FollowerContact(None if pr.acked_tick is None else now - pr.acked_tick,
                                       pr.silent_ticks(now) <= timeout)
-                for peer, pr in self.progress.items()}
+                for peer, pr in dict(self.progress).items()}   # a copy: metrics' thread
 
     def end_boot_lease(self) -> None:
         """Vote at once: forget that this node may have confirmed a leader just before a
