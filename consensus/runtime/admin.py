@@ -34,6 +34,7 @@ from consensus.runtime.farm_file import cmd_config
 from consensus.runtime.farm_target import FarmTarget, connection_parser, parse_node_id, \
     resolve_connection, split_endpoints
 from consensus.runtime.health import Health, farm_problems, judge, probe_endpoints
+from consensus.runtime.suggest import SuggestingParser
 
 COMMANDS = ("status", "add-server", "remove-server", "transfer-leader", "config")
 
@@ -233,15 +234,15 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     parent = connection_parser()
     prog = f"garlicfarm {name}"
     if name == "status":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Leader, term, publisher and every member: "
                                                 "role, match index, lag, last status.")
         p.add_argument("--serve", metavar="HOST:PORT", help="serve a live status page there "
-                       "instead (consensus/runtime/status_page.py)")
+                       "instead (members, health, leader changes; refreshed every second)")
         p.add_argument("--farm", action="append", metavar="NAME=HOST:PORT,...",
                        help="with --serve: a farm (cluster NAME) to show; repeatable")
     elif name == "add-server":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Add a voter (JRaft's AddServer: the new node "
                                                 "catches up, then joins) or an observer.")
         p.add_argument("id", metavar="ID", help="the new member's node id")
@@ -249,18 +250,18 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         p.add_argument("--observer", action="store_true",
                        help="add it as an observer (no vote)")
     elif name == "remove-server":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Remove a voter or an observer.")
         p.add_argument("id", metavar="ID", help="the member's node id")
         p.add_argument("--force", action="store_true",
                        help="remove it even if it does not answer or is the leader")
     elif name == "transfer-leader":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Hand leadership to a node (it catches up "
                                                 "first).")
         p.add_argument("--to", required=True, metavar="ID", help="the new leader's id")
     elif name == "config":
-        p = argparse.ArgumentParser(prog=prog, description="Export or import a farm file.")
+        p = SuggestingParser(prog=prog, description="Export or import a farm file.")
         sub = p.add_subparsers(dest="action", required=True, metavar="export|import")
         exp = sub.add_parser("export", parents=[parent], prog=f"{prog} export",
                              help="write the running farm's farm file (JSON)")

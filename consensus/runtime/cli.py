@@ -18,10 +18,11 @@ from typing import Callable
 
 from consensus.runtime.config import NodeConfig, load_config_file
 from consensus.runtime.errors import ConfigError, FarmError
+from consensus.runtime.suggest import SuggestingParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="garlicfarm node", description="Run one garlicfarm node.",
+    p = SuggestingParser(prog="garlicfarm node", description="Run one garlicfarm node.",
                                 argument_default=argparse.SUPPRESS)
     p.add_argument("--config", help="TOML file with the same settings")
     p.add_argument("--id", type=int, help="this node's id (a positive integer)")
