@@ -406,7 +406,7 @@ class FarmNode:
                     "observers": sorted(configuration.observers)},
             raft=self.status_dict(), uptime_ms=int((time.monotonic() - self.started) * 1000),
             publishing=self.machine.publisher() == self.id)
-        log.info("node %d status: %s", self.id, data.decode())
+        log.debug("node %d status: %s", self.id, data.decode())
         if not config.publishes_status:
             return
         if raft.role is Role.LEADER:
