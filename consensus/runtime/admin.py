@@ -3,15 +3,17 @@ transfer-leader | config export | config import``.
 
 `consensus.cli` dispatches here through `command_main(name, argv)`. Every command takes
 the same connection options (`connection_parser`): ``--endpoints``, ``--cluster``,
-``--user/--password`` or ``--credentials FILE``, TLS (``--tls-ca``, ``--tls-cert``,
-``--tls-key``), ``--proxy``, ``--timeout``, and ``--config FILE``, a node's TOML config
+``--user/--username`` with ``--password`` or ``--credentials FILE``, TLS (``--tls-ca``,
+``--tls-cert``, ``--tls-key``), ``--proxy``, ``--dial-timeout``, ``--command-timeout``
+(alias ``--timeout``), and ``--config FILE``, a node's TOML config
 file, from which the endpoints (the node's own and its peers'), the cluster name, the
 credentials and the TLS files are taken. The command line wins over the file, the file
 over the environment (``GARLICFARM_ENDPOINTS``, ``GARLICFARM_PASSWORD``).
 
 Output: readable tables (rich; plain aligned text when stdout is not a terminal), or
 JSON with ``--json``. Exit codes: 0 done, 1 the farm refused or did not answer, 2 bad
-usage or input (the message names the option or field at fault).
+usage or input (the message names the option or field at fault), 3 (``status``) the farm
+answered but a member is unreachable or no leader is known (`health`).
 
 The pieces: `admin_output` (exit codes, tables, JSON), `farm_target` (which farm, from
 options, a config file and the environment), `farm_file` (``config export | import``).
