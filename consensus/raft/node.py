@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .configuration import EMPTY, Configuration
@@ -44,6 +45,15 @@ log = logging.getLogger("garlicfarm.raft")
 
 _LEADER_MESSAGES = (AppendEntries, InstallSnapshot, TimeoutNow, JoinClusterRequest,
                     SyncLogRequest, LeaveClusterRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerContact:
+    """A leader's view of one follower: `ack_age` ticks since its last answer in this
+    leadership (None: none yet); `reachable` is False once it has been silent for longer
+    than the election timeout (counted from when the leader began tracking it)."""
+    ack_age: int | None
+    reachable: bool
 
 
 class RaftNode:
@@ -159,8 +169,19 @@ class RaftNode:
             "applied": self.log.applied, "first_index": self.log.first_index(),
             "last_index": self.log.last_index(), "configuration": str(self.configuration),
             "progress": {p: {"match": pr.match, "next": pr.next, "state": pr.state.value,
-                             "inflight": len(pr.inflight)} for p, pr in self.progress.items()},
+                             "inflight": len(pr.inflight), "silent": pr.silent_ticks(self.ticks)}
+                         for p, pr in self.progress.items()},
         }
+
+    def follower_contact(self) -> dict[int, FollowerContact]:
+        """On a leader, how recently each follower it replicates to answered (empty on
+        other roles): what tells a dead or cut-off member from a live one."""
+        if self.role is not Role.LEADER:
+            return {}
+        now, timeout = self.ticks, self.options.election_timeout_min
+        return {peer: FollowerContact(None if pr.acked_tick is None else now - pr.acked_tick,
+                                      pr.silent_ticks(now) <= timeout)
+                for peer, pr in dict(self.progress).items()}   # a copy: metrics' thread
 
     def end_boot_lease(self) -> None:
         """Vote at once: forget that this node may have confirmed a leader just before a

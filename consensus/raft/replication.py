@@ -63,7 +63,7 @@ class Replicator:
             if peer not in progress:
                 pr = node.membership.joined(peer)
                 progress[peer] = pr if pr is not None else \
-                    Progress(next_index, node.options.max_inflight)
+                    Progress(next_index, node.options.max_inflight, node.ticks)
         node.transfer.check_target()
 
     def drop_departed(self, silent_too: bool = False) -> None:
@@ -206,6 +206,7 @@ class Replicator:
         if pr is None:
             return
         pr.recent_active = True
+        pr.heard(node.ticks)
         if msg.ctx > pr.ack_ctx:
             pr.ack_ctx = msg.ctx
         if msg.success:
@@ -247,12 +248,14 @@ class Replicator:
         if joiner is not None and msg.source == joiner.node_id:
             pr = joiner.progress
             joiner.sent_tick = None
+            pr.heard(node.ticks)
         else:
             found = node.tracker.progress.get(msg.source)
             if found is None:
                 return
             pr = found
             pr.recent_active = True
+            pr.heard(node.ticks)
         snap = pr.snapshot
         if pr.state is not ProgressState.SNAPSHOT or snap is None or \
                 msg.snapshot_index != snap.index:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from consensus.runtime.errors import ConfigError
+from consensus.runtime.log_format import LOG_FORMATS
 from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
 
@@ -97,6 +98,7 @@ class NodeConfig:
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024
     log_level: str = "info"
+    log_format: str = "text"                    #: text, or json: one object per line
     metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
     metrics_tls_cert: str | None = None         #: with metrics_tls_key: /metrics over HTTPS
     metrics_tls_key: str | None = None
@@ -105,6 +107,9 @@ class NodeConfig:
         if not isinstance(self.id, int) or self.id <= 0:
             raise ConfigError("--id", f"must be a positive integer, got {self.id!r}")
         split_endpoint(self.listen, "--listen", any_port=True)
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError("--log-format", f"{self.log_format!r} is not one of "
+                              f"{', '.join(LOG_FORMATS)}")
         if self.wire not in WIRES:
             raise ConfigError("--wire", f"{self.wire!r} is not one of {', '.join(WIRES)}")
         try:

@@ -140,6 +140,20 @@ class NodeCollector(Collector):
                     lag.add_metric([str(peer)], max(0, last - progress.match))
         yield match
         yield lag
+        reachable = GaugeMetricFamily("garlicfarm_server_follower_reachable", "1 when the "
+                                      "leader heard from the follower within the election "
+                                      "timeout, 0 when not (dead, cut off or stalled).",
+                                      labels=["follower"])
+        ack_age = GaugeMetricFamily("garlicfarm_server_follower_last_ack_seconds", "Seconds "
+                                    "since the leader last heard from each follower.",
+                                    labels=["follower"])
+        tick = node.config.tick
+        for peer, contact in sorted(raft.follower_contact().items()):
+            reachable.add_metric([str(peer)], int(contact.reachable))
+            if contact.ack_age is not None:
+                ack_age.add_metric([str(peer)], contact.ack_age * tick)
+        yield reachable
+        yield ack_age
         yield _gauge("garlicfarm_disk_log_size_bytes", "Bytes of the log's segments.",
                      node.storage.log_bytes)
         yield _gauge("garlicfarm_network_incoming_connections", "Open connections that "

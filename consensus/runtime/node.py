@@ -152,6 +152,7 @@ class FarmNode:
         self._soft: SoftState | None = None
         self._leader_hint: int | None = None
         self._status_target = 0
+        self._leader_since_ms: int | None = None    #: wall clock of this node's election
         self._snapshot_due = False
         self.disk = SyncedDisk(self.storage, fsyncs=self.fsyncs, wake=self.transport.wake,
                                observer=self.observer)
@@ -382,6 +383,7 @@ class FarmNode:
                          soft.term)
             self.service.publish_event("leader-changed", {})
         if soft.role is Role.LEADER and (old is None or old.role is not Role.LEADER):
+            self._leader_since_ms = int(time.time() * 1000)
             self.service.on_became_leader()
 
     # -- status -------------------------------------------------------------------------------
@@ -389,7 +391,8 @@ class FarmNode:
         raft = self.raft
         return {"role": raft.role.value, "term": raft.term, "commit": raft.commit_index,
                 "last": raft.last_index, "applied": self.machine.applied,
-                "logSize": self.storage.log_bytes, "leader": raft.leader_id}
+                "logSize": self.storage.log_bytes, "leader": raft.leader_id,
+                "leaderSince": self._leader_since_ms if raft.role is Role.LEADER else None}
 
     def _publish_status(self) -> None:
         config, raft = self.config, self.raft
@@ -403,7 +406,7 @@ class FarmNode:
                     "observers": sorted(configuration.observers)},
             raft=self.status_dict(), uptime_ms=int((time.monotonic() - self.started) * 1000),
             publishing=self.machine.publisher() == self.id)
-        log.info("node %d status: %s", self.id, data.decode())
+        log.debug("node %d status: %s", self.id, data.decode())
         if not config.publishes_status:
             return
         if raft.role is Role.LEADER:
