@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.errors import ConfigError
 from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
@@ -93,6 +94,7 @@ class NodeConfig:
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024
+    client_buffer_budget: int = DEFAULT_CLIENT_BUDGET   #: bytes all clients may hold
     log_level: str = "info"
     metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
 
@@ -134,6 +136,10 @@ class NodeConfig:
         if self.metrics is not None:
             from consensus.runtime.http_endpoint import parse_listen
             parse_listen(self.metrics, "--metrics", self.security().accepted)
+        try:
+            check_client_budget(self.client_buffer_budget)
+        except ValueError as exc:
+            raise ConfigError("--client-buffer-budget", str(exc)) from None
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 
