@@ -43,10 +43,10 @@ OUTSIDER_FRAME = 128 << 10
 CLIENT_FRAME = DEFAULT_LIMITS.max_value_size + (64 << 10)
 
 #: bytes read from all clients and outsiders in one loop turn (the rest waits a turn)
-CLIENT_READ_PER_TURN = 1 * MiB
+CLIENT_READ_PER_TURN = 256 << 10
 #: bytes read from one client (outsider) in a turn, so that one cannot take the turn's share
-CLIENT_QUANTUM = 256 << 10
-OUTSIDER_QUANTUM = 64 << 10
+CLIENT_QUANTUM = 64 << 10
+OUTSIDER_QUANTUM = 16 << 10
 #: bytes read from one peer in a turn
 PEER_READ_PER_TURN = 8 * MiB
 

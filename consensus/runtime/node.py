@@ -256,11 +256,13 @@ class FarmNode:
                     next_status = now + config.status_interval
                     self._publish_status()
                 transport.end_turn(raft.term)
-                took = time.monotonic() - now
+                took = time.monotonic() - transport.woke
                 self.observer.turn(took)
                 if took > SLOW_TURN:
-                    log.warning("node %d: a loop turn took %.0f ms (ticks wait meanwhile; "
-                                "applied %d)", self.id, took * 1000, self.machine.applied)
+                    log.warning("node %d: a loop turn took %.0f ms (%.0f ms of CPU; ticks wait "
+                                "meanwhile; applied %d)", self.id, took * 1000,
+                                (time.thread_time() - transport.woke_cpu) * 1000,
+                                self.machine.applied)
                 if raft.removed:
                     self.stopped_reason = "removed from the cluster"
                     log.info("node %d: removed from the cluster; stopping", self.id)

@@ -244,6 +244,7 @@ class Transport:
         self.peer_hosts = PeerHosts(endpoint_of or (lambda peer_id: None), node_id)
         self.budget = ClientBudget(client_budget)
         self._behind: set[Connection] = set()   # read up to their share: more next turn
+        self.woke = self.woke_cpu = 0.0         # when the last wait ended (loop turn time)
         self._turn = 0
         self.bad_packets = LogSummary(log, logging.INFO, "corrupt packets")
         self.bad_streams = LogSummary(log, logging.WARNING, "corrupt streams closed")
@@ -265,7 +266,9 @@ class Transport:
         is bounded whatever clients send (docs/runtime.md)."""
         behind = self._behind
         clients: list[Connection] = []
-        for key, mask in self.selector.select(0.0 if behind else timeout):
+        ready = self.selector.select(0.0 if behind else timeout)
+        self.woke, self.woke_cpu = time.monotonic(), time.thread_time()
+        for key, mask in ready:
             data = key.data
             if data == "listener":
                 self._accept()
