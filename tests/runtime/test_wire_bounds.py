@@ -15,7 +15,6 @@ import pytest
 from consensus.runtime import LocalCluster
 from consensus.wire import marker as mk
 from consensus.wire.jraft import REQUEST_HEAD, MessageType
-from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
