@@ -75,7 +75,7 @@ class Phase:
             self.slow = [int(ms) for ms in TURN.findall(f.read())]
         after = histogram(self.url)
         self.turns = None
-        if after is not None:
+        if after and self.hist:             # the code has the turn histogram
             self.turns = {"turns": int(after[float("inf")] - self.hist[float("inf")]),
                           "p50": quantile(self.hist, after, 0.5),
                           "p99": quantile(self.hist, after, 0.99),
