@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "snapshot (default 100000)")
     p.add_argument("--segment-bytes", type=int, help="log segment size; compaction drops "
                    "whole segments (default 64 MiB)")
+    p.add_argument("--client-buffer-budget", type=int, metavar="BYTES",
+                   help="bytes all clients together may make the node hold (their partial "
+                   "messages and unwritten answers); past it the node stops reading the "
+                   "clients that would grow it (default 256 MiB, at least 64 MiB + 128 KiB)")
     p.add_argument("--state-machine", help="module:factory of a pluggable application "
                    "state machine for entries that are not farm commands")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),

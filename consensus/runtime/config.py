@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.errors import ConfigError
 from consensus.runtime.log_format import LOG_FORMATS
 from consensus.runtime.security import Security, split_endpoint
@@ -97,6 +98,7 @@ class NodeConfig:
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024
+    client_buffer_budget: int = DEFAULT_CLIENT_BUDGET   #: bytes all clients may hold
     log_level: str = "info"
     log_format: str = "text"                    #: text, or json: one object per line
     metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
@@ -149,6 +151,10 @@ class NodeConfig:
                 raise ConfigError("--metrics-tls-cert", "protects the --metrics endpoint: "
                                   "give --metrics HOST:PORT too")
             self.metrics_tls()      # the files load, or the option at fault is named
+        try:
+            check_client_budget(self.client_buffer_budget)
+        except ValueError as exc:
+            raise ConfigError("--client-buffer-budget", str(exc)) from None
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 

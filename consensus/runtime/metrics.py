@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: etcd's disk buckets: 1 ms to 8 s, doubling
 DISK_BUCKETS = tuple(0.001 * 2 ** i for i in range(14))
+#: 0.1 ms to 3.3 s, doubling
+TURN_BUCKETS = tuple(0.0001 * 2 ** i for i in range(16))
 
 
 class NodeObserver:
@@ -56,6 +58,16 @@ class NodeObserver:
         self.fsync = Histogram(
             "garlicfarm_disk_wal_fsync_duration_seconds", "Latency of the log's fsyncs "
             "(group commit).", buckets=DISK_BUCKETS, registry=r)
+        self.bad = Counter(
+            "garlicfarm_network_bad_input", "Input refused after a connection opened, by "
+            "kind (checksum: a marker-wire packet whose CRC failed, asked for again; "
+            "corrupt_stream: a connection closed because its bytes cannot be read on).",
+            ["kind"], registry=r)
+        self.turns = Histogram(
+            "garlicfarm_server_loop_turn_duration_seconds", "Time the event loop spends on "
+            "one turn after its wait (reading, stepping, proposing, the Ready loop, "
+            "writing): heartbeats and votes wait that long at most.",
+            buckets=TURN_BUCKETS, registry=r)
         self.append = Histogram(
             "garlicfarm_disk_wal_append_duration_seconds", "Latency of appending a "
             "Ready's entries to the log (before any fsync).", buckets=DISK_BUCKETS,
@@ -77,6 +89,12 @@ class NodeObserver:
     def connection_refused(self, reason: str) -> None:
         self.refused.labels("auth" if reason.startswith("handshake refused")
                             else "other").inc()
+
+    def bad_input(self, kind: str) -> None:
+        self.bad.labels(kind).inc()
+
+    def turn(self, seconds: float) -> None:
+        self.turns.observe(seconds)
 
     def fsynced(self, seconds: float) -> None:
         self.fsync.observe(seconds)
@@ -158,6 +176,13 @@ class NodeCollector(Collector):
                      node.storage.log_bytes)
         yield _gauge("garlicfarm_network_incoming_connections", "Open connections that "
                      "clients and peers made to this member.", len(node.transport.incoming))
+        budget = node.transport.budget
+        yield _gauge("garlicfarm_network_client_buffered_bytes", "Bytes clients and "
+                     "unauthenticated connections hold at this member (partial messages, "
+                     "unwritten answers), against --client-buffer-budget.", budget.total)
+        yield _gauge("garlicfarm_network_clients_paused", "Clients not read because "
+                     "their next message does not fit --client-buffer-budget.",
+                     len(budget.paused))
         yield _gauge("garlicfarm_network_active_peers", "Open connections this member "
                      "made to its peers.", len(node.transport.outgoing))
         batches = GaugeMetricFamily("garlicfarm_sink_committed_batches", "Batches the "

@@ -136,8 +136,10 @@ class FarmNode:
             listen_fd=config.listen_fd,
             address_of=self.dial_address_of, on_core=self._inbox_append,
             on_client=self._on_client, on_closed=self._on_closed,
-            accept_marker=self._accept_marker, on_client_ack=self._on_client_ack)
+            accept_marker=self._accept_marker, on_client_ack=self._on_client_ack,
+            endpoint_of=self.address_of, client_budget=config.client_buffer_budget)
         self.transport.on_refused = self.observer.connection_refused
+        self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,
@@ -255,10 +257,13 @@ class FarmNode:
                     next_status = now + config.status_interval
                     self._publish_status()
                 transport.end_turn(raft.term)
-                took = time.monotonic() - now
+                took = time.monotonic() - transport.woke
+                self.observer.turn(took)
                 if took > SLOW_TURN:
-                    log.warning("node %d: a loop turn took %.0f ms (ticks wait meanwhile; "
-                                "applied %d)", self.id, took * 1000, self.machine.applied)
+                    log.warning("node %d: a loop turn took %.0f ms (%.0f ms of CPU; ticks wait "
+                                "meanwhile; applied %d)", self.id, took * 1000,
+                                (time.thread_time() - transport.woke_cpu) * 1000,
+                                self.machine.applied)
                 if raft.removed:
                     self.stopped_reason = "removed from the cluster"
                     log.info("node %d: removed from the cluster; stopping", self.id)
