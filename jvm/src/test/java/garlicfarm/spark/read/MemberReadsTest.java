@@ -49,10 +49,15 @@ class MemberReadsTest {
     }
   }
 
-  /** Reads with a 1 s timeout (the wait for a member behind), entering at `endpoints`. */
+  /** Reads entering at `endpoints`, with a timeout far above what the fallbacks take here
+   *  (a slow first connection on a busy machine must not end a wait). */
   private static MemberReads reads(String endpoints, String taskEndpoint) {
+    return reads(endpoints, taskEndpoint, "20");
+  }
+
+  private static MemberReads reads(String endpoints, String taskEndpoint, String timeout) {
     return new MemberReads(FarmSettings.fromOptions(Map.of("endpoints", endpoints, "username", "u",
-        "password", "p", "timeout", "1")), taskEndpoint);
+        "password", "p", "timeout", timeout)), taskEndpoint);
   }
 
   private static FarmException error(int code, Map<String, ?> detail) {
@@ -89,7 +94,7 @@ class MemberReadsTest {
     });
     FakeMember b = member(2, answering("from-leader"));
     view(2L);
-    try (MemberReads reads = reads(a.endpoint(), a.endpoint())) {
+    try (MemberReads reads = reads(a.endpoint(), a.endpoint(), "1")) {    // waits 1 s for it
       long started = System.nanoTime();
       assertEquals("from-leader", reads.read("read_journal", ARGS, 5));
       double waited = (System.nanoTime() - started) / 1e9;
