@@ -33,7 +33,8 @@ from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
 from .driver import Application, Clock, Disk, Network, ReadyDriver
 from .node import FollowerContact, RaftNode
 from .options import RaftOptions
-from .ready import Ready, Role, SoftState
+from .ready import Ready, SoftState
+from .roles import Role
 from .reads import (ReadState, ReadStatus, SnapshotQueryResult, SparseSnapshots, StateMachine,
                     query_snapshot)
 from .storage import HardState, MemoryStorage, Snapshot, Storage

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .messages import RequestVote, RequestVoteResponse, TimeoutNow
 from .quorum import VoteResult
-from .ready import Role
+from .roles import Role
 
 if TYPE_CHECKING:
     from .node import RaftNode

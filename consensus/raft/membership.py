@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Collection, Mapping
 from .configuration import Configuration
 from .entry import EntryType
 from .errors import MembershipChangeError
-from .follower import check_run
+from .receiver import check_run
 from .messages import (JoinClusterRequest, JoinClusterResponse, LeaveClusterRequest,
                        LeaveClusterResponse, SyncLogRequest, SyncLogResponse)
 from .progress import Progress

@@ -23,7 +23,7 @@ from .configuration import EMPTY, Configuration
 from .elections import Elections
 from .entry import EntryType
 from .errors import NotLeader, ProposalDropped, RaftError, StorageStateError
-from .follower import Receiver
+from .receiver import Receiver
 from .log import LogView, RaftLog
 from .membership import Membership
 from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
@@ -33,9 +33,10 @@ from .observer import Puller
 from .options import RaftOptions
 from .progress import Progress
 from .tracker import ProgressTracker
-from .read_index import Reads
+from .read_index import ReadIndex
 from .reads import SnapshotQueryResult, SparseSnapshots, StateMachine, query_snapshot
-from .ready import Outbox, Ready, Role, SoftState
+from .ready import Outbox, Ready, SoftState
+from .roles import Role
 from .replication import Replicator
 from .roles import KNOWN, bind
 from .storage import HardState, Snapshot, Storage
@@ -90,7 +91,7 @@ class RaftNode:
         self.replication = Replicator(self)
         self.membership = Membership(self)
         self.puller = Puller(self)
-        self.reads = Reads(self)
+        self.reads = ReadIndex(self)
         self.transfer = Transfer(self)
         self._tables = bind(self)
         self.set_role(Role.OBSERVER if self.options.observer else Role.FOLLOWER)

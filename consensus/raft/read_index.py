@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from .errors import NotLeader
 from .messages import ReadIndexRequest, ReadIndexResponse
 from .reads import STAMP_BITS, PendingRead, ReadState, ReadStatus, ReadTracker, stamp_tick
-from .ready import Role
+from .roles import Role
 
 if TYPE_CHECKING:
     from .node import RaftNode
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 _MAX_STAMP_SEQ = (1 << STAMP_BITS) - 1
 
 
-class Reads:
+class ReadIndex:
     def __init__(self, node: "RaftNode") -> None:
         self.node = node
         self.waiting = ReadTracker(node.options.max_pending_reads)
