@@ -30,6 +30,27 @@ class Elections:
         self.elapsed = 0
         self.timeout = self.random_timeout()
 
+    def end_boot_lease(self) -> None:
+        self.boot_lease = False
+
+    def observer_tick(self) -> None:
+        """An observer campaigns never, but counts the time: a leader's lease lapses here
+        too (observers vote nowhere, yet in_lease must age as at a voter)."""
+        self.elapsed += 1
+
+    def start_leading(self) -> None:
+        """We lead: the timer now counts CheckQuorum periods."""
+        self.elapsed = 0
+
+    def check_quorum_due(self) -> bool:
+        """A leader's tick: is a CheckQuorum period over (then the next one starts)?"""
+        self.elapsed += 1
+        node = self.node
+        if node.options.check_quorum and self.elapsed >= node.options.election_timeout_min:
+            self.elapsed = 0
+            return True
+        return False
+
     def tick(self) -> None:
         """A follower's or candidate's tick: campaign when the timer runs out."""
         self.elapsed += 1

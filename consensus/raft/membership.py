@@ -70,6 +70,14 @@ class Membership:
     def leaving(self) -> bool:
         return self.leave_at is not None
 
+    def note_member(self) -> None:
+        """Our configuration names us: from now on, leaving it means we were removed."""
+        self.was_member = True
+
+    def caught_up(self) -> None:
+        """We are a voter: no longer a joiner taking SyncLogs."""
+        self.catching_up = False
+
     def reset(self) -> None:
         """We stopped leading: the flows we drove end here."""
         self.joiner = self.leaver = None

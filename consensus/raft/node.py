@@ -188,7 +188,7 @@ class RaftNode:
         """Vote at once: forget that this node may have confirmed a leader just before a
         restart (it refuses votes for its first election timeout otherwise). For a
         caller that knows no leader is alive, such as a test electing a chosen node."""
-        self.elections.boot_lease = False
+        self.elections.end_boot_lease()
 
     # ====================================================================================
     # Time
@@ -203,7 +203,7 @@ class RaftNode:
             self._tick_leader()
             return
         if role is Role.OBSERVER:
-            self.elections.elapsed += 1     # lets a leader's lease lapse here too (we vote)
+            self.elections.observer_tick()
         else:
             self.elections.tick()
         if self.role is Role.OBSERVER or self.ticks - self.elections.heard_leader_tick > \
@@ -211,13 +211,9 @@ class RaftNode:
             self.puller.tick()
 
     def _tick_leader(self) -> None:
-        opts = self.options
-        replication, elections = self.replication, self.elections
-        replication.dirty = True
-        replication.notices_due = True
-        elections.elapsed += 1
-        if opts.check_quorum and elections.elapsed >= opts.election_timeout_min:
-            elections.elapsed = 0
+        replication = self.replication
+        replication.leader_tick()
+        if self.elections.check_quorum_due():
             if not self.tracker.quorum_active():
                 self.become_follower(self.term, None)
                 return
@@ -235,7 +231,7 @@ class RaftNode:
         """Process one message addressed to this node."""
         if msg.destination != self.id:
             raise RaftError(f"node {self.id} got a message for node {msg.destination}")
-        self.replication.dirty = True
+        self.replication.reconsider()
         if msg.TERM_RULES and not self._apply_term_rules(msg):
             return
         handler = self._handlers.get(type(msg))
@@ -321,7 +317,7 @@ class RaftNode:
         self.elections.reset_timer()
         if was_leader:
             self.tracker.reset_progress()
-            self.transfer.target = None
+            self.transfer.cancel()
             self.membership.reset()
         self.reads.lost_leadership(was_leader)
         self._refresh_role()
@@ -330,8 +326,8 @@ class RaftNode:
         self.set_role(Role.LEADER)
         self.leader_id = self.id
         self.tracker.reset_votes()
-        self.elections.elapsed = 0
-        self.transfer.target = None
+        self.elections.start_leading()
+        self.transfer.cancel()
         self.replication.start()
         self.replication.append(EntryType.NOOP, (b"",))
 
@@ -340,7 +336,7 @@ class RaftNode:
         believes itself a voter on the strength of a stale or truncated configuration
         is not stuck: without a leader it pulls committed entries and finds out.)"""
         if self.id in self.log.configuration.members:
-            self.membership.was_member = True
+            self.membership.note_member()
         if self.role is Role.LEADER:
             return
         voter = self.elections.still_voter()
@@ -352,7 +348,7 @@ class RaftNode:
                             or self.options.observer):
             self.set_role(Role.OBSERVER)
         if voter:
-            self.membership.catching_up = False
+            self.membership.caught_up()
 
     def after_log_change(self) -> None:
         """Configuration follows the log: re-read it after appends and truncations."""

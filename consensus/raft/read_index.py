@@ -75,7 +75,7 @@ class ReadIndex:
         if not self.waiting.add(read):
             self.deliver(read, ReadStatus.TIMEOUT)
             return
-        node.replication.heartbeat_due = True
+        node.replication.heartbeat_now()
 
     def on_commit(self) -> None:
         """The leader committed: reads held until its first commit may go on."""

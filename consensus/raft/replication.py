@@ -28,6 +28,19 @@ class Replicator:
         self.notices_due = False    # a tick passed: a commit index alone may go out
         self.dirty = False          # something to (re)consider sending
 
+    def reconsider(self) -> None:
+        """Something happened (a message, a proposal): look again at what to send."""
+        self.dirty = True
+
+    def heartbeat_now(self) -> None:
+        """A heartbeat round in the next Ready (a read waits for its acknowledgements)."""
+        self.heartbeat_due = True
+
+    def leader_tick(self) -> None:
+        """A tick passed: look again at what to send; a commit index alone may go out."""
+        self.dirty = True
+        self.notices_due = True
+
     def start(self) -> None:
         """We lead now: replicate to every voter, heartbeats from now on."""
         self.heartbeat_elapsed = 0

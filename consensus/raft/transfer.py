@@ -19,13 +19,17 @@ class Transfer:
         self._elapsed = 0
         self._timeout_now_sent = False
 
+    def cancel(self) -> None:
+        """No transfer any more (we stopped or started leading)."""
+        self.target = None
+
     def start(self, target: int) -> None:
         node = self.node
         if target == node.id:
             return
         if target not in node.tracker.progress or not node.log.configuration.is_voter(target):
             raise MembershipChangeError(f"node {target} is not a voter: cannot lead")
-        node.replication.dirty = True
+        node.replication.reconsider()
         self.target = target
         self._elapsed = 0
         self._timeout_now_sent = False
