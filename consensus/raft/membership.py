@@ -70,6 +70,22 @@ class Membership:
     def leaving(self) -> bool:
         return self.leave_at is not None
 
+    def on_commit(self) -> bool:
+        """The leader committed: a committed C_old,new is followed by C_new (Raft
+        dissertation §4.3), and a committed configuration without us ends our leadership
+        (we managed our own removal). False when we stepped down."""
+        node = self.node
+        log = node.log
+        config = log.configuration
+        if log.configuration_index <= log.committed:
+            if config.is_joint:
+                node.replication.append(EntryType.CONFIGURATION, (config.leave_joint().encode(),))
+            elif not config.is_voter(node.id):
+                node.become_follower(node.term, None)
+                self.update_removed()
+                return False
+        return True
+
     def note_member(self) -> None:
         """Our configuration names us: from now on, leaving it means we were removed."""
         self.was_member = True

@@ -305,14 +305,6 @@ class Replicator:
 
     def _on_commit(self) -> None:
         node = self.node
-        log_ = node.log
         node.reads.on_commit()
-        config = log_.configuration
-        if log_.configuration_index <= log_.committed:
-            if config.is_joint:
-                self.append(EntryType.CONFIGURATION, (config.leave_joint().encode(),))
-            elif not config.is_voter(node.id):
-                node.become_follower(node.term, None)     # we managed our own removal
-                node.membership.update_removed()
-                return
-        self.drop_departed()
+        if node.membership.on_commit():
+            self.drop_departed()
