@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "snapshot (default 100000)")
     p.add_argument("--segment-bytes", type=int, help="log segment size; compaction drops "
                    "whole segments (default 64 MiB)")
+    p.add_argument("--max-connections", type=int, help="open client connections this "
+                   "node accepts; more are refused (503) until some close; peers are "
+                   "counted apart and always get in (default 1024)")
     p.add_argument("--state-machine", help="module:factory of a pluggable application "
                    "state machine for entries that are not farm commands")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
