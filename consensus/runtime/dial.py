@@ -172,7 +172,8 @@ def open_stream(host: str, port: int, security: Security, deadline: float) -> so
 def dial(endpoint: str, security: Security, *, wire: str = "garlicfarm",
          timeout: float = 5.0, node_id: int | None = None) -> Dialed:
     """A connection to `endpoint` ready for `wire`'s messages (see the module docstring).
-    `node_id` is our id, announced on the marker wire."""
+    `node_id` is our id, announced on the marker wire and in the garlicfarm
+    handshake (`X-GarlicFarm-Node`: the receiver gives us a peer's slot)."""
     if wire not in WIRES:
         raise ConfigError("--wire", f"{wire!r} is not one of {', '.join(WIRES)}")
     deadline = time.monotonic() + timeout
