@@ -7,9 +7,11 @@ pacing ~40 appends/s; then, one after the other:
 
 1. `--clients` threads logging in with a wrong password for `--seconds` at the leader;
 2. 200 slowloris connections (one request byte per second) for `--seconds`;
-3. 5,000 logins against a node with `--max-connections 256`.
+3. `--clients` threads sending a wrong login and hanging up at once (the tarpit cannot
+   slow them) for `--seconds`;
+4. 5,000 logins against a node with `--max-connections 256`.
 
-During 1 and 2, a fresh single-attempt honest login every 0.5 s. Reported: leader
+During 1-3, a fresh single-attempt honest login every 0.5 s. Reported: leader
 changes (terms), the writer's appends and latency, honest logins, the leader's log
 growth, refusals by reason (the node's metrics); for 3, connections held, the node's
 fds and RSS growth. The tests (tests/runtime/test_admission.py) are the short versions.
@@ -29,7 +31,8 @@ from consensus.runtime.dial import dial  # noqa: E402
 from consensus.runtime.errors import FarmError  # noqa: E402
 from consensus.runtime.local import LocalCluster  # noqa: E402
 from consensus.runtime.security import Security  # noqa: E402
-from tests.hostile import HonestLogins, PasswordFlood, Slowloris  # noqa: E402
+from tests.hostile import (HonestLogins, ImpatientFlood, PasswordFlood,  # noqa: E402
+                           Slowloris)
 from tests.operators import logged_url, scrape  # noqa: E402
 
 PASSWORD = "bench-pass"
@@ -179,6 +182,9 @@ def main() -> None:
                urls, lambda ep: PasswordFlood(ep, threads=args.clients), args.seconds)
         attack(f"200 slowloris connections for {args.seconds:.0f} s", farm, urls,
                lambda ep: Slowloris(ep, count=200), args.seconds)
+        attack(f"{args.clients} impatient wrong-password clients (hang up without "
+               f"waiting for the 401) for {args.seconds:.0f} s", farm, urls,
+               lambda ep: ImpatientFlood(ep, threads=args.clients), args.seconds)
     max_connections()
 
 

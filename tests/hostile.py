@@ -142,3 +142,41 @@ class HonestLogins:
                                              timeout=self.timeout))
             self.seconds.append(time.monotonic() - started)
             self._stop.wait(self.pause)
+
+
+class ImpatientFlood:
+    """`threads` threads sending a wrong request 2 and hanging up without waiting for
+    the answer (the tarpit cannot slow them: only the gate's CPU pacing bounds them)."""
+
+    AUTH = ('Digest username="farm", realm="GarlicFarm@farm", nonce="00", '
+            'uri="/GarlicFarm/farm/1/websocket", algorithm=SHA-256, response="00", '
+            'opaque="00", qop=auth, nc=00000001, cnonce="00"')
+    REQUEST = ("GET /GarlicFarm/farm/1/websocket HTTP/1.1\r\nHost: farm\r\n"
+               "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"
+               f"Authorization: {AUTH}\r\n\r\n").encode()
+
+    def __init__(self, endpoint: str, threads: int = 50) -> None:
+        self.address = split_endpoint(endpoint)
+        self.sent = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True)
+                         for _ in range(threads)]
+
+    def __enter__(self) -> "ImpatientFlood":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with socket.create_connection(self.address, timeout=2) as sock:
+                    sock.sendall(self.REQUEST)
+                self.sent += 1
+            except OSError:
+                self._stop.wait(0.01)

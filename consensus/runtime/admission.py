@@ -60,7 +60,7 @@ class AdmissionLimits:
     tarpit_first: float = 0.1           #: the first failed login's delay (doubles)
     tarpit_max: float = 4.0
     tarpit_forget: float = 60.0         #: quiet seconds after which failures are forgotten
-    tarpit_held: int = 4096             #: refusals waiting at once (then sent early)
+    tarpit_held: int = 512              #: refusals waiting at once (then sent early)
     tarpit_keys: int = 16384            #: (address, user) pairs remembered
     summary_interval: float = 10.0
 

@@ -20,6 +20,7 @@ import enum
 import heapq
 import itertools
 import logging
+import resource
 import selectors
 import socket
 import ssl
@@ -47,6 +48,23 @@ _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
                 ssl.SSLWantWriteError)
+
+
+def fit_fd_limit(limits: AdmissionLimits, spare: int = 256) -> None:
+    """Raise the soft limit of open files to what the limits may hold at once (a common
+    default is 1,024, below max-connections plus the pools); warn when the hard limit is
+    lower, naming the option to lower instead."""
+    need = limits.max_connections + limits.pending_clients + limits.tarpit_held + spare
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < need:
+        log.warning("open-file limit %d is below the %d that --max-connections %d and the "
+                    "handshake pools may need: raise it (ulimit -n) or lower "
+                    "--max-connections", target, need, limits.max_connections)
 
 
 class Stage(enum.Enum):
@@ -91,6 +109,7 @@ class Gate:
         self.security, self.wire, self.limits = security, wire, limits
         self.hand_off, self.is_member, self.on_refused = hand_off, is_member, on_refused
         self.context = security.server_context()
+        fit_fd_limit(limits)
         self.pending = Pending(limits)
         self.tarpit = Tarpit(limits)
         self.established = Established(limits.max_connections)
