@@ -77,6 +77,12 @@ def test_slowloris_holds_no_slot_an_honest_client_or_a_peer_needs(farm):
         with HonestLogins(endpoint, PASSWORD) as logins:
             time.sleep(4.0)
         honest = logins.results
+        peer = next(i for i in farm.node_ids if i != leader)
+        for _ in range(5):                          # a peer (re)dialing gets in at once
+            started = time.monotonic()
+            dial(endpoint, Security(username="farm", password=PASSWORD), node_id=peer,
+                 timeout=2).sock.close()
+            assert time.monotonic() - started < 1.0
         pending = scrape(url)['garlicfarm_network_pending_handshakes{pool="clients"}']
     assert pending >= 16, f"only {pending} slow handshakes pending: no pressure"
     assert terms(farm) == before, "an election during the slowloris"
@@ -95,12 +101,13 @@ def node_rss(pid: int) -> int:
 
 def test_max_connections_bounds_what_5000_attempts_hold():
     limit, attempts = 64, 5000
-    with LocalCluster(1, username="farm", password=PASSWORD, status_interval=5.0,
+    with LocalCluster(2, username="farm", password=PASSWORD, status_interval=5.0,
                       extra_args=["--metrics", "127.0.0.1:0", "--max-connections",
                                   str(limit)]) as farm:
-        farm.wait_for_leader(30)
-        url = logged_url(farm.log_path(1), METRICS_LINE) + "/metrics"
-        pid, endpoint = farm.pid(1), farm.endpoint_of(1)
+        leader = farm.wait_for_leader(30)
+        url = logged_url(farm.log_path(leader), METRICS_LINE) + "/metrics"
+        pid, endpoint = farm.pid(leader), farm.endpoint_of(leader)
+        peer = next(i for i in farm.node_ids if i != leader)
         fds_before, rss_before = node_fds(pid), node_rss(pid)
         held, busy, peaks, lock = [], [0], [0, 0], threading.Lock()
         done = threading.Event()
@@ -132,18 +139,25 @@ def test_max_connections_bounds_what_5000_attempts_hold():
             for worker in workers:
                 worker.join(60)
             samples = scrape(url)
+            # full for clients, never for peers: a member's connection still gets in
+            peers_before = samples['garlicfarm_network_connections{kind="peer"}']
+            held.append(dial(endpoint, Security(username="farm", password=PASSWORD),
+                             node_id=peer, timeout=5).sock)
+            wait_until(lambda: scrape(url)['garlicfarm_network_connections{kind="peer"}']
+                       == peers_before + 1, 5, 0.05, "the peer counted apart")
         finally:
             done.set()
             watcher.join(5)
             rss_after = node_rss(pid)
             for sock in held:
                 sock.close()
-        assert len(held) + busy[0] == attempts
-        assert len(held) == limit, f"{len(held)} connections let in, the limit is {limit}"
+        assert len(held) - 1 + busy[0] == attempts
+        assert len(held) - 1 == limit, f"{len(held) - 1} clients let in, the limit is {limit}"
         assert samples[REFUSED.format("max_connections")] >= attempts - limit
         assert peaks[1] <= limit
         # fds: the connections held, plus at most the handshakes in progress (8 dialers)
-        assert peaks[0] - fds_before <= limit + 16, (peaks[0], fds_before)
+        # and the peer
+        assert peaks[0] - fds_before <= limit + 17, (peaks[0], fds_before)
         assert rss_after - rss_before < 100 << 20
         # closing them gives the places back
         wait_until(lambda: scrape(url)['garlicfarm_network_connections{kind="client"}']
