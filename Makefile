@@ -20,12 +20,12 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install --quiet -e '.[spark,connect,test,bench]'
 	@touch $(STAMP)
 
-# The JVM reader's jar (format "garlicfarm-columnar"), built against the venv's PySpark
-# (pyspark_farm/jvm/garlicfarm-spark-X.Y.jar); the stamp says it is up to date.
-JAR := $(VENV)/.garlicfarm-jar
-$(JAR): $(STAMP) jvm/build.sh $(shell find jvm/src -type f 2>/dev/null)
-	jvm/build.sh $(abspath $(BIN)/python)
-	@touch $(JAR)
+# The JVM reader's jar (format "garlicfarm-columnar"): one jar for every supported Spark line,
+# built by Maven in jvm/ (jvm/pom.xml; the first run downloads from Maven Central) and copied
+# into pyspark_farm/jvm/ as garlicfarm-spark-X.Y.jar, after its JUnit tests (jvm/src/test).
+JAR := jvm/target/garlicfarm-spark.jar
+$(JAR): jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
+	mvn -B -q -f jvm/pom.xml package
 
 jar: $(JAR)
 
@@ -36,4 +36,4 @@ demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/garlicfarm demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache jvm/target

@@ -40,7 +40,11 @@ def dispatch(prog: str, table: dict[str, tuple[str, str]], argv: list[str]) -> i
         return 0
     name, rest = argv[0], argv[1:]
     if name not in table:
-        print(f"{prog}: unknown command {name!r}\n\n{_usage(prog, table)}", file=sys.stderr)
+        from consensus.runtime.suggest import nearest
+        guess = nearest(name, table)
+        print(f"{prog}: unknown command {name!r}; did you mean {guess}? (`{prog} --help` "
+              f"lists the commands)" if guess else
+              f"{prog}: unknown command {name!r}\n\n{_usage(prog, table)}", file=sys.stderr)
         return 2
     module = importlib.import_module(table[name][0])
     # A module that serves several commands exposes command_main(name, argv).

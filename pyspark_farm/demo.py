@@ -138,6 +138,15 @@ class Demo:
 
     def _follow(self, stage: Stage, generated: Generated) -> None:
         """The live table until the output holds every generated event (or timeout)."""
+        try:
+            self._follow_live(stage, generated)
+        finally:
+            if not self.console.is_terminal:
+                # off a terminal (`garlicfarm demo > file`) rich's Live writes its last
+                # table without a newline: what comes next would be glued to its border
+                self.console.line()
+
+    def _follow_live(self, stage: Stage, generated: Generated) -> None:
         args = self.args
         killed = False
         deadline = time.monotonic() + args.timeout

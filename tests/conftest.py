@@ -26,13 +26,13 @@ def vectors_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def reader_jar() -> str:
-    """The JVM reader's jar (`format("garlicfarm-columnar")`), built when missing or older
-    than a source: `make test` builds it first, a bare pytest run here."""
+    """The JVM reader's jar (`format("garlicfarm-columnar")`), built by Maven (jvm/pom.xml)
+    when missing or older than a source: `make test` builds it first, a bare pytest run here."""
     from pyspark_farm.jvm import jar_file, jar_path
-    jar = jar_file()           # this Python's PySpark's: venvs of other lines build their own
+    jar = jar_file()           # the name this Python's PySpark line looks for
     sources = [p for p in (ROOT / "jvm").rglob("*")
-               if p.is_file() and not {"lib", "build"} & set(p.relative_to(ROOT / "jvm").parts)]
+               if p.is_file() and "target" not in p.relative_to(ROOT / "jvm").parts]
     if not jar.is_file() or any(p.stat().st_mtime > jar.stat().st_mtime for p in sources):
-        subprocess.run([str(ROOT / "jvm" / "build.sh"), sys.executable], check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(["mvn", "-B", "-q", "-DskipTests", "-f", str(ROOT / "jvm" / "pom.xml"),
+                        "package"], check=True, capture_output=True, timeout=600)
     return jar_path()

@@ -74,14 +74,15 @@ class Prometheus:
     """A real Prometheus server (Debian's binary) scraping `targets` every 250 ms:
     ``{"job": [(host:port, {"label": "value"}), ...]}``."""
 
-    def __init__(self, workdir: Path, targets: dict[str, list[tuple[str, dict[str, str]]]]
-                 ) -> None:
+    def __init__(self, workdir: Path, targets: dict[str, list[tuple[str, dict[str, str]]]],
+                 scrape: dict[str, Any] | None = None) -> None:
+        """`scrape`: more settings of every job (scheme, tls_config, basic_auth...)."""
         self.binary = require_binary("prometheus", "prometheus")
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         jobs = [{"job_name": job, "scrape_interval": "250ms", "scrape_timeout": "200ms",
                  "static_configs": [{"targets": [t], "labels": labels}
-                                    for t, labels in entries]}
+                                    for t, labels in entries], **(scrape or {})}
                 for job, entries in targets.items()]
         self.config = workdir / "prometheus.yml"
         self.config.write_text(json.dumps({"scrape_configs": jobs}))   # YAML reads JSON

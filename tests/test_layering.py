@@ -23,7 +23,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                       "consensus.runtime.machines"),
     "consensus": ("consensus",),
     "connectors": (),
-    # the shared HTTP endpoint of --metrics (stdlib http.server, no Raft behind it)
+    # the shared HTTP endpoint of --metrics (its bounded server, no Raft behind it)
     "connectors.dafka": ("consensus.wire.errors", "consensus.storage",
                          "consensus.runtime.http_endpoint"),
     "connectors.chp": ("consensus.wire.errors", "consensus.storage", "consensus.runtime",

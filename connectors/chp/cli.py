@@ -118,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--peer-timeout", type=_positive, default=2.0, metavar="S",
                         help="the peer is dead after this much silence (2)")
     server.add_argument("--log-level", default="INFO")
+    server.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="json: one object per line (time, level, logger, node, message)")
     server.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on "
                         "http://HOST:PORT/metrics (port 0: any free); off loopback only "
                         "with --replicated, whose --farm-credentials it then requires as "
@@ -180,7 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _server(args: argparse.Namespace) -> int:
     from .server import CloneServer, Role, ServerConfig, serve
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
+    from consensus.runtime.log_format import configure_logging
+    configure_logging(args.log_level, args.log_format, node=f"chp:{args.port}",
+                      text_format="%(asctime)s %(message)s")
     if args.replicated is None:
         for option in ("farm_user", "farm_password", "farm_credentials", "farm_tls_ca",
                        "farm_tls_cert", "farm_tls_key", "bootstrap"):

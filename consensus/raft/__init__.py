@@ -31,16 +31,17 @@ from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
                        ReadIndexRequest, ReadIndexResponse, RequestVote, RequestVoteResponse,
                        SyncLogRequest, SyncLogResponse, TimeoutNow)
 from .driver import Application, Clock, Disk, Network, ReadyDriver
-from .node import RaftNode
+from .node import FollowerContact, RaftNode
 from .options import RaftOptions
-from .ready import Ready, Role, SoftState
+from .ready import Ready, SoftState
+from .roles import Role
 from .reads import (ReadState, ReadStatus, SnapshotQueryResult, SparseSnapshots, StateMachine,
                     query_snapshot)
 from .storage import HardState, MemoryStorage, Snapshot, Storage
 
 __all__ = [
     "AppendEntries", "AppendEntriesResponse", "Application", "Clock", "CompactedError", "Configuration",
-    "ConfigurationError", "Disk", "Entry", "EntryType", "HardState", "InstallSnapshot",
+    "ConfigurationError", "Disk", "Entry", "EntryType", "FollowerContact", "HardState", "InstallSnapshot",
     "InstallSnapshotResponse", "InvalidMessage", "JoinClusterRequest", "JoinClusterResponse",
     "LeaveClusterRequest", "LeaveClusterResponse", "MembershipChangeError", "MemoryStorage",
     "Message", "Network", "NotLeader", "OptionsError", "ProposalDropped", "PullEntries",

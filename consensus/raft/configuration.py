@@ -4,7 +4,7 @@ A node's configuration is always the last CONFIGURATION entry in its log, commit
 not (JournalKeeper, Raft dissertation §4); truncating that entry rolls the configuration
 back to the previous one. During a joint configuration (C_old,new) every decision -
 electing a leader, committing an entry - needs a majority of `voters` (C_new) *and* a
-majority of `outgoing` (C_old). Observers never count.
+majority of `outgoing` (C_old) (quorum.py). Observers never count.
 
 Configuration entries are encoded as UTF-8 JSON (stdlib only, readable in a log dump);
 the runtime translates to JRaft's ClusterConfiguration where it talks to JRaft peers.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Mapping
+from typing import Collection, Mapping
 
 from .errors import ConfigurationError
 
@@ -51,28 +51,6 @@ class Configuration:
 
     def is_empty(self) -> bool:
         return not self.voters and not self.outgoing
-
-    # -- quorum arithmetic -------------------------------------------------------------
-    def committed_index(self, match: Callable[[int], int]) -> int:
-        """The largest index acknowledged by a majority of each voter set."""
-        result = _majority_index(self.voters, match)
-        if self.outgoing:
-            result = min(result, _majority_index(self.outgoing, match))
-        return result
-
-    def has_quorum(self, ids: Collection[int]) -> bool:
-        """Do `ids` contain a majority of each voter set?"""
-        ok = _is_majority(self.voters, ids)
-        return ok and (not self.outgoing or _is_majority(self.outgoing, ids))
-
-    def vote_result(self, granted: Collection[int], rejected: Collection[int]) -> bool | None:
-        """True when won, False when lost, None while undecided."""
-        if self.has_quorum(granted):
-            return True
-        for group in (self.voters, self.outgoing):
-            if group and len(group) - len(group & set(rejected)) <= len(group) // 2:
-                return False
-        return None
 
     # -- changes ----------------------------------------------------------------------
     def enter_joint(self, new_voters: Collection[int],
@@ -140,19 +118,6 @@ class Configuration:
 
 
 EMPTY = Configuration(frozenset())
-
-
-def _majority_index(group: frozenset[int], match: Callable[[int], int]) -> int:
-    if not group:
-        return 1 << 62      # an empty set never limits the commit index
-    indexes = sorted((match(n) for n in group), reverse=True)
-    return indexes[len(indexes) // 2]
-
-
-def _is_majority(group: frozenset[int], ids: Collection[int]) -> bool:
-    if not group:
-        return True
-    return len(group.intersection(ids)) > len(group) // 2
 
 
 def _merged(old: Mapping[int, str], new: Mapping[int, str] | None) -> dict[int, str]:

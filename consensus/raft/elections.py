@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .messages import RequestVote, RequestVoteResponse, TimeoutNow
-from .ready import Role
+from .quorum import VoteResult
+from .roles import Role
 
 if TYPE_CHECKING:
     from .node import RaftNode
@@ -19,7 +20,6 @@ class Elections:
         self.timeout = self.random_timeout()
         self.boot_lease = True          #: we may have confirmed a leader just before a restart
         self.heard_leader_tick = 0      #: when a leader of our term last spoke
-        self.votes: dict[int, bool] = {}
 
     # -- the timer --------------------------------------------------------------------------
     def random_timeout(self) -> int:
@@ -81,9 +81,10 @@ class Elections:
             node.set_role(Role.CANDIDATE)
             term = node.term
         node.leader_id = None
-        self.votes = {node.id: True}
+        node.tracker.reset_votes()
+        node.tracker.record_vote(node.id, True)
         self.reset_timer()
-        if self.tally() is not None:
+        if self.tally() is not VoteResult.PENDING:
             return
         last_index, last_term = node.log.last_index(), node.log.last_term()
         outbox = node.outbox.now if pre_vote else node.outbox.later
@@ -91,17 +92,17 @@ class Elections:
             outbox.append(RequestVote(term, node.id, peer, last_index, last_term,
                                       pre_vote, transfer))
 
-    def tally(self) -> bool | None:
+    def tally(self) -> VoteResult:
+        """Act on the vote as it stands: campaign for real after a won pre-vote, lead
+        after a won vote, follow after a lost one."""
         node = self.node
-        granted = {n for n, ok in self.votes.items() if ok}
-        rejected = {n for n, ok in self.votes.items() if not ok}
-        result = node.log.configuration.vote_result(granted, rejected)
-        if result is True:
+        result = node.tracker.tally_votes()
+        if result is VoteResult.WON:
             if node.role is Role.PRE_CANDIDATE:
                 self.campaign(pre_vote=False)
             else:
                 node.become_leader()
-        elif result is False:
+        elif result is VoteResult.LOST:
             node.become_follower(node.term, None)
         return result
 
@@ -123,12 +124,10 @@ class Elections:
         """A candidate's or pre-candidate's answer (other roles ignore them)."""
         node = self.node
         expected = Role.PRE_CANDIDATE if msg.pre_vote else Role.CANDIDATE
-        if node.role is not expected or msg.source in self.votes:
+        if node.role is not expected or (not msg.pre_vote and msg.term != node.term):
             return
-        if not msg.pre_vote and msg.term != node.term:
-            return
-        self.votes[msg.source] = msg.granted
-        self.tally()
+        if node.tracker.record_vote(msg.source, msg.granted):
+            self.tally()
 
     def on_timeout_now(self, msg: TimeoutNow) -> None:
         """Leader transfer: campaign now, past any lease (not at a leader)."""

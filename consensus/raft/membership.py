@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Collection, Mapping
 from .configuration import Configuration
 from .entry import EntryType
 from .errors import MembershipChangeError
-from .follower import check_run
+from .receiver import check_run
 from .messages import (JoinClusterRequest, JoinClusterResponse, LeaveClusterRequest,
                        LeaveClusterResponse, SyncLogRequest, SyncLogResponse)
 from .progress import Progress
@@ -117,7 +117,7 @@ class Membership:
         node = self.node
         if node_id <= 0 or node_id in node.log.configuration.members:
             raise MembershipChangeError(f"node {node_id} is already a member (or not a valid id)")
-        self.joiner = Joiner(node_id, address, Progress(1, node.options.max_inflight))
+        self.joiner = Joiner(node_id, address, Progress(1, node.options.max_inflight, node.ticks))
         self._invite(self.joiner)
 
     def remove_server(self, node_id: int) -> None:
@@ -231,6 +231,7 @@ class Membership:
             return
         joiner.retries = 0
         pr = joiner.progress
+        pr.heard(self.node.ticks)
         pr.next = max(1, msg.next_index)
         if msg.accepted:
             pr.match = max(pr.match, msg.next_index - 1)

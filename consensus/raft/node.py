@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .configuration import EMPTY, Configuration
 from .elections import Elections
 from .entry import EntryType
 from .errors import NotLeader, ProposalDropped, RaftError, StorageStateError
-from .follower import Receiver
+from .receiver import Receiver
 from .log import LogView, RaftLog
 from .membership import Membership
 from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
@@ -31,9 +32,11 @@ from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
 from .observer import Puller
 from .options import RaftOptions
 from .progress import Progress
-from .read_index import Reads
+from .tracker import ProgressTracker
+from .read_index import ReadIndex
 from .reads import SnapshotQueryResult, SparseSnapshots, StateMachine, query_snapshot
-from .ready import Outbox, Ready, Role, SoftState
+from .ready import Outbox, Ready, SoftState
+from .roles import Role
 from .replication import Replicator
 from .roles import KNOWN, bind
 from .storage import HardState, Snapshot, Storage
@@ -43,6 +46,15 @@ log = logging.getLogger("garlicfarm.raft")
 
 _LEADER_MESSAGES = (AppendEntries, InstallSnapshot, TimeoutNow, JoinClusterRequest,
                     SyncLogRequest, LeaveClusterRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerContact:
+    """A leader's view of one follower: `ack_age` ticks since its last answer in this
+    leadership (None: none yet); `reachable` is False once it has been silent for longer
+    than the election timeout (counted from when the leader began tracking it)."""
+    ack_age: int | None
+    reachable: bool
 
 
 class RaftNode:
@@ -71,7 +83,7 @@ class RaftNode:
                                     f"{self.log.last_index()}: the log lost durable entries")
         self.log.committed = max(state.commit, self.log.first_index() - 1)
         self.leader_id: int | None = None
-        self.progress: dict[int, Progress] = {}     #: the leader's view of each follower
+        self.tracker = ProgressTracker(node_id, lambda: self.log.configuration)
         self.ticks = 0
         self.outbox = Outbox()
         self.elections = Elections(self)
@@ -79,7 +91,7 @@ class RaftNode:
         self.replication = Replicator(self)
         self.membership = Membership(self)
         self.puller = Puller(self)
-        self.reads = Reads(self)
+        self.reads = ReadIndex(self)
         self.transfer = Transfer(self)
         self._tables = bind(self)
         self.set_role(Role.OBSERVER if self.options.observer else Role.FOLLOWER)
@@ -103,6 +115,11 @@ class RaftNode:
     @property
     def configuration(self) -> Configuration:
         return self.log.configuration
+
+    @property
+    def progress(self) -> Mapping[int, Progress]:
+        """The leader's view of each follower (empty elsewhere), for inspection."""
+        return self.tracker.progress
 
     @property
     def commit_index(self) -> int:
@@ -153,8 +170,19 @@ class RaftNode:
             "applied": self.log.applied, "first_index": self.log.first_index(),
             "last_index": self.log.last_index(), "configuration": str(self.configuration),
             "progress": {p: {"match": pr.match, "next": pr.next, "state": pr.state.value,
-                             "inflight": len(pr.inflight)} for p, pr in self.progress.items()},
+                             "inflight": len(pr.inflight), "silent": pr.silent_ticks(self.ticks)}
+                         for p, pr in self.progress.items()},
         }
+
+    def follower_contact(self) -> dict[int, FollowerContact]:
+        """On a leader, how recently each follower it replicates to answered (empty on
+        other roles): what tells a dead or cut-off member from a live one."""
+        if self.role is not Role.LEADER:
+            return {}
+        now, timeout = self.ticks, self.options.election_timeout_min
+        return {peer: FollowerContact(None if pr.acked_tick is None else now - pr.acked_tick,
+                                      pr.silent_ticks(now) <= timeout)
+                for peer, pr in dict(self.progress).items()}   # a copy: metrics' thread
 
     def end_boot_lease(self) -> None:
         """Vote at once: forget that this node may have confirmed a leader just before a
@@ -190,13 +218,11 @@ class RaftNode:
         elections.elapsed += 1
         if opts.check_quorum and elections.elapsed >= opts.election_timeout_min:
             elections.elapsed = 0
-            active = {self.id} | {p for p, pr in self.progress.items() if pr.recent_active}
-            if not self.log.configuration.has_quorum(active):
+            if not self.tracker.quorum_active():
                 self.become_follower(self.term, None)
                 return
             replication.drop_departed(silent_too=True)
-            for pr in self.progress.values():
-                pr.recent_active = False
+            self.tracker.forget_activity()
         self.transfer.tick()
         replication.tick()
         self.reads.expire()
@@ -291,10 +317,10 @@ class RaftNode:
             self.vote = None
         self.leader_id = leader
         self.set_role(Role.OBSERVER if self.role is Role.OBSERVER else Role.FOLLOWER)
-        self.elections.votes = {}
+        self.tracker.reset_votes()
         self.elections.reset_timer()
         if was_leader:
-            self.progress = {}
+            self.tracker.reset_progress()
             self.transfer.target = None
             self.membership.reset()
         self.reads.lost_leadership(was_leader)
@@ -303,7 +329,7 @@ class RaftNode:
     def become_leader(self) -> None:
         self.set_role(Role.LEADER)
         self.leader_id = self.id
-        self.elections.votes = {}
+        self.tracker.reset_votes()
         self.elections.elapsed = 0
         self.transfer.target = None
         self.replication.start()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .configuration import EMPTY
 from .entry import Entry
-from .follower import check_run
+from .receiver import check_run
 from .messages import (Message, PullEntries, PullEntriesResponse, PullSnapshot,
                        PullSnapshotResponse, PullStatus)
 from .storage import Snapshot

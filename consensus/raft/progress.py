@@ -38,9 +38,9 @@ class InFlight:
 class Progress:
     __slots__ = ("match", "next", "state", "inflight", "held", "recent_active", "ack_ctx",
                  "sent_commit", "snapshot", "snapshot_offset", "snapshot_sent_tick", "window",
-                 "refusals", "paused_until")
+                 "refusals", "paused_until", "since_tick", "acked_tick")
 
-    def __init__(self, next_index: int, window: int) -> None:
+    def __init__(self, next_index: int, window: int, tick: int = 0) -> None:
         self.match = 0
         self.next = next_index
         self.state = ProgressState.PROBE
@@ -55,6 +55,8 @@ class Progress:
         self.window = window
         self.refusals = 0                   # refusals in a row that moved nothing back
         self.paused_until = 0               # tick: nothing but heartbeats before it
+        self.since_tick = tick              # when the leader began tracking the follower
+        self.acked_tick: int | None = None  # its last answer (None: none since then)
 
     @property
     def rep_start(self) -> int:
@@ -77,6 +79,14 @@ class Progress:
         if self.state is ProgressState.SNAPSHOT:
             return self.snapshot_sent_tick
         return self.inflight[0].sent_tick if self.inflight else None
+
+    def heard(self, tick: int) -> None:
+        """The follower answered (any answer proves it alive and reachable)."""
+        self.acked_tick = tick
+
+    def silent_ticks(self, now: int) -> int:
+        """Ticks since the follower's last answer, or since tracking began if none came."""
+        return now - (self.since_tick if self.acked_tick is None else self.acked_tick)
 
     # -- state changes --------------------------------------------------------------------
     def become_probe(self, next_index: int) -> None:

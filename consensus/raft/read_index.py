@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from .errors import NotLeader
 from .messages import ReadIndexRequest, ReadIndexResponse
 from .reads import STAMP_BITS, PendingRead, ReadState, ReadStatus, ReadTracker, stamp_tick
-from .ready import Role
+from .roles import Role
 
 if TYPE_CHECKING:
     from .node import RaftNode
@@ -15,10 +15,10 @@ if TYPE_CHECKING:
 _MAX_STAMP_SEQ = (1 << STAMP_BITS) - 1
 
 
-class Reads:
+class ReadIndex:
     def __init__(self, node: "RaftNode") -> None:
         self.node = node
-        self.tracker = ReadTracker(node.options.max_pending_reads)
+        self.waiting = ReadTracker(node.options.max_pending_reads)
         self.before_commit: list[tuple[bytes, bool, int | None]] = []   # a new leader's
         self.stamp_seq = 0          # the round within this tick (the ctx's low bits)
         self.stamp_used = False     # a message carries this round's stamp
@@ -35,7 +35,7 @@ class Reads:
     def expire(self) -> None:
         """The leader's tick: reads unconfirmed for an election timeout time out."""
         node = self.node
-        for read in self.tracker.expire(node.ticks, node.options.election_timeout_max):
+        for read in self.waiting.expire(node.ticks, node.options.election_timeout_max):
             self.deliver(read, ReadStatus.TIMEOUT)
 
     def read_index(self, ctx: bytes, lease: bool) -> None:
@@ -55,9 +55,8 @@ class Reads:
         if node.role is not Role.LEADER or not node.committed_in_term:
             return False
         now, window = node.ticks, node.options.lease
-        fresh = {node.id} | {p for p, pr in node.progress.items()
-                             if pr.ack_ctx and now - stamp_tick(pr.ack_ctx) < window}
-        return node.log.configuration.has_quorum(fresh)
+        return node.tracker.acknowledged(
+            lambda pr: bool(pr.ack_ctx) and now - stamp_tick(pr.ack_ctx) < window)
 
     def leader_read(self, ctx: bytes, lease: bool, requester: int | None) -> None:
         node = self.node
@@ -73,7 +72,7 @@ class Reads:
             self.stamp_seq += 1
             self.stamp_used = False
         read.stamp = (node.ticks << STAMP_BITS) | self.stamp_seq
-        if not self.tracker.add(read):
+        if not self.waiting.add(read):
             self.deliver(read, ReadStatus.TIMEOUT)
             return
         node.replication.heartbeat_due = True
@@ -87,21 +86,20 @@ class Reads:
 
     def release(self) -> None:
         """Reads that a quorum's acknowledgements confirmed."""
-        if not self.tracker:
+        if not self.waiting:
             return
-        node = self.node
-        config, progress, me = node.log.configuration, node.progress, node.id
+        tracker = self.node.tracker
 
         def confirmed(stamp: int) -> bool:
-            return config.has_quorum({me} | {p for p, pr in progress.items() if pr.ack_ctx >= stamp})
+            return tracker.acknowledged(lambda pr: pr.ack_ctx >= stamp)
 
-        for read in self.tracker.release(confirmed):
+        for read in self.waiting.release(confirmed):
             self.deliver(read, ReadStatus.OK)
 
     def lost_leadership(self, was_leader: bool) -> None:
         """Every read waiting here fails with NOT_LEADER: retry at the new leader."""
         if was_leader:
-            for read in self.tracker.drain():
+            for read in self.waiting.drain():
                 self.deliver(read, ReadStatus.NOT_LEADER)
         for ctx, _, requester in self.before_commit:
             self.deliver(PendingRead(ctx, 0, 0, 0, requester), ReadStatus.NOT_LEADER)

@@ -7,22 +7,14 @@ fsync when `must_sync`; save `hard_state` and send `send_after_persist`; apply
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from .configuration import Configuration
 from .entry import Entry
 from .messages import Message
 from .reads import ReadState
+from .roles import Role
 from .storage import HardState, Snapshot
-
-
-class Role(enum.Enum):
-    FOLLOWER = "follower"
-    PRE_CANDIDATE = "pre-candidate"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-    OBSERVER = "observer"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ class Replicator:
     def start(self) -> None:
         """We lead now: replicate to every voter, heartbeats from now on."""
         self.heartbeat_elapsed = 0
-        self.node.progress = {}
+        self.node.tracker.reset_progress()
         self.sync_progress()
 
     # -- time -------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ class Replicator:
             self.heartbeat_elapsed = 0
             self.heartbeat_due = True
         retry, ticks = node.options.retry, node.ticks
-        for pr in node.progress.values():
+        for pr in node.tracker.progress.values():
             sent = pr.oldest_sent_tick()
             if sent is not None and ticks - sent >= retry:
                 if pr.state is ProgressState.SNAPSHOT:
@@ -58,12 +58,12 @@ class Replicator:
         node = self.node
         config = node.log.configuration
         next_index = node.log.last_index() + 1
-        progress = node.progress
+        progress = node.tracker.progress
         for peer in config.all_voters - {node.id}:
             if peer not in progress:
                 pr = node.membership.joined(peer)
                 progress[peer] = pr if pr is not None else \
-                    Progress(next_index, node.options.max_inflight)
+                    Progress(next_index, node.options.max_inflight, node.ticks)
         node.transfer.check_target()
 
     def drop_departed(self, silent_too: bool = False) -> None:
@@ -75,7 +75,7 @@ class Replicator:
         if index > log_.committed:
             return
         config = log_.configuration
-        progress = self.node.progress
+        progress = self.node.tracker.progress
         for peer in [p for p in progress if not config.is_voter(p)]:
             pr = progress[peer]
             if (pr.match >= index and pr.sent_commit >= index) or \
@@ -114,7 +114,7 @@ class Replicator:
         self.notices_due = False
         node = self.node
         commit = node.log.committed
-        for peer, pr in node.progress.items():
+        for peer, pr in node.tracker.progress.items():
             if not self._send_append(peer, pr) and (
                     heartbeat or (notices and pr.commit_lags(commit))):
                 self._send_heartbeat(peer, pr)
@@ -202,10 +202,11 @@ class Replicator:
     # -- answers ----------------------------------------------------------------------------
     def on_append_response(self, msg: AppendEntriesResponse) -> None:
         node = self.node
-        pr = node.progress.get(msg.source)
+        pr = node.tracker.progress.get(msg.source)
         if pr is None:
             return
         pr.recent_active = True
+        pr.heard(node.ticks)
         if msg.ctx > pr.ack_ctx:
             pr.ack_ctx = msg.ctx
         if msg.success:
@@ -247,12 +248,14 @@ class Replicator:
         if joiner is not None and msg.source == joiner.node_id:
             pr = joiner.progress
             joiner.sent_tick = None
+            pr.heard(node.ticks)
         else:
-            found = node.progress.get(msg.source)
+            found = node.tracker.progress.get(msg.source)
             if found is None:
                 return
             pr = found
             pr.recent_active = True
+            pr.heard(node.ticks)
         snap = pr.snapshot
         if pr.state is not ProgressState.SNAPSHOT or snap is None or \
                 msg.snapshot_index != snap.index:
@@ -282,16 +285,7 @@ class Replicator:
         ourselves only with what our own disk holds."""
         node = self.node
         log_ = node.log
-        progress = node.progress
-        me, persisted = node.id, log_.persisted
-
-        def match(peer: int) -> int:
-            if peer == me:
-                return persisted
-            pr = progress.get(peer)
-            return pr.match if pr is not None else 0
-
-        index = min(log_.configuration.committed_index(match), log_.last_index())
+        index = min(node.tracker.committed(log_.persisted), log_.last_index())
         if index > log_.committed and log_.term(index) == node.term:
             log_.commit_to(index)
             self._on_commit()

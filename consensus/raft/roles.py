@@ -4,6 +4,7 @@ table names; a message its role has no handler for is dropped (a vote answer at 
 follower, an append answer after stepping down, ...)."""
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any, Callable
 
 from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
@@ -12,10 +13,17 @@ from .messages import (AppendEntries, AppendEntriesResponse, InstallSnapshot,
                        PullEntriesResponse, PullSnapshot, PullSnapshotResponse,
                        ReadIndexRequest, ReadIndexResponse, RequestVote, RequestVoteResponse,
                        SyncLogRequest, SyncLogResponse, TimeoutNow)
-from .ready import Role
 
 if TYPE_CHECKING:
     from .node import RaftNode
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+    OBSERVER = "observer"
 
 #: a handler: (the collaborator's attribute on RaftNode, its method's name)
 Handler = tuple[str, str]

@@ -23,13 +23,13 @@ class Transfer:
         node = self.node
         if target == node.id:
             return
-        if target not in node.progress or not node.log.configuration.is_voter(target):
+        if target not in node.tracker.progress or not node.log.configuration.is_voter(target):
             raise MembershipChangeError(f"node {target} is not a voter: cannot lead")
         node.replication.dirty = True
         self.target = target
         self._elapsed = 0
         self._timeout_now_sent = False
-        self.maybe_send_timeout_now(target, node.progress[target])
+        self.maybe_send_timeout_now(target, node.tracker.progress[target])
 
     def tick(self) -> None:
         """Give up after election_timeout_max ticks (the caller retries if another won)."""

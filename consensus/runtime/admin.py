@@ -3,15 +3,17 @@ transfer-leader | config export | config import``.
 
 `consensus.cli` dispatches here through `command_main(name, argv)`. Every command takes
 the same connection options (`connection_parser`): ``--endpoints``, ``--cluster``,
-``--user/--password`` or ``--credentials FILE``, TLS (``--tls-ca``, ``--tls-cert``,
-``--tls-key``), ``--proxy``, ``--timeout``, and ``--config FILE``, a node's TOML config
+``--user/--username`` with ``--password`` or ``--credentials FILE``, TLS (``--tls-ca``,
+``--tls-cert``, ``--tls-key``), ``--proxy``, ``--dial-timeout``, ``--command-timeout``
+(alias ``--timeout``), and ``--config FILE``, a node's TOML config
 file, from which the endpoints (the node's own and its peers'), the cluster name, the
 credentials and the TLS files are taken. The command line wins over the file, the file
 over the environment (``GARLICFARM_ENDPOINTS``, ``GARLICFARM_PASSWORD``).
 
 Output: readable tables (rich; plain aligned text when stdout is not a terminal), or
 JSON with ``--json``. Exit codes: 0 done, 1 the farm refused or did not answer, 2 bad
-usage or input (the message names the option or field at fault).
+usage or input (the message names the option or field at fault), 3 (``status``) the farm
+answered but a member is unreachable or no leader is known (`health`).
 
 The pieces: `admin_output` (exit codes, tables, JSON), `farm_target` (which farm, from
 options, a config file and the environment), `farm_file` (``config export | import``).
@@ -28,11 +30,13 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from rich.console import Console
 
-from consensus.runtime.admin_output import EXIT_FARM, EXIT_OK, EXIT_USAGE, UsageError, \
-    console_for, plain, print_json, print_table
+from consensus.runtime.admin_output import EXIT_FARM, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, \
+    UsageError, console_for, plain, print_json, print_table
 from consensus.runtime.farm_file import cmd_config
 from consensus.runtime.farm_target import FarmTarget, connection_parser, parse_node_id, \
     resolve_connection, split_endpoints
+from consensus.runtime.health import Health, farm_problems, judge, probe_endpoints
+from consensus.runtime.suggest import SuggestingParser
 
 COMMANDS = ("status", "add-server", "remove-server", "transfer-leader", "config")
 
@@ -52,12 +56,18 @@ class MemberRow:
     last: int | None
     uptime: float | None           # seconds
     log_size: int | None
+    ack_age: float | None = None   # seconds since the leader last heard from it
+    reachable: bool | None = None  # None: not judged (a former member)
+    problem: str | None = None     # why it is unreachable
 
 
-def member_rows(view: Mapping[str, Any], now_ms: int) -> list[MemberRow]:
-    """One row per member of a `FarmStatus` (as `plain` gives it)."""
+def member_rows(view: Mapping[str, Any], now_ms: int,
+                probes: Mapping[int, str | None] | None = None) -> list[MemberRow]:
+    """One row per member of a `FarmStatus` (as `plain` gives it), judged by `health`
+    (with the endpoints' `probes` when they were probed)."""
     members = view.get("members") or {}
     lag = view.get("lag") or {}
+    verdicts = judge(view, probes)
     rows = []
     for key, m in sorted(members.items(), key=lambda kv: int(kv[0])):
         status = m.get("status") or {}
@@ -69,34 +79,49 @@ def member_rows(view: Mapping[str, Any], now_ms: int) -> list[MemberRow]:
             m.get("match_index"), lag.get(str(key)),
             (now_ms - date) / 1e3 if isinstance(date, int) else None,
             raft.get("commit"), raft.get("last"),
-            uptime / 1e3 if isinstance(uptime, (int, float)) else None, raft.get("logSize")))
+            uptime / 1e3 if isinstance(uptime, (int, float)) else None, raft.get("logSize"),
+            m.get("ack_age"), verdicts[int(key)].reachable, verdicts[int(key)].problem))
     return rows
 
 
-def status_document(view: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
-    """What `status --json` prints: the `FarmStatus` plus the derived per-member rows."""
+def status_document(view: Mapping[str, Any], now_ms: int,
+                    probes: Mapping[int, str | None] | None = None) -> dict[str, Any]:
+    """What `status --json` prints: the `FarmStatus`, the derived per-member rows and
+    `healthy` with the `problems` that make the farm unhealthy."""
     doc = dict(view)
-    doc["rows"] = [dataclasses.asdict(r) for r in member_rows(view, now_ms)]
+    rows = member_rows(view, now_ms, probes)
+    doc["rows"] = [dataclasses.asdict(r) for r in rows]
+    doc["problems"] = farm_problems(view, {r.id: Health(r.reachable, r.problem)
+                                           for r in rows})
+    doc["healthy"] = not doc["problems"]
     return doc
 
 
-def render_status(console: Console, view: Mapping[str, Any], now_ms: int) -> None:
+def render_status(console: Console, view: Mapping[str, Any], now_ms: int,
+                  probes: Mapping[int, str | None] | None = None) -> None:
     publisher = view.get("publisher")
     console.print(f"cluster {view.get('cluster', '?')}  leader "
                   f"{_node(view.get('leader_id'))}  term {view.get('term', '?')}  commit "
                   f"{view.get('commit_index', '?')}  publisher {_node(publisher)}",
                   markup=False)
-    rows = member_rows(view, now_ms)
+    rows = member_rows(view, now_ms, probes)
     print_table(console, None,
-                ["id", "endpoint", "role", "match", "lag", "status age", "commit", "last",
-                 "uptime", "log size"],
-                ([r.id, r.endpoint, r.role + (" *" if r.id == publisher else ""), r.match,
-                  r.lag, _seconds(r.status_age), r.commit, r.last, _seconds(r.uptime),
+                ["id", "endpoint", "role", "health", "last ack", "match", "lag",
+                 "status age", "commit", "last", "uptime", "log size"],
+                ([r.id, r.endpoint, r.role + (" *" if r.id == publisher else ""),
+                  _health(r.reachable), _seconds(r.ack_age), r.match, r.lag,
+                  _seconds(r.status_age), r.commit, r.last, _seconds(r.uptime),
                   _size(r.log_size)] for r in rows),
-                right=("id", "match", "lag", "status age", "commit", "last", "uptime",
-                       "log size"))
+                right=("id", "last ack", "match", "lag", "status age", "commit", "last",
+                       "uptime", "log size"))
     if publisher is not None:
         console.print("* the publisher (the member with the most recent best status)")
+    for problem in farm_problems(view, {r.id: Health(r.reachable, r.problem) for r in rows}):
+        console.print(f"unhealthy: {problem}", markup=False)
+
+
+def _health(reachable: bool | None) -> str | None:
+    return None if reachable is None else "ok" if reachable else "UNREACHABLE"
 
 
 def _node(node_id: Any) -> str:
@@ -124,14 +149,20 @@ def _size(value: int | None) -> str | None:
 
 
 def cmd_status(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
+    """Exit 0 when the farm is healthy, EXIT_UNHEALTHY when it answered with no leader
+    or with an unreachable member."""
     with target.client() as client:
         view = plain(client.status())
+    endpoints = {int(k): m["endpoint"] for k, m in (view.get("members") or {}).items()
+                 if m.get("endpoint") and m.get("role") != "former"}
+    probes = probe_endpoints(target, endpoints)
     now_ms = int(time.time() * 1000)
+    doc = status_document(view, now_ms, probes)
     if args.json:
-        print_json(out, status_document(view, now_ms))
+        print_json(out, doc)
     else:
-        render_status(console_for(out), view, now_ms)
-    return EXIT_OK
+        render_status(console_for(out), view, now_ms, probes)
+    return EXIT_OK if doc["healthy"] else EXIT_UNHEALTHY
 
 # --- membership -----------------------------------------------------------------------------
 
@@ -205,15 +236,18 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     parent = connection_parser()
     prog = f"garlicfarm {name}"
     if name == "status":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Leader, term, publisher and every member: "
                                                 "role, match index, lag, last status.")
         p.add_argument("--serve", metavar="HOST:PORT", help="serve a live status page there "
-                       "instead (consensus/runtime/status_page.py)")
+                       "instead (members, health, leader changes; refreshed every second)")
         p.add_argument("--farm", action="append", metavar="NAME=HOST:PORT,...",
                        help="with --serve: a farm (cluster NAME) to show; repeatable")
+        p.add_argument("--serve-tls-cert", metavar="FILE", help="with --serve: PEM "
+                       "certificate; the page is then served over HTTPS only")
+        p.add_argument("--serve-tls-key", metavar="FILE", help="its private key")
     elif name == "add-server":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Add a voter (JRaft's AddServer: the new node "
                                                 "catches up, then joins) or an observer.")
         p.add_argument("id", metavar="ID", help="the new member's node id")
@@ -221,18 +255,18 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         p.add_argument("--observer", action="store_true",
                        help="add it as an observer (no vote)")
     elif name == "remove-server":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Remove a voter or an observer.")
         p.add_argument("id", metavar="ID", help="the member's node id")
         p.add_argument("--force", action="store_true",
                        help="remove it even if it does not answer or is the leader")
     elif name == "transfer-leader":
-        p = argparse.ArgumentParser(prog=prog, parents=[parent],
+        p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Hand leadership to a node (it catches up "
                                                 "first).")
         p.add_argument("--to", required=True, metavar="ID", help="the new leader's id")
     elif name == "config":
-        p = argparse.ArgumentParser(prog=prog, description="Export or import a farm file.")
+        p = SuggestingParser(prog=prog, description="Export or import a farm file.")
         sub = p.add_subparsers(dest="action", required=True, metavar="export|import")
         exp = sub.add_parser("export", parents=[parent], prog=f"{prog} export",
                              help="write the running farm's farm file (JSON)")
@@ -288,7 +322,8 @@ def _command(name: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             return EXIT_OK if exit_.code in (0, None) else EXIT_USAGE
         if name == "config":
             return cmd_config(args, out)
-        if name == "status" and (args.serve or args.farm):
+        if name == "status" and (args.serve or args.farm or args.serve_tls_cert
+                                 or args.serve_tls_key):
             from consensus.runtime.status_page import serve_status
             return serve_status(args, out)
         return HANDLERS[name](resolve_connection(args), args, out)

@@ -11,7 +11,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-EXIT_OK, EXIT_FARM, EXIT_USAGE = 0, 1, 2
+#: 0 done (status: healthy); 1 the farm refused or did not answer; 2 bad usage or input;
+#: 3 (status) the farm answered but has no leader or an unreachable member
+EXIT_OK, EXIT_FARM, EXIT_USAGE, EXIT_UNHEALTHY = 0, 1, 2, 3
 
 
 class UsageError(Exception):

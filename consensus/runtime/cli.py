@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from typing import Callable
 
 from consensus.runtime.config import NodeConfig, load_config_file
 from consensus.runtime.errors import ConfigError, FarmError
+from consensus.runtime.log_format import LOG_FORMATS, configure_logging
+from consensus.runtime.suggest import SuggestingParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="garlicfarm node", description="Run one garlicfarm node.",
+    p = SuggestingParser(prog="garlicfarm node", description="Run one garlicfarm node.",
                                 argument_default=argparse.SUPPRESS)
     p.add_argument("--config", help="TOML file with the same settings")
     p.add_argument("--id", type=int, help="this node's id (a positive integer)")
@@ -79,12 +80,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-connections", type=int, help="open client connections this "
                    "node accepts; more are refused (503) until some close; peers are "
                    "counted apart and always get in (default 1024)")
+    p.add_argument("--client-buffer-budget", type=int, metavar="BYTES",
+                   help="bytes all clients together may make the node hold (their partial "
+                   "messages and unwritten answers); past it the node stops reading the "
+                   "clients that would grow it (default 256 MiB, at least 64 MiB + 128 KiB)")
     p.add_argument("--state-machine", help="module:factory of a pluggable application "
                    "state machine for entries that are not farm commands")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="default info (each status interval's full status: debug)")
+    p.add_argument("--log-format", choices=LOG_FORMATS, help="text (default), or json: "
+                   "one object per line (time, level, logger, node, message)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on "
                    "http://HOST:PORT/metrics (port 0: any free, logged); a non-loopback "
                    "address requires the node's credentials as HTTP Basic authentication")
+    p.add_argument("--metrics-tls-cert", metavar="FILE", help="PEM certificate: serve "
+                   "--metrics over HTTPS only (it may be the node's --tls-cert)")
+    p.add_argument("--metrics-tls-key", metavar="FILE", help="PEM private key of "
+                   "--metrics-tls-cert")
     return p
 
 
@@ -107,14 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         values.update(args)
         config = NodeConfig.from_mapping(values)
         app = _factory(state_machine) if state_machine else None
-        logging.basicConfig(stream=sys.stderr, level=config.log_level.upper(),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(config.log_level, config.log_format, node=str(config.id))
         from consensus.runtime.node import FarmNode
         node = FarmNode(config, app)
         metrics = None
         if config.metrics:
             from consensus.runtime.metrics import serve_node_metrics
-            metrics = serve_node_metrics(node, config.metrics, node.security.accepted)
+            metrics = serve_node_metrics(node, config.metrics, node.security.accepted,
+                                         config.metrics_tls())
     except (ConfigError, FarmError) as exc:
         print(f"garlicfarm node: {exc}", file=sys.stderr)
         return 2

@@ -38,7 +38,8 @@ from consensus.runtime import extensions as ext
 from consensus.runtime.envelope import (CommandKind, described, encode_command,
                                         new_request_id, record_from_header)
 from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
-                                      Incomplete, NotLeaderError, ProtocolMismatch,
+                                      Incomplete, NotAFarm, NotLeaderError,
+                                      ProtocolMismatch,
                                       RetryableWrite, Unavailable, error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
 from consensus.runtime.journal_pages import JournalPage, page_from_answer
@@ -77,21 +78,25 @@ class FarmClient:
                  tls_cert: str | None = None, tls_key: str | None = None,
                  proxy: str | None = None, timeout: float = 10.0,
                  connect_timeout: float = 0.5, answer_timeout: float = 1.0, *,
-                 tls: bool = False, insecure_skip_tls_verify: bool = False) -> None:
+                 tls: bool = False, insecure_skip_tls_verify: bool = False,
+                 dial_timeout: float | None = None) -> None:
         """TLS: with `tls_ca` the nodes' certificates must chain to it; with `tls=True`,
         `tls_cert` or neither CA given, they are verified against the system trust store
         and the endpoint's host name; `insecure_skip_tls_verify=True` skips verifying
         them (logged as a warning). `tls_cert`/`tls_key`: our client certificate (nodes
-        with a tls-ca require one)."""
+        with a tls-ca require one). `dial_timeout`: a call that could connect to no
+        member for that long fails then, not at `timeout` (etcdctl's --dial-timeout)."""
         if wire != "garlicfarm":
             raise ConfigError("wire", "clients always speak the Garlic Farm handshake and its "
                               "extensions; the node's --wire only concerns its peers")
         for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout),
-                            ("answer_timeout", answer_timeout)):
+                            ("answer_timeout", answer_timeout),
+                            ("dial_timeout", 1.0 if dial_timeout is None else dial_timeout)):
             if not value > 0:
                 raise ConfigError(name, f"must be positive seconds, got {value}")
         self.endpoints = parse_endpoints(endpoints)
         self.timeout = timeout
+        self.dial_timeout = dial_timeout
         self.answer_timeout = answer_timeout
         self.security = Security(cluster=cluster, username=username, password=password,
                                  tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, proxy=proxy,
@@ -146,7 +151,11 @@ class FarmClient:
         """Run `operation(link, attempt_deadline)` at the leader (or `endpoint`, or any
         member) until it returns or the deadline. Each attempt gets `patience` seconds
         (default `answer_timeout`) for its answer; then the next member is tried."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        started = time.monotonic()
+        deadline = started + (timeout if timeout is not None else self.timeout)
+        # Until a connection succeeds, the dial timeout bounds the call.
+        dialing = deadline if self.dial_timeout is None else \
+            min(deadline, started + self.dial_timeout)
         patience = self.answer_timeout if patience is None else patience
         last: Exception | None = None
         uncertain = False           # a request went out and got no definite answer
@@ -155,17 +164,23 @@ class FarmClient:
             for candidate in self.directory.attempts(deadline, leader=leader,
                                                      endpoint=endpoint):
                 try:
-                    link = self.links.shared(candidate, deadline)
+                    link = self.links.shared(candidate, dialing)
                 except ProtocolMismatch as exc:
-                    if endpoint is not None:
+                    if endpoint is not None or \
+                            (isinstance(exc, NotAFarm) and self.directory.all_foreign()):
                         raise _final(exc, uncertain) from None
                     last = exc
+                    if time.monotonic() >= dialing:
+                        break
                     continue
                 except Unavailable as exc:
                     last = exc
+                    if time.monotonic() >= dialing:
+                        break
                     continue
                 except AuthenticationError as exc:
                     raise _final(exc, uncertain) from None
+                dialing = deadline
                 if leader and endpoint is None and \
                         self.directory.reachable_leader() not in (None, candidate):
                     continue    # its Welcome named the leader: a member would answer a
@@ -193,6 +208,11 @@ class FarmClient:
                     last = exc
                 except FarmError as exc:
                     raise _final(exc, uncertain or isinstance(exc, Incomplete)) from None
+        if dialing < deadline and not isinstance(last, ProtocolMismatch):
+            raise _final(Unavailable(f"could not connect to {', '.join(self.endpoints)} "
+                                     f"within the dial timeout of {self.dial_timeout:g}s "
+                                     f"(last: {last}); check the endpoints and that the "
+                                     f"members run"), uncertain)
         foreign = self.directory.foreign_leader()
         if foreign is not None and endpoint is None and leader:
             raise _final(Unavailable(foreign_leader_text(foreign)), uncertain)
@@ -491,7 +511,8 @@ class FarmClient:
             elif member.status is not None:
                 lag[node_id] = max(0, commit - int(member.status.get("raft", {}).get("commit", 0)))
         return FarmStatus(view["cluster"], cluster.leader_id, cluster.term, commit,
-                          view["publisher"], cluster.members, lag)
+                          view["publisher"], cluster.members, lag, view.get("leader_since"),
+                          view.get("election_timeout"))
 
     def update_voters(self, add: dict[int, str] | None = None, remove: Sequence[int] = (),
                       *, timeout: float | None = None) -> None:
@@ -628,7 +649,8 @@ def _text(value: Any, name: str) -> str:
 
 def _cluster_view(view: dict) -> ClusterView:
     members = {int(k): MemberView(int(k), m["endpoint"], m["role"], m["voter"], m["match"],
-                                  m["status"]) for k, m in view["members"].items()}
+                                  m["status"], m.get("ack_age"), m.get("reachable"))
+               for k, m in view["members"].items()}
     return ClusterView(view["leader"], view["term"], view["commit"],
                        {int(k): v for k, v in view["voters"].items()},
                        {int(k): v for k, v in view["observers"].items()},

@@ -21,11 +21,16 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.errors import ConfigError
+from consensus.runtime.log_format import LOG_FORMATS
 from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
+
+if TYPE_CHECKING:
+    import ssl
 
 WIRES = ("garlicfarm", "marker", "jraft")
 
@@ -94,13 +99,20 @@ class NodeConfig:
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
     max_connections: int = 1024                 #: open client connections (peers apart)
+    client_buffer_budget: int = DEFAULT_CLIENT_BUDGET   #: bytes all clients may hold
     log_level: str = "info"
+    log_format: str = "text"                    #: text, or json: one object per line
     metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
+    metrics_tls_cert: str | None = None         #: with metrics_tls_key: /metrics over HTTPS
+    metrics_tls_key: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
             raise ConfigError("--id", f"must be a positive integer, got {self.id!r}")
         split_endpoint(self.listen, "--listen", any_port=True)
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError("--log-format", f"{self.log_format!r} is not one of "
+                              f"{', '.join(LOG_FORMATS)}")
         if self.wire not in WIRES:
             raise ConfigError("--wire", f"{self.wire!r} is not one of {', '.join(WIRES)}")
         try:
@@ -139,6 +151,15 @@ class NodeConfig:
         if self.metrics is not None:
             from consensus.runtime.http_endpoint import parse_listen
             parse_listen(self.metrics, "--metrics", self.security().accepted)
+        if self.metrics_tls_cert or self.metrics_tls_key:
+            if self.metrics is None:
+                raise ConfigError("--metrics-tls-cert", "protects the --metrics endpoint: "
+                                  "give --metrics HOST:PORT too")
+            self.metrics_tls()      # the files load, or the option at fault is named
+        try:
+            check_client_budget(self.client_buffer_budget)
+        except ValueError as exc:
+            raise ConfigError("--client-buffer-budget", str(exc)) from None
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 
@@ -151,6 +172,11 @@ class NodeConfig:
     @property
     def endpoint(self) -> str:
         return self.advertise or self.listen
+
+    def metrics_tls(self) -> "ssl.SSLContext | None":
+        """The server context of the metrics endpoint (None: plain HTTP)."""
+        from consensus.runtime.http_endpoint import tls_context
+        return tls_context(self.metrics_tls_cert, self.metrics_tls_key, "--metrics-tls")
 
     def security(self) -> Security:
         tls = dict(tls_cert=self.tls_cert, tls_key=self.tls_key, tls_ca=self.tls_ca,
@@ -187,7 +213,8 @@ class NodeConfig:
         if "insecure_skip_tls_verify" in kwargs:
             kwargs["insecure_skip_tls_verify"] = _switch(kwargs["insecure_skip_tls_verify"],
                                                          "insecure-skip-tls-verify")
-        for name in ("data_dir", "credentials", "tls_cert", "tls_key", "tls_ca"):
+        for name in ("data_dir", "credentials", "tls_cert", "tls_key", "tls_ca",
+                     "metrics_tls_cert", "metrics_tls_key"):
             if kwargs.get(name):
                 kwargs[name] = os.path.expanduser(str(kwargs[name]))
         try:

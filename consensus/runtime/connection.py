@@ -7,21 +7,23 @@ received (receiver side), answered strictly in order (`flush_slots`).
 """
 from __future__ import annotations
 
+import selectors
 import socket
 import ssl
 from collections import deque
 from typing import Any
 
+from consensus.runtime.budget import Trust
 from consensus.runtime.jraft_mapping import Echo, ResponseSlot
 
 READ_CHUNK = 256 << 10
-MAX_READ_PER_TURN = 8 << 20
 
 
 class Connection:
     __slots__ = ("sock", "fd", "kind", "outgoing", "peer_id", "label", "out", "echoes",
                  "slots", "extensions", "subscriptions", "closed", "writing", "decoder",
-                 "client_id", "username", "marker_state", "last_answer")
+                 "client_id", "username", "marker_state", "last_answer", "trust",
+                 "reserved", "paused", "served", "events")
 
     def __init__(self, sock: socket.socket, kind: str, decoder: Any, *, outgoing: bool,
                  peer_id: int | None, label: str, username: str | None = None) -> None:
@@ -44,18 +46,27 @@ class Connection:
         self.username = username
         self.marker_state: Any = None    #: the marker wire's per-connection state
         self.last_answer = b""           #: the last answer written (marker: R repeats it)
+        #: how far it is trusted (budget.py): we dialed peers; past the handshake a
+        #: client; plain JRaft and marker connections are outsiders until they show
+        #: they are configured members
+        self.trust = Trust.PEER if outgoing else \
+            Trust.CLIENT if kind == "garlicfarm" else Trust.OUTSIDER
+        self.reserved = 0                #: bytes it counts in the client budget
+        self.paused = False              #: not read: its claim does not fit the budget
+        self.served = 0                  #: the loop turn it was last read in (fairness)
+        self.events = selectors.EVENT_READ   #: what the selector watches it for
 
     def __repr__(self) -> str:
         return f"<Connection {self.kind} {'out' if self.outgoing else 'in'} {self.label}>"
 
-    def receive(self) -> tuple[bytes, bool]:
-        """What the socket has now, and whether the peer closed."""
+    def receive(self, limit: int) -> tuple[bytes, bool]:
+        """What the socket has now, up to `limit` bytes, and whether the peer closed."""
         chunks = []
         total = 0
         recv = self.sock.recv
-        while total < MAX_READ_PER_TURN:
+        while total < limit:
             try:
-                data = recv(READ_CHUNK)
+                data = recv(min(READ_CHUNK, limit - total))
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
                     ssl.SSLWantWriteError):
                 break
@@ -65,9 +76,17 @@ class Connection:
                 return b"".join(chunks), True
             chunks.append(data)
             total += len(data)
-            if len(data) < READ_CHUNK and not isinstance(self.sock, ssl.SSLSocket):
+            if len(data) < READ_CHUNK and total < limit and \
+                    not isinstance(self.sock, ssl.SSLSocket):
                 break
         return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), False
+
+    def more_to_read(self, received: int, limit: int) -> bool:
+        """Whether a read that took `received` of `limit` bytes may have left some (a
+        TLS socket's decrypted bytes do not make the selector report it again)."""
+        if received >= limit:
+            return True
+        return isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
 
     def flush(self) -> bool:
         """Write what the socket takes; True when nothing is left. Raises OSError when the

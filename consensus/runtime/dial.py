@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import h11
 
-from consensus.runtime.errors import (AuthenticationError, ConfigError, ProtocolMismatch,
-                                      Unavailable)
+from consensus.runtime.errors import (AuthenticationError, ConfigError, NotAFarm,
+                                      ProtocolMismatch, Unavailable)
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire import marker
 from consensus.wire.errors import HandshakeError, ProtocolError
@@ -238,6 +238,8 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float,
                     raise AuthenticationError(f"{target}: {exc.reason}") from None
                 if exc.field == "busy":
                     raise Unavailable(f"{target}: {exc.reason}") from None
+                if exc.field in ("endpoint", "cluster"):
+                    raise NotAFarm(f"{target}: {exc.reason}") from None
                 raise ProtocolMismatch(f"{target}: {exc.reason}") from None
             if isinstance(event, NeedData):
                 try:

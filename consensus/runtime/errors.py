@@ -97,6 +97,11 @@ class ProtocolMismatch(FarmError):
     code = ErrorCode.PROTOCOL
 
 
+class NotAFarm(ProtocolMismatch):
+    """The endpoint answered, but not as a member of this farm (another web server, or
+    a farm of another cluster name): no retry changes that."""
+
+
 class ConfigError(FarmError, ValueError):
     """A node or client setting is wrong; `option` names it (e.g. ``--peers``)."""
     maybe_applied = False           # refused before anything was sent

@@ -27,9 +27,10 @@ class FarmTarget:
     tls_cert: str | None = None
     tls_key: str | None = None
     proxy: str | None = None
-    timeout: float = 10.0
+    timeout: float = 10.0           #: seconds per command, retries included
     tls: bool = False
     insecure_skip_tls_verify: bool = False
+    dial_timeout: float = 2.0       #: seconds to connect to some member before failing
 
     def change_timeouts(self) -> tuple[float, float]:
         """For a membership change: (seconds to reach the leader, seconds the leader
@@ -45,9 +46,11 @@ class FarmTarget:
         kwargs = dict(cluster=self.cluster, username=self.username, password=self.password,
                       tls_ca=self.tls_ca, tls_cert=self.tls_cert, tls_key=self.tls_key,
                       proxy=self.proxy, timeout=self.timeout, tls=self.tls,
-                      insecure_skip_tls_verify=self.insecure_skip_tls_verify)
+                      insecure_skip_tls_verify=self.insecure_skip_tls_verify,
+                      dial_timeout=min(self.dial_timeout, self.timeout))
         kwargs.update(overrides)
-        return FarmClient(",".join(self.endpoints), **kwargs)
+        endpoints = kwargs.pop("endpoints", self.endpoints)
+        return FarmClient(",".join(endpoints), **kwargs)
 
 
 def connection_parser() -> argparse.ArgumentParser:
@@ -58,7 +61,8 @@ def connection_parser() -> argparse.ArgumentParser:
                    help="members to ask (any voters or observers); default: from --config, "
                         "else $GARLICFARM_ENDPOINTS")
     g.add_argument("--cluster", help="the farm's cluster name (default: farm)")
-    g.add_argument("--user", dest="username", help="user name for the digest handshake")
+    g.add_argument("--user", "--username", dest="username",
+                   help="user name for the digest handshake")
     g.add_argument("--password", help="its password (default: $GARLICFARM_PASSWORD)")
     g.add_argument("--credentials", metavar="FILE",
                    help="file of username:password lines; the first is used")
@@ -74,8 +78,11 @@ def connection_parser() -> argparse.ArgumentParser:
                    help="TLS WITHOUT verifying the members' certificates (unsafe: anyone in "
                         "between can pose as the farm); prints a warning")
     g.add_argument("--proxy", metavar="http://HOST:PORT", help="HTTP CONNECT proxy")
-    g.add_argument("--timeout", type=float, default=None,
-                   help="seconds per call, retries included (default: 10)")
+    g.add_argument("--command-timeout", "--timeout", dest="timeout", type=float,
+                   default=None, metavar="SECONDS",
+                   help="seconds per command, retries included (default: 10)")
+    g.add_argument("--dial-timeout", type=float, default=None, metavar="SECONDS",
+                   help="seconds to connect to some member before failing (default: 2)")
     g.add_argument("--config", metavar="FILE",
                    help="a node's TOML config: endpoints, cluster, credentials, TLS from it")
     g.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -107,16 +114,24 @@ def resolve_connection(args: argparse.Namespace,
                                         "--config NODE.toml or $GARLICFARM_ENDPOINTS")
     endpoints = split_endpoints(endpoints_text, "--endpoints")
     username, password = _credentials(args, from_file, environ)
-    timeout = pick("timeout")
-    timeout = 10.0 if timeout is None else float(timeout)
-    if timeout <= 0:
-        raise UsageError("--timeout", f"must be positive seconds, got {timeout}")
+    timeout = _seconds(pick("timeout"), 10.0, "--command-timeout")
+    dial_timeout = _seconds(pick("dial_timeout"), 2.0, "--dial-timeout")
     insecure = bool(args.insecure_skip_tls_verify) or _truthy(
         from_file.get("insecure_skip_tls_verify"),
         f"--config {args.config}: insecure-skip-tls-verify")
     return FarmTarget(endpoints, pick("cluster") or "farm", username, password,
                       pick("tls_ca"), pick("tls_cert"), pick("tls_key"), pick("proxy"),
-                      timeout, bool(args.tls), insecure)
+                      timeout, bool(args.tls), insecure, dial_timeout)
+
+
+def _seconds(value: Any, default: float, option: str) -> float:
+    try:
+        seconds = default if value is None else float(value)
+    except (TypeError, ValueError):
+        raise UsageError(option, f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise UsageError(option, f"must be positive seconds, got {value}")
+    return seconds
 
 
 def _truthy(value: Any, where: str) -> bool:

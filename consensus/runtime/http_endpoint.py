@@ -1,16 +1,14 @@
-"""A small HTTP endpoint for operators: Prometheus metrics (``--metrics``) and the status
-page (``garlicfarm status --serve``).
-
-Why the standard library's `ThreadingHTTPServer` and not h11: these endpoints serve a
-handful of fixed paths to a scraper and a browser, once a second at most, from a thread
-beside the node's loop; a threaded blocking server is the least code that does that,
-and h11 would need a socket loop of our own around it.
+"""The operators' HTTP endpoints: Prometheus metrics (``--metrics``) and the status page
+(``garlicfarm status --serve``): fixed paths, the exposure rule, optional TLS, on the
+bounded one-thread server of `http_server` (why that server: its docstring).
 
 **Exposure rule** (the same for metrics and the status page): on a loopback address
 anyone on the machine may read; on any other address the endpoint requires HTTP Basic
 authentication with the farm's credentials (``user:password`` pairs, as the CLI and the
-nodes use), and refuses to start without them. Basic authentication travels in clear:
-outside a private network, put a TLS proxy in front.
+nodes use), and refuses to start without them. Basic authentication travels in clear
+over plain HTTP: off a private network give the endpoint a certificate
+(``--metrics-tls-cert/--metrics-tls-key``, ``--serve-tls-cert/--serve-tls-key``) and it
+speaks HTTPS only (a plain HTTP request is answered 400 and served nothing).
 """
 from __future__ import annotations
 
@@ -18,27 +16,42 @@ import base64
 import binascii
 import hmac
 import logging
-import threading
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Mapping
+import os
+import socket
+import ssl
+from typing import Callable, Iterable, Mapping
 
 from consensus.runtime.errors import ConfigError
+from consensus.runtime.http_server import HttpLimits, HttpServer, Request, Response
 from consensus.runtime.security import is_loopback, split_endpoint
 
 log = logging.getLogger("garlicfarm.http")
 
-
-@dataclass(frozen=True)
-class Response:
-    body: bytes
-    content_type: str = "text/plain; charset=utf-8"
-    status: int = 200
-
+__all__ = ["HttpEndpoint", "HttpLimits", "Response", "Route", "parse_listen",
+           "serve_metrics", "tls_context"]
 
 Route = Callable[[], Response]
 
 
+def tls_context(cert: str | None, key: str | None, option: str) -> ssl.SSLContext | None:
+    """The server context of an endpoint's ``{option}-cert``/``{option}-key`` (PEM files;
+    None without them); a ConfigError names the option at fault."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        missing = f"{option}-cert" if cert is None else f"{option}-key"
+        raise ConfigError(missing, f"{option}-cert and {option}-key go together")
+    for name, path in ((f"{option}-cert", cert), (f"{option}-key", key)):
+        if not os.path.isfile(path):
+            raise ConfigError(name, f"{path} is not a readable file")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"{option}-cert", f"cannot load {cert} with the key {key}: "
+                          f"{exc}: give a PEM certificate and its private key") from None
+    return context
 
 
 FARM_CREDENTIALS = "--credentials FILE or --user/--password"
@@ -61,39 +74,26 @@ def parse_listen(text: str, option: str, credentials: Mapping[str, str] | None,
 
 
 class HttpEndpoint:
-    """Serves `routes` (exact paths) on a daemon thread until `close()`."""
+    """Serves `routes` (exact paths) until `close()`; with `tls`, over HTTPS only."""
 
     def __init__(self, listen: str, option: str, routes: Mapping[str, Route], *,
                  credentials: Mapping[str, str] | None = None,
                  credential_options: str | None = FARM_CREDENTIALS,
-                 name: str = "http") -> None:
+                 name: str = "http", tls: ssl.SSLContext | None = None,
+                 limits: HttpLimits = HttpLimits()) -> None:
         host, port = parse_listen(listen, option, credentials, credential_options)
         self.routes = dict(routes)
         self.credentials = dict(credentials or {}) if not is_loopback(host) else {}
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:       # noqa: N802 - the stdlib's name
-                endpoint.handle(self)
-
-            def log_message(self, format: str, *args) -> None:   # noqa: A002
-                log.debug("%s: " + format, self.address_string(), *args)
-
-        try:
-            self.server = ThreadingHTTPServer((host, port), Handler)
-        except OSError as exc:
-            raise ConfigError(option, f"cannot listen on {listen}: {exc.strerror}") from None
-        self.server.daemon_threads = True
+        self.tls = tls is not None
+        sock = _listen(host, port, limits.backlog, listen, option)
         self.host = host
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True,
-                                        name=name)
-        self._thread.start()
+        self.port = sock.getsockname()[1]
+        self.server = HttpServer(sock, self.handle, name=name, limits=limits, context=tls)
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def authorized(self, header: str | None) -> bool:
         if not self.credentials:
@@ -109,39 +109,45 @@ class HttpEndpoint:
         return bool(sep) and known is not None and hmac.compare_digest(known.encode(),
                                                                      password.encode())
 
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        if not self.authorized(request.headers.get("Authorization")):
-            request.send_response(401)
-            request.send_header("WWW-Authenticate", 'Basic realm="garlicfarm"')
-            request.send_header("Content-Length", "0")
-            request.end_headers()
-            return
-        route = self.routes.get(request.path.split("?", 1)[0])
+    def handle(self, request: Request) -> Response:
+        if not self.authorized(request.headers.get("authorization")):
+            return Response(b"", status=401,
+                            headers=(("WWW-Authenticate", 'Basic realm="garlicfarm"'),))
+        path = request.target.split("?", 1)[0]
+        route = self.routes.get(path)
         if route is None:
-            answer = Response(b"not found\n", status=404)
-        else:
-            try:
-                answer = route()
-            except Exception as exc:    # noqa: BLE001 - answered and logged, never lost
-                log.exception("%s failed", request.path)
-                answer = Response(f"{type(exc).__name__}: {exc}\n".encode(), status=500)
-        request.send_response(answer.status)
-        request.send_header("Content-Type", answer.content_type)
-        request.send_header("Content-Length", str(len(answer.body)))
-        request.send_header("Cache-Control", "no-store")
-        request.end_headers()
-        request.wfile.write(answer.body)
+            return Response(b"not found\n", status=404)
+        try:
+            return route()
+        except Exception as exc:    # noqa: BLE001 - answered and logged, never lost
+            log.exception("%s failed", path)
+            return Response(f"{type(exc).__name__}: {exc}\n".encode(), status=500)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join()
+        self.server.close()
 
     def __enter__(self) -> "HttpEndpoint":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _listen(host: str, port: int, backlog: int, listen: str, option: str) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(option, f"cannot listen on {listen}: {exc.strerror}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(option, f"cannot listen on {listen}: {exc.strerror}") from None
+    return sock
 
 
 def metrics_route(registry) -> Route:
@@ -151,14 +157,39 @@ def metrics_route(registry) -> Route:
     return lambda: Response(generate_latest(registry), CONTENT_TYPE_LATEST)
 
 
+class EndpointCollector:
+    """The endpoint's own counters, beside what it serves: open and accepted
+    connections, requests, and connections dropped by reason (`http_server`'s)."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterable:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        server = self.server
+        yield GaugeMetricFamily("garlicfarm_http_open_connections", "Open connections to "
+                                "this HTTP endpoint.", value=server.open_connections)
+        yield CounterMetricFamily("garlicfarm_http_accepted_connections", "Connections "
+                                  "this HTTP endpoint accepted.", value=server.accepted)
+        yield CounterMetricFamily("garlicfarm_http_requests", "Requests answered.",
+                                  value=server.requests)
+        dropped = CounterMetricFamily("garlicfarm_http_dropped_connections", "Connections "
+                                      "closed before an answer or by a bound, by reason.",
+                                      labels=["reason"])
+        for reason, count in sorted(server.stats.items()):
+            dropped.add_metric([reason.replace(" ", "_")], count)
+        yield dropped
+
+
 def serve_metrics(listen: str, option: str, registry, *,
                   credentials: Mapping[str, str] | None = None,
                   credential_options: str | None = FARM_CREDENTIALS,
-                  name: str = "metrics") -> HttpEndpoint:
-    """`registry` on ``http://LISTEN/metrics``; the address is logged (port 0: the
-    chosen one), as ``metrics on http://HOST:PORT/metrics``."""
+                  name: str = "metrics", tls: ssl.SSLContext | None = None) -> HttpEndpoint:
+    """`registry` (and the endpoint's own counters) on ``http(s)://LISTEN/metrics``; the
+    address is logged (port 0: the chosen one), as ``metrics on URL/metrics``."""
     endpoint = HttpEndpoint(listen, option, {"/metrics": metrics_route(registry)},
                             credentials=credentials, credential_options=credential_options,
-                            name=name)
+                            name=name, tls=tls)
+    registry.register(EndpointCollector(endpoint.server))
     log.info("metrics on %s/metrics", endpoint.url)
     return endpoint

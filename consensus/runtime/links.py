@@ -206,6 +206,11 @@ class Directory:
             self._foreign.add(endpoint)
         self.failed(endpoint)
 
+    def all_foreign(self) -> bool:
+        """Has every member we know of answered in something other than our wire?"""
+        with self._lock:
+            return set(self.seeds) | set(self._book.values()) <= self._foreign
+
     def foreign_leader(self) -> str | None:
         """The endpoint the members name as leader when it does not speak our wire."""
         leader = self._leader

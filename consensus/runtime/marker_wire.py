@@ -32,7 +32,6 @@ Join/SyncLog/LeaveCluster flows (change voters with update_voters instead).
 """
 from __future__ import annotations
 
-import logging
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration,
                             EntryType, InstallSnapshot, InstallSnapshotResponse, Message,
                             RequestVote, RequestVoteResponse)
 from consensus.raft.errors import ConfigurationError
+from consensus.runtime.budget import Trust, marker_limits
 from consensus.runtime.connection import Connection
 from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.wire import marker as mk
@@ -49,8 +49,6 @@ from consensus.wire.errors import InvalidField, ProtocolError
 
 if TYPE_CHECKING:
     from consensus.runtime.transport import Transport
-
-log = logging.getLogger("garlicfarm.marker")
 
 CONFIG_TAG = 0xC2
 ESCAPE_TAG = 0xC3
@@ -127,6 +125,14 @@ class MarkerWire:
     def decoder(self) -> mk.MarkerDecoder:
         return mk.MarkerDecoder()
 
+    def admit(self, conn: Connection) -> None:
+        """An incoming connection is an outsider until its ConnectRequest is accepted:
+        until then it may send small packets only."""
+        conn.decoder.limits = marker_limits(conn.trust)
+
+    def promote(self, conn: Connection) -> None:
+        conn.decoder.limits = marker_limits(Trust.PEER)
+
     def _state(self, conn: Connection):
         if conn.marker_state is None:
             conn.marker_state = _Outgoing() if conn.outgoing else _Incoming()
@@ -145,19 +151,15 @@ class MarkerWire:
     def _request_in(self, conn: Connection, packet) -> None:
         state: _Incoming = self._state(conn)
         t = self.t
-        if isinstance(packet, mk.CorruptPacket):
-            log.info("corrupt packet from %s (%s): asking for it again", conn.label,
-                     packet.error.reason)
-            self._answer(conn, mk.encode(mk.RetransmitRequest()))
-            return
-        if isinstance(packet, mk.RetransmitRequest):
-            conn.out += conn.last_answer
-            t.mark_dirty(conn)
-            return
         if state.peer_id is None:
             if not isinstance(packet, mk.ConnectRequest):
                 raise ProtocolError("marker", f"{type(packet).__name__} before ConnectRequest")
             accepted = self.accept_peer(conn, packet.node_id)
+            if accepted and not t.verified_peer(conn, packet.node_id):
+                accepted = False
+                t.bad_streams.note(conn.label.rsplit(":", 1)[0], f"refused marker connection "
+                                   f"from {conn.label}: node {packet.node_id}'s endpoint is "
+                                   f"not on that host")
             self._answer(conn, mk.encode(mk.ConnectResponse(accepted)))
             if not accepted:
                 conn.flush_slots()
@@ -169,11 +171,16 @@ class MarkerWire:
                 return
             state.peer_id = conn.peer_id = packet.node_id
             conn.label = f"node {packet.node_id} ({conn.label})"
-            for other in list(t.incoming):      # a new connection replaces the old one
-                if other is not conn and other.kind == "marker" and \
-                        other.peer_id == packet.node_id:
-                    t.close(other)
+            t.promote(conn, packet.node_id)     # (it replaces an older one from that id)
             t.last_in[packet.node_id] = conn
+            return
+        if isinstance(packet, mk.CorruptPacket):
+            t.bad_packet(conn, f"{packet.error.reason}: asked for it again")
+            self._answer(conn, mk.encode(mk.RetransmitRequest()))
+            return
+        if isinstance(packet, mk.RetransmitRequest):
+            conn.out += conn.last_answer
+            t.mark_dirty(conn)
             return
         me = t.node_id
         if isinstance(packet, mk.AppendEntriesRequest):
@@ -242,7 +249,7 @@ class MarkerWire:
             sent = state.inflight.popleft()
             what = "our request arrived corrupt" if isinstance(packet, mk.RetransmitRequest) \
                 else f"its answer arrived corrupt ({packet.error.reason})"
-            log.info("%s: %s; sending the request again", conn.label, what)
+            t.bad_packet(conn, f"{what}; sent the request again")
             state.inflight.append(sent)
             conn.out += sent[0]
             t.mark_dirty(conn)

@@ -144,6 +144,8 @@ class MembershipCalls:
         config = raft.configuration
         address = node.address_of
         progress = raft.progress if raft.role is Role.LEADER else {}
+        contact = raft.follower_contact()
+        tick = node.config.tick
         statuses = node.machine.statuses
         members = {}
         leader, term = self.answers.leader_and_term()
@@ -160,9 +162,14 @@ class MembershipCalls:
                 role = "former"
             match = raft.last_index if member == node.id and raft.role is Role.LEADER else \
                 (progress[member].match if member in progress else None)
+            heard = contact.get(member)
             members[member] = {"endpoint": address(member) or "", "role": role,
                                "voter": config.is_voter(member), "match": match,
-                               "status": statuses.get(member)}
+                               "status": statuses.get(member),
+                               "ack_age": None if heard is None or heard.ack_age is None
+                               else round(heard.ack_age * tick, 3),
+                               "reachable": True if member == node.id else
+                               None if heard is None else heard.reachable}
         return {"leader": leader, "term": term, "commit": raft.commit_index,
                 "voters": {v: address(v) or "" for v in sorted(config.voters)},
                 "observers": {o: address(o) or "" for o in sorted(config.observers)},
@@ -176,7 +183,9 @@ class MembershipCalls:
         view = self.members_view()
         view["publisher"] = self.node.machine.publisher()
         view["cluster"] = self.node.config.cluster
-        view["self"] = self.node.status()
+        view["self"] = mine = self.node.status()
+        view["leader_since"] = mine.get("leaderSince")
+        view["election_timeout"] = self.node.config.election_ticks * self.node.config.tick
         return view
 
     def _leader(self):

@@ -26,10 +26,14 @@ from consensus.raft import InstallSnapshot, Message, Role, SoftState
 from consensus.runtime.http_endpoint import HttpEndpoint, serve_metrics
 
 if TYPE_CHECKING:
+    import ssl
+
     from consensus.runtime.node import FarmNode
 
 #: etcd's disk buckets: 1 ms to 8 s, doubling
 DISK_BUCKETS = tuple(0.001 * 2 ** i for i in range(14))
+#: 0.1 ms to 3.3 s, doubling
+TURN_BUCKETS = tuple(0.0001 * 2 ** i for i in range(16))
 
 
 class NodeObserver:
@@ -55,6 +59,16 @@ class NodeObserver:
         self.fsync = Histogram(
             "garlicfarm_disk_wal_fsync_duration_seconds", "Latency of the log's fsyncs "
             "(group commit).", buckets=DISK_BUCKETS, registry=r)
+        self.bad = Counter(
+            "garlicfarm_network_bad_input", "Input refused after a connection opened, by "
+            "kind (checksum: a marker-wire packet whose CRC failed, asked for again; "
+            "corrupt_stream: a connection closed because its bytes cannot be read on).",
+            ["kind"], registry=r)
+        self.turns = Histogram(
+            "garlicfarm_server_loop_turn_duration_seconds", "Time the event loop spends on "
+            "one turn after its wait (reading, stepping, proposing, the Ready loop, "
+            "writing): heartbeats and votes wait that long at most.",
+            buckets=TURN_BUCKETS, registry=r)
         self.append = Histogram(
             "garlicfarm_disk_wal_append_duration_seconds", "Latency of appending a "
             "Ready's entries to the log (before any fsync).", buckets=DISK_BUCKETS,
@@ -76,6 +90,12 @@ class NodeObserver:
     def connection_refused(self, reason: str) -> None:
         """Called by the gate thread (prometheus_client's counters are thread-safe)."""
         self.refused.labels(reason).inc()
+
+    def bad_input(self, kind: str) -> None:
+        self.bad.labels(kind).inc()
+
+    def turn(self, seconds: float) -> None:
+        self.turns.observe(seconds)
 
     def fsynced(self, seconds: float) -> None:
         self.fsync.observe(seconds)
@@ -139,10 +159,31 @@ class NodeCollector(Collector):
                     lag.add_metric([str(peer)], max(0, last - progress.match))
         yield match
         yield lag
+        reachable = GaugeMetricFamily("garlicfarm_server_follower_reachable", "1 when the "
+                                      "leader heard from the follower within the election "
+                                      "timeout, 0 when not (dead, cut off or stalled).",
+                                      labels=["follower"])
+        ack_age = GaugeMetricFamily("garlicfarm_server_follower_last_ack_seconds", "Seconds "
+                                    "since the leader last heard from each follower.",
+                                    labels=["follower"])
+        tick = node.config.tick
+        for peer, contact in sorted(raft.follower_contact().items()):
+            reachable.add_metric([str(peer)], int(contact.reachable))
+            if contact.ack_age is not None:
+                ack_age.add_metric([str(peer)], contact.ack_age * tick)
+        yield reachable
+        yield ack_age
         yield _gauge("garlicfarm_disk_log_size_bytes", "Bytes of the log's segments.",
                      node.storage.log_bytes)
         yield _gauge("garlicfarm_network_incoming_connections", "Open connections that "
                      "clients and peers made to this member.", len(node.transport.incoming))
+        budget = node.transport.budget
+        yield _gauge("garlicfarm_network_client_buffered_bytes", "Bytes clients and "
+                     "unauthenticated connections hold at this member (partial messages, "
+                     "unwritten answers), against --client-buffer-budget.", budget.total)
+        yield _gauge("garlicfarm_network_clients_paused", "Clients not read because "
+                     "their next message does not fit --client-buffer-budget.",
+                     len(budget.paused))
         yield _gauge("garlicfarm_network_active_peers", "Open connections this member "
                      "made to its peers.", len(node.transport.outgoing))
         gate = node.transport.gate
@@ -174,12 +215,13 @@ class NodeCollector(Collector):
 
 
 def serve_node_metrics(node: "FarmNode", listen: str,
-                       credentials: Mapping[str, str] | None = None) -> HttpEndpoint:
-    """Serve the node's metrics on ``http://LISTEN/metrics`` (``--metrics``)."""
+                       credentials: Mapping[str, str] | None = None,
+                       tls: "ssl.SSLContext | None" = None) -> HttpEndpoint:
+    """Serve the node's metrics on ``http(s)://LISTEN/metrics`` (``--metrics``)."""
     from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
     registry = node.observer.registry
     registry.register(NodeCollector(node))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
     return serve_metrics(listen, "--metrics", registry, credentials=credentials,
-                         name="metrics")
+                         name="metrics", tls=tls)

@@ -138,8 +138,10 @@ class FarmNode:
             address_of=self.dial_address_of, on_core=self._inbox_append,
             on_client=self._on_client, on_closed=self._on_closed,
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack,
+            endpoint_of=self.address_of, client_budget=config.client_buffer_budget,
             limits=AdmissionLimits(max_connections=config.max_connections),
             on_refused=self.observer.connection_refused)
+        self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,
@@ -154,6 +156,7 @@ class FarmNode:
         self._soft: SoftState | None = None
         self._leader_hint: int | None = None
         self._status_target = 0
+        self._leader_since_ms: int | None = None    #: wall clock of this node's election
         self._snapshot_due = False
         self.disk = SyncedDisk(self.storage, fsyncs=self.fsyncs, wake=self.transport.wake,
                                observer=self.observer)
@@ -256,10 +259,13 @@ class FarmNode:
                     next_status = now + config.status_interval
                     self._publish_status()
                 transport.end_turn(raft.term)
-                took = time.monotonic() - now
+                took = time.monotonic() - transport.woke
+                self.observer.turn(took)
                 if took > SLOW_TURN:
-                    log.warning("node %d: a loop turn took %.0f ms (ticks wait meanwhile; "
-                                "applied %d)", self.id, took * 1000, self.machine.applied)
+                    log.warning("node %d: a loop turn took %.0f ms (%.0f ms of CPU; ticks wait "
+                                "meanwhile; applied %d)", self.id, took * 1000,
+                                (time.thread_time() - transport.woke_cpu) * 1000,
+                                self.machine.applied)
                 if raft.removed:
                     self.stopped_reason = "removed from the cluster"
                     log.info("node %d: removed from the cluster; stopping", self.id)
@@ -384,6 +390,7 @@ class FarmNode:
                          soft.term)
             self.service.publish_event("leader-changed", {})
         if soft.role is Role.LEADER and (old is None or old.role is not Role.LEADER):
+            self._leader_since_ms = int(time.time() * 1000)
             self.service.on_became_leader()
 
     # -- status -------------------------------------------------------------------------------
@@ -391,7 +398,8 @@ class FarmNode:
         raft = self.raft
         return {"role": raft.role.value, "term": raft.term, "commit": raft.commit_index,
                 "last": raft.last_index, "applied": self.machine.applied,
-                "logSize": self.storage.log_bytes, "leader": raft.leader_id}
+                "logSize": self.storage.log_bytes, "leader": raft.leader_id,
+                "leaderSince": self._leader_since_ms if raft.role is Role.LEADER else None}
 
     def _publish_status(self) -> None:
         config, raft = self.config, self.raft
@@ -405,7 +413,7 @@ class FarmNode:
                     "observers": sorted(configuration.observers)},
             raft=self.status_dict(), uptime_ms=int((time.monotonic() - self.started) * 1000),
             publishing=self.machine.publisher() == self.id)
-        log.info("node %d status: %s", self.id, data.decode())
+        log.debug("node %d status: %s", self.id, data.decode())
         if not config.publishes_status:
             return
         if raft.role is Role.LEADER:

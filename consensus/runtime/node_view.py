@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol
 
-from consensus.raft import Configuration, Role, Snapshot, SnapshotQueryResult, StateMachine
+from consensus.raft import Configuration, FollowerContact, Role, Snapshot, SnapshotQueryResult, StateMachine
 from consensus.raft.log import LogView
 from consensus.raft.progress import Progress
 
@@ -39,6 +39,7 @@ class Core(Protocol):
     @property
     def transferring_to(self) -> int | None: ...
 
+    def follower_contact(self) -> Mapping[int, FollowerContact]: ...
     def propose_many(self, datas: list[bytes]) -> int: ...
     def read_index(self, ctx: bytes, *, lease: bool = False) -> None: ...
     def query_snapshot(self, index: int, query: Any, snapshots: Any,

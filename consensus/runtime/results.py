@@ -95,6 +95,12 @@ class MemberView:
     voter: bool
     match_index: int | None     #: replicated up to (None: not tracked by the leader)
     status: dict | None         #: its latest Garlic Farm status from the log
+    #: seconds since the leader last heard from it (None: not a follower the leader
+    #: replicates to, such as the leader itself or an observer, or nothing heard yet)
+    ack_age: float | None = None
+    #: False: the leader has not heard from it within the election timeout; None: the
+    #: leader does not track it (an observer) or the answer came from an older node
+    reachable: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +133,8 @@ class FarmStatus:
     publisher: int | None
     members: dict[int, MemberView]
     lag: dict[int, int]         #: commit index - member's match (or status commit)
+    leader_since_ms: int | None = None  #: the leader's wall clock when it was elected
+    election_timeout: float | None = None   #: seconds (the leader's setting)
 
     def to_dict(self) -> dict:
         """JSON-ready (member ids become strings, as JSON object keys must)."""

@@ -7,10 +7,13 @@
 One poller thread per farm asks it for `status()` (what ``garlicfarm status`` shows)
 every second, with the same connection options, and keeps the latest view and the
 leader changes it saw. The server answers ``/`` (the farms), ``/farm/NAME`` (a page per
-farm: members with role, term, commit and applied index, lag, last contact, publisher,
-recent leader changes) and ``/api/farm/NAME`` (that page's JSON, which the page fetches
+farm: members with role, health (unreachable: the leader has not heard from it within
+the election timeout, or its endpoint does not answer a ping), the age of the leader's
+last acknowledgement, term, commit and applied index, lag, last status entry, publisher;
+recent leader changes, timed by the leader's election) and ``/api/farm/NAME`` (that page's JSON, which the page fetches
 every second: no reload, plain HTML and JavaScript, no build step). The exposure rule
-is `http_endpoint`'s: loopback, or the farm's credentials as HTTP Basic authentication.
+is `http_endpoint`'s: loopback, or the farm's credentials as HTTP Basic authentication;
+``--serve-tls-cert/--serve-tls-key`` serve it over HTTPS only.
 """
 from __future__ import annotations
 
@@ -22,18 +25,23 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from consensus.runtime.admin import member_rows
 from consensus.runtime.admin_output import UsageError, plain
 from consensus.runtime.farm_target import FarmTarget, resolve_connection, split_endpoints
-from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen
+from consensus.runtime.health import Health, farm_problems, probe_endpoints
+from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen, tls_context
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger("garlicfarm.status_page")
 
 POLL_INTERVAL = 1.0        #: seconds between two status requests to a farm
 MAX_BACKOFF = 8.0          #: seconds between attempts to a farm that does not answer
 LEADER_CHANGES_KEPT = 20
+PROBE_INTERVAL = 5.0       #: seconds between two pings of every member's endpoint
 
 
 def parse_farm(text: str) -> tuple[str, str]:
@@ -51,8 +59,11 @@ class FarmPoller:
 
     def __init__(self, name: str, conn: FarmTarget) -> None:
         self.name = name
+        self.conn = conn
         self.client = conn.client()         # here: a bad option fails the command
         self.view: dict[str, Any] | None = None
+        self.probes: dict[int, str | None] = {}     # the endpoints' answers to a ping
+        self.probed_at = float("-inf")              # monotonic
         self.error: str | None = None
         self.fetched_at: float | None = None
         self.leader_changes: deque[dict[str, Any]] = deque(maxlen=LEADER_CHANGES_KEPT)
@@ -82,30 +93,46 @@ class FarmPoller:
                         self.error = "internal error (see the log)"
                     wait = min(MAX_BACKOFF, wait * 2)
                 else:
+                    self._probe(view)
                     self._keep(view)
                     wait = POLL_INTERVAL
                 self._stop.wait(wait)
 
+    def _probe(self, view: dict[str, Any]) -> None:
+        """Ping the members' endpoints every PROBE_INTERVAL (the leader's view covers the
+        seconds between: a dead follower goes silent to it within the election timeout)."""
+        if time.monotonic() - self.probed_at < PROBE_INTERVAL:
+            return
+        endpoints = {int(k): m["endpoint"] for k, m in (view.get("members") or {}).items()
+                     if m.get("endpoint") and m.get("role") != "former"}
+        probes = probe_endpoints(self.conn, endpoints)
+        with self._lock:
+            self.probes, self.probed_at = probes, time.monotonic()
+
     def _keep(self, view: dict[str, Any]) -> None:
         now = time.time()
         with self._lock:
-            if self.view is None or self.view.get("leader_id") != view.get("leader_id"):
-                self.leader_changes.appendleft({"at": now, "leader": view.get("leader_id"),
-                                                "term": view.get("term")})
+            if self.view is None or self.view.get("leader_id") != view.get("leader_id") or \
+                    self.view.get("term") != view.get("term"):
+                # timed by the election (the leader's clock), not by when we looked
+                since = view.get("leader_since_ms")
+                self.leader_changes.appendleft({
+                    "at": since / 1000 if isinstance(since, (int, float)) else now,
+                    "leader": view.get("leader_id"), "term": view.get("term")})
             self.view, self.error, self.fetched_at = view, None, now
 
     def document(self) -> dict[str, Any]:
         """The farm's JSON for the page."""
         with self._lock:
             view, error, fetched = self.view, self.error, self.fetched_at
-            changes = list(self.leader_changes)
+            changes, probes = list(self.leader_changes), dict(self.probes)
         doc: dict[str, Any] = {"name": self.name, "error": error, "fetched_at": fetched,
                                "leader_changes": changes, "members": []}
         if view is None:
             return doc
         now_ms = int(time.time() * 1000)
         members = view.get("members") or {}
-        for row in member_rows(view, now_ms):
+        for row in member_rows(view, now_ms, probes):
             raft = ((members.get(str(row.id)) or {}).get("status") or {}).get("raft") or {}
             doc["members"].append({**dataclasses.asdict(row), "term": raft.get("term"),
                                    "applied": raft.get("applied"),
@@ -113,6 +140,8 @@ class FarmPoller:
         doc.update(cluster=view.get("cluster"), leader=view.get("leader_id"),
                    term=view.get("term"), commit=view.get("commit_index"),
                    publisher=view.get("publisher"),
+                   problems=farm_problems(view, {m["id"]: Health(m["reachable"], m["problem"])
+                                                 for m in doc["members"]}),
                    age=None if fetched is None else round(time.time() - fetched, 1))
         return doc
 
@@ -128,7 +157,8 @@ class StatusPage:
     """The HTTP endpoint and a poller per farm."""
 
     def __init__(self, listen: str, farms: dict[str, FarmTarget],
-                 credentials: dict[str, str] | None = None) -> None:
+                 credentials: dict[str, str] | None = None,
+                 tls: "ssl.SSLContext | None" = None) -> None:
         self.pollers: dict[str, FarmPoller] = {}
         try:
             for name, conn in farms.items():
@@ -139,7 +169,7 @@ class StatusPage:
                 routes[f"/api/farm/{name}"] = lambda p=poller: Response(
                     json.dumps(p.document(), default=str).encode(), "application/json")
             self.endpoint = HttpEndpoint(listen, "--serve", routes, credentials=credentials,
-                                         name="status-page")
+                                         name="status-page", tls=tls)
         except BaseException:
             for poller in self.pollers.values():
                 poller.stop()           # never started: closes its client
@@ -181,12 +211,16 @@ def farms_of(args: argparse.Namespace) -> dict[str, FarmTarget]:
 def serve_status(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGINT/SIGTERM (the `status --serve` command)."""
     import signal
+    if not args.serve and (args.serve_tls_cert or args.serve_tls_key):
+        raise UsageError("--serve-tls-cert", "protects the status page: give --serve "
+                                             "HOST:PORT too")
+    tls = tls_context(args.serve_tls_cert, args.serve_tls_key, "--serve-tls")
     farms = farms_of(args)
     base = next(iter(farms.values()))
     credentials = {base.username: base.password} if base.username and base.password \
         else None
     parse_listen(args.serve, "--serve", credentials)   # before any farm is asked
-    page = StatusPage(args.serve, farms, credentials)
+    page = StatusPage(args.serve, farms, credentials, tls)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -206,6 +240,7 @@ table { border-collapse: collapse; margin: 0.8em 0; }
 th, td { padding: 0.3em 0.8em; border-bottom: 1px solid #ddd; text-align: right; }
 th:nth-child(-n+3), td:nth-child(-n+3) { text-align: left; }
 tr.leader td { font-weight: bold; background: #eef7ee; }
+tr.unreachable td { color: #b00; background: #fbeaea; }
 .error { color: #b00; } .muted { color: #888; }
 """
 
@@ -231,9 +266,10 @@ _PAGE = """<!doctype html>
 commit <span id="commit">?</span> &middot; publisher <span id="publisher">?</span>
 <span id="age" class="muted"></span></p>
 <p id="error" class="error"></p>
-<table id="members"><thead><tr><th>id</th><th>endpoint</th><th>role</th><th>term</th>
-<th>commit</th><th>applied</th><th>match</th><th>lag</th><th>last contact</th>
-<th>publisher</th></tr></thead><tbody></tbody></table>
+<ul id="problems" class="error"></ul>
+<table id="members"><thead><tr><th>id</th><th>endpoint</th><th>role</th><th>health</th>
+<th>last ack</th><th>term</th><th>commit</th><th>applied</th><th>match</th><th>lag</th>
+<th>last status</th><th>publisher</th></tr></thead><tbody></tbody></table>
 <h2>recent leader changes</h2><ul id="changes"></ul>
 <p class="muted"><a href="/">all farms</a></p>
 <script>
@@ -255,17 +291,26 @@ function render(doc) {
   for (const m of doc.members) {
     const row = document.createElement("tr");
     row.dataset.id = m.id; row.dataset.role = m.role;
+    row.dataset.reachable = String(m.reachable);
     if (m.role === "leader") row.className = "leader";
-    [m.id, m.endpoint, m.role, show(m.term), show(m.commit), show(m.applied), show(m.match),
-     show(m.lag), m.status_age === null ? "-" : m.status_age.toFixed(1) + " s ago",
+    if (m.reachable === false) { row.className = "unreachable"; row.title = m.problem; }
+    const health = m.reachable === null ? "-" : m.reachable ? "ok" : "UNREACHABLE";
+    const ago = v => (v === null || v === undefined) ? "-" : v.toFixed(1) + " s ago";
+    [m.id, m.endpoint, m.role, health, ago(m.ack_age), show(m.term), show(m.commit),
+     show(m.applied), show(m.match), show(m.lag), ago(m.status_age),
      m.publisher ? "yes" : ""].forEach(v => cell(row, v));
     body.appendChild(row);
+  }
+  const problems = document.getElementById("problems");
+  problems.replaceChildren();
+  for (const p of doc.problems || []) {
+    const li = document.createElement("li"); li.textContent = p; problems.appendChild(li);
   }
   const changes = document.getElementById("changes");
   changes.replaceChildren();
   for (const c of doc.leader_changes) {
     const li = document.createElement("li");
-    li.textContent = new Date(c.at * 1000).toLocaleTimeString() + ": leader " +
+    li.textContent = new Date(c.at * 1000).toLocaleString() + ": leader " +
       node(c.leader) + " (term " + show(c.term) + ")";
     changes.appendChild(li);
   }

@@ -43,6 +43,7 @@ from consensus.linearizability import CheckResult, History, KVModel, Verdict, ch
 from . import progress as progress_bar
 from .admin import console_for, print_json, print_table
 from .faultproxy import ProxyNetwork
+from .torture_flood import Flood
 from .torture_nemesis import MEMBERSHIP_SCHEMES, Action, Fault, Nemesis, NemesisLog
 from .torture_workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
                                audit_appends, final_reads)
@@ -282,6 +283,14 @@ class TortureFarm:
             self._remove_voter(node, leave=False)
         for node in self.spawned:
             self._retire(node)
+
+    def flood(self, node_id: int) -> Flood:
+        """Hostile and greedy clients at `node_id`'s client endpoint (torture_flood)."""
+        farm = self.farm
+        flood = Flood(farm.endpoint_of(node_id), cluster=farm.cluster,
+                      username=farm.username, password=farm.password)
+        flood.start()
+        return flood
 
     def leader_or_none(self) -> int | None:
         try:

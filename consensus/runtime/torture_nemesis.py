@@ -20,7 +20,10 @@ Faults, aimed half the time at the current leader (where Raft bugs hide):
   random moment of it, restarted after the hold; the change is then finished and undone
   the same way). A change the farm refuses while another is under way is retried; one
   that does not complete within `MEMBERSHIP_TIMEOUT` is a fault error. Each action
-  ends with the configuration as it started (the original voters, no observers).
+  ends with the configuration as it started (the original voters, no observers);
+- ``flood``: hostile and greedy clients at one member for the hold time
+  (`torture_flood`): wrong-password logins as fast as it lets them, slowloris
+  connections, and a reader paging through its whole log.
 
 kill -9 of a process does not lose what it wrote without fsync (the page cache survives),
 so these faults test the protocol, not durability against power loss; the storage tests
@@ -48,6 +51,7 @@ class Fault(enum.Enum):
     PARTITION = "partition"
     DELAY = "delay"
     MEMBERSHIP = "membership"
+    FLOOD = "flood"
 
     @property
     def needs_network(self) -> bool:
@@ -58,7 +62,7 @@ class Fault(enum.Enum):
 # leader off is what shows a stale leader, a kill of the leader what shows a retried write
 # applied twice.
 WEIGHTS = {Fault.PARTITION: 3, Fault.KILL: 2, Fault.PAUSE: 2, Fault.RESTART: 1, Fault.DELAY: 1,
-           Fault.MEMBERSHIP: 2}
+           Fault.MEMBERSHIP: 2, Fault.FLOOD: 2}
 
 # Membership schemes, taken in turn; which ones a wire can carry (observers and leader
 # transfers need the garlicfarm wire's extensions, AddServer JRaft's flow, joint
@@ -164,6 +168,10 @@ def plan(rng: random.Random, faults: Sequence[Fault], nodes: Sequence[int],
                       description=f"delay links of {name} {delay * 1e3:.0f} ms "
                                   f"for {seconds:.1f}s")
     node, name = _pick_target(rng, nodes, leader)
+    if fault is Fault.FLOOD:
+        return Action(fault, (node,), hold=seconds,
+                      description=f"flood {name} with bad logins, slowloris and a full "
+                                  f"read-back for {seconds:.1f}s")
     if fault is Fault.RESTART:
         return Action(fault, (node,), description=f"restart {name}")
     verb = "kill -9" if fault is Fault.KILL else "pause"
@@ -188,6 +196,14 @@ class FarmControl(Protocol):
     def membership_apply(self, action: Action, down: set[int]) -> str: ...
     def membership_heal(self, action: Action, down: set[int]) -> str: ...
     def membership_restore(self) -> None: ...
+    # flood faults
+    def flood(self, node_id: int) -> "Flooding": ...
+
+
+class Flooding(Protocol):
+    """A flood under way (`torture_flood.Flood`)."""
+
+    def stop(self) -> str: ...
 
 
 @dataclass
@@ -240,6 +256,7 @@ class Nemesis:
         self.log = NemesisLog()
         self._down: set[int] = set()       # killed, to start again
         self._paused: set[int] = set()
+        self._flooding: list[Flooding] = []
         self._membership_turn = 0
         self._schemes: Sequence[str] = farm.membership_schemes() \
             if Fault.MEMBERSHIP in faults else ()
@@ -256,6 +273,7 @@ class Nemesis:
         if self._farm.network is not None:
             steps.append(("heal the network", self._farm.network.heal))
         farm = self._farm
+        steps += [("stop the flood", flood.stop) for flood in self._flooding]
         steps += [(f"resume n{n}", lambda n=n: farm.resume(n)) for n in sorted(self._paused)]
         steps += [(f"restart n{n}", lambda n=n: farm.restart(n)) for n in sorted(self._down)]
         if self._schemes:
@@ -267,6 +285,7 @@ class Nemesis:
                 self.log.heal_errors.append(f"{what}: {type(error).__name__}: {error}")
         self._paused.clear()
         self._down.clear()
+        self._flooding.clear()
 
     def _run(self) -> None:
         while not self._stop.wait(self._rng.uniform(*self._quiet)):
@@ -330,6 +349,8 @@ class Nemesis:
                 net.drop(a, b)
         elif action.fault is Fault.MEMBERSHIP:
             return farm.membership_apply(action, self._down)
+        elif action.fault is Fault.FLOOD:
+            self._flooding = [farm.flood(node) for node in action.nodes]
         else:
             assert net is not None
             net.delay(action.delay, action.nodes)
@@ -351,6 +372,9 @@ class Nemesis:
             for node in action.nodes:
                 self._farm.resume(node)
                 self._paused.discard(node)
+        elif action.fault is Fault.FLOOD:
+            floods, self._flooding = self._flooding, []
+            return "; ".join(flood.stop() for flood in floods)
         elif action.fault.needs_network:
             assert self._farm.network is not None
             self._farm.network.heal()

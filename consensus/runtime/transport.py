@@ -26,30 +26,29 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from consensus.raft import AppendEntries, AppendEntriesResponse, Message
+from consensus.raft import AppendEntries, Message
 from consensus.runtime import jraft_mapping as jm
 from consensus.runtime.accept import AcceptedStream
 from consensus.runtime.admission import AdmissionLimits
 from consensus.runtime.backoff import Backoff
+from consensus.runtime.budget import (CLIENT_QUANTUM, CLIENT_READ_PER_TURN,
+                                      DEFAULT_CLIENT_BUDGET, MAX_CLIENT_UNWRITTEN,
+                                      OUTSIDER_QUANTUM, PEER_READ_PER_TURN, ClientBudget,
+                                      Trust, jraft_limits)
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.gate import Gate
-from consensus.runtime.jraft_mapping import Route
+from consensus.runtime.jraft_wire import JRaftWire
+from consensus.runtime.log_summary import LogSummary
+from consensus.runtime.peer_hosts import PeerHosts
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire.errors import ProtocolError
-from consensus.wire.jraft import (REGISTRY, JRaftDecoder, MessageType, RaftRequest,
-                                  RaftResponse, encode)
+from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse
 
 log = logging.getLogger("garlicfarm.transport")
 
 MAX_QUEUED_PER_PEER = 4096
 DIAL_TIMEOUT = 5.0
-_CLIENT_REQUESTS = frozenset({MessageType.CLIENT_REQUEST, MessageType.ADD_SERVER_REQUEST,
-                              MessageType.REMOVE_SERVER_REQUEST})
-_CLIENT_EXTENSIONS = frozenset({ExtType.HELLO, ExtType.CALL})
-
-
 @dataclass
 class _Dialing:
     queue: deque = field(default_factory=deque)
@@ -57,107 +56,6 @@ class _Dialing:
     next_attempt: float = 0.0
     backoff: Backoff = field(default_factory=lambda: Backoff(0.05, 1.0, jitter=False))
     error: str | None = None        #: why the last attempt failed (None: it succeeded)
-
-
-class JRaftWire:
-    """JRaft's bytes on a connection (garlicfarm: with our extensions)."""
-
-    def __init__(self, transport: "Transport", extensions: bool) -> None:
-        self.t = transport
-        self.extensions = extensions
-        self.registry = GARLICFARM_REGISTRY if extensions else REGISTRY
-
-    def decoder(self) -> JRaftDecoder:
-        return JRaftDecoder(registry=self.registry)
-
-    def on_data(self, conn: Connection, data: bytes) -> None:
-        t = self.t
-        decoder = conn.decoder
-        limits = decoder.limits
-        for registration, frame in decoder.split(data):
-            kind = registration.message_type
-            # the hot messages first, straight to core messages (jraft_mapping)
-            if kind == MessageType.APPEND_ENTRIES_REQUEST:
-                core = jm.append_entries_from_frame(frame, limits)
-                if core is not None:
-                    t.peer_core_request(conn, core, (core.prev_log_index + 1,
-                                                     len(core.entries)))
-                    continue
-            elif kind == MessageType.APPEND_ENTRIES_RESPONSE:
-                echoes = conn.echoes
-                if echoes and echoes[0].response_type == kind and not echoes[0].client:
-                    t.on_core(jm.append_response_from_frame(frame, echoes.popleft()))
-                    continue
-            elif kind == MessageType.CLIENT_REQUEST and conn.extensions:
-                values = jm.client_values_from_frame(frame, limits)
-                if values is not None:
-                    t.on_client(conn, values, None)
-                    continue
-            w = registration.codec.decode(frame, kind, limits)
-            wire_type = jm.route(kind)
-            how = None if wire_type is None else wire_type.route
-            if how is Route.PAIRED_RESPONSE:
-                if not conn.echoes:
-                    raise ProtocolError("messageType", f"response {kind} to no request")
-                core = jm.response_from_wire(w, conn.echoes.popleft())
-                if core is not None:
-                    t.on_core(core)
-                elif t.on_client_ack is not None:
-                    t.on_client_ack(w)
-            elif how is Route.PAIRED_REQUEST:
-                t.peer_request(conn, w)
-            elif how is not None:                 # self-contained: pre-votes, reads, pulls
-                if how is Route.PEER_REQUEST:
-                    t.note_peer(conn, w.source)
-                if w.destination == t.node_id:
-                    t.on_core(jm.from_wire(w))
-            elif kind in _CLIENT_REQUESTS:
-                slot = None
-                if not conn.extensions:
-                    slot = jm.ResponseSlot(jm.RESPONSE_OF[kind], source=w.source)
-                    conn.slots.append(slot)
-                t.on_client(conn, w, slot)
-            elif kind in _CLIENT_EXTENSIONS:
-                t.on_client(conn, w, None)
-            else:
-                raise ProtocolError("messageType", f"{kind} is not accepted by a node")
-
-    def send(self, conn: Connection, msg: Message) -> bool:
-        if type(msg) is AppendEntries:
-            frame = jm.append_entries_frame(msg, self.t.bodies)
-            if frame is not None:
-                conn.out += frame
-                conn.echoes.append(jm.Echo(MessageType.APPEND_ENTRIES_RESPONSE,
-                                           msg.prev_log_index + 1, len(msg.entries), msg.ctx))
-                return True
-        mapped = jm.to_wire(msg, self.extensions)
-        if mapped is None:
-            return False
-        wire, echo = mapped
-        conn.out += encode(wire, self.registry)
-        if echo is not None:
-            conn.echoes.append(echo)
-        return True
-
-    def matches(self, slot: jm.ResponseSlot, msg: Message, rtype: int, key) -> bool:
-        return slot.response_type == rtype and (key is None or slot.key is None
-                                                or slot.key == key)
-
-    def respond(self, slot: jm.ResponseSlot, msg: Message) -> None:
-        if type(msg) is AppendEntriesResponse:
-            slot.data = jm.append_response_frame(msg)
-        else:
-            slot.data = encode(jm.to_wire(msg, self.extensions)[0], self.registry)
-
-    def refuse(self, slot: jm.ResponseSlot, term: int) -> None:
-        slot.data = encode(jm.refusal(slot, self.t.node_id, term), self.registry)
-
-    def send_client_entries(self, conn: Connection, entries) -> bool:
-        """A ClientRequest on our own connection (status entries for the leader)."""
-        request = RaftRequest(MessageType.CLIENT_REQUEST, entries=tuple(entries))
-        conn.out += encode(request, self.registry)
-        conn.echoes.append(jm.Echo(MessageType.APPEND_ENTRIES_RESPONSE, client=True))
-        return True
 
 
 class Transport:
@@ -171,6 +69,8 @@ class Transport:
                  on_closed: Callable[[Connection], None],
                  accept_marker: Callable[[Connection, int], bool] | None = None,
                  on_client_ack: Callable[[RaftResponse], None] | None = None,
+                 endpoint_of: Callable[[int], str | None] | None = None,
+                 client_budget: int = DEFAULT_CLIENT_BUDGET,
                  limits: AdmissionLimits = AdmissionLimits(),
                  on_refused: Callable[[str], None] = lambda reason: None) -> None:
         self.node_id = node_id
@@ -218,10 +118,19 @@ class Transport:
             from consensus.runtime.marker_wire import MarkerWire
             self.marker = MarkerWire(self, accept_marker)
         self._closing = False
+        self.on_bad_input: Callable[[str], None] = lambda kind: None   # metrics
+        # who may become a peer: a configured member (from its endpoint's host when
+        # it did not authenticate)
+        self.peer_hosts = PeerHosts(endpoint_of or (lambda peer_id: None), node_id)
+        self.budget = ClientBudget(client_budget)
+        self._behind: set[Connection] = set()   # read up to their share: more next turn
+        self.woke = self.woke_cpu = 0.0         # when the last wait ended (loop turn time)
+        self._turn = 0
+        self.bad_packets = LogSummary(log, logging.INFO, "corrupt packets")
+        self.bad_streams = LogSummary(log, logging.WARNING, "corrupt streams closed")
         self.gate = Gate(self.listener, security=security, wire=wire, limits=limits,
                          hand_off=lambda stream: self._hand_off(("accepted", stream)),
-                         is_member=lambda peer: peer != node_id and address_of(peer)
-                         is not None, on_refused=on_refused)
+                         is_member=self.peer_hosts.is_member, on_refused=on_refused)
         self.gate.start()
 
     # -- wiring of the wires --------------------------------------------------------------
@@ -235,7 +144,15 @@ class Transport:
 
     # -- the loop -------------------------------------------------------------------------
     def poll(self, timeout: float) -> None:
-        for key, mask in self.selector.select(timeout):
+        """Wait for sockets, then read: peers first, each as much as it has (up to
+        `PEER_READ_PER_TURN`), then clients and outsiders within the turn's share
+        (`CLIENT_READ_PER_TURN`), the least recently served first, so a turn's length
+        is bounded whatever clients send (docs/runtime.md)."""
+        behind = self._behind
+        clients: list[Connection] = []
+        ready = self.selector.select(0.0 if behind else timeout)
+        self.woke, self.woke_cpu = time.monotonic(), time.thread_time()
+        for key, mask in ready:
             data = key.data
             if data == "wakeup":
                 try:
@@ -244,26 +161,106 @@ class Transport:
                     pass
             else:
                 conn: Connection = data
-                if mask & selectors.EVENT_READ:
-                    self._read(conn)
-                if mask & selectors.EVENT_WRITE and not conn.closed:
+                if mask & selectors.EVENT_WRITE:
                     self._write(conn)
+                if mask & selectors.EVENT_READ and not conn.closed and conn not in behind:
+                    if conn.trust is Trust.PEER:
+                        self._read(conn, PEER_READ_PER_TURN)
+                    else:
+                        clients.append(conn)
+        if behind:
+            self._behind = set()
+            for conn in behind:
+                if conn.closed or conn.paused:
+                    continue
+                if conn.trust is Trust.PEER:
+                    self._read(conn, PEER_READ_PER_TURN)
+                else:
+                    clients.append(conn)
+        if clients:
+            self._read_clients(clients)
         if self._handoffs:
             self._take_handoffs()
 
-    def _read(self, conn: Connection) -> None:
-        data, eof = conn.receive()
+    def _read_clients(self, clients: list[Connection]) -> None:
+        """Round-robin within the turn's share: who waited longest goes first; those the
+        share did not reach are read first next turn."""
+        self._turn += 1
+        turn = self._turn
+        share = CLIENT_READ_PER_TURN
+        if len(clients) > 1:
+            clients.sort(key=lambda c: c.served)
+        for conn in clients:
+            if conn.closed or conn.paused:
+                continue
+            if share <= 0:
+                self._behind.add(conn)
+                continue
+            conn.served = turn
+            quantum = CLIENT_QUANTUM if conn.trust is Trust.CLIENT else OUTSIDER_QUANTUM
+            share -= self._read(conn, min(share, quantum))
+
+    def _read(self, conn: Connection, limit: int) -> int:
+        """Read up to `limit` bytes into the wire; the bytes read."""
+        data, eof = conn.receive(limit)
         if data:
             try:
                 self._wire_of(conn).on_data(conn, data)
             except ProtocolError as exc:
-                log.warning("closing %s: corrupt stream: %s", conn.label, exc)
+                self._corrupt(conn, exc)
+                return len(data)
+        if eof:
+            if not conn.closed:
                 self.close(conn)
-                return
-        if eof and not conn.closed:
+        elif not conn.closed:
+            if conn.trust is not Trust.PEER:
+                self._account(conn)
+            if not conn.paused and conn.more_to_read(len(data), limit):
+                self._behind.add(conn)
+        return len(data)
+
+    def _corrupt(self, conn: Connection, exc: ProtocolError) -> None:
+        """Close a connection whose stream cannot go on: a peer's is logged, an
+        outsider's or client's summarised per address (they can repeat it at will)."""
+        self.on_bad_input("corrupt_stream")
+        if conn.trust is Trust.PEER:
+            log.warning("closing %s: corrupt stream: %s", conn.label, exc)
+        else:
+            self.bad_streams.note(_host_of(conn.label), f"closing {conn.label}: corrupt "
+                                  f"stream: {exc}")
+        self.close(conn)
+
+    def _account(self, conn: Connection) -> None:
+        """Count a client's (outsider's) bytes in the budget; pause it when they do not
+        fit, close it when it reads none of its answers."""
+        if len(conn.out) > MAX_CLIENT_UNWRITTEN:
+            log.warning("closing %s: %d bytes of answers unread (a client may leave at most "
+                        "%d)", conn.label, len(conn.out), MAX_CLIENT_UNWRITTEN)
             self.close(conn)
+            return
+        was = conn.paused
+        if self.budget.account(conn) and not was:
+            self._behind.discard(conn)
+            self._watch(conn)
+
+    def _watch(self, conn: Connection) -> None:
+        """Watch the socket for what it needs: reading unless paused, writing while
+        output waits."""
+        events = (0 if conn.paused else selectors.EVENT_READ) | \
+            (selectors.EVENT_WRITE if conn.writing else 0)
+        if events == conn.events or conn.closed:
+            return
+        if not conn.events:
+            self.selector.register(conn.sock, events, conn)
+        elif not events:
+            self.selector.unregister(conn.sock)
+        else:
+            self.selector.modify(conn.sock, events, conn)
+        conn.events = events
 
     def _write(self, conn: Connection) -> None:
+        if conn.closed:
+            return
         try:
             done = conn.flush()
         except OSError:
@@ -271,7 +268,49 @@ class Transport:
             return
         if done and conn.writing:
             conn.writing = False
-            self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
+            self._watch(conn)
+        if conn.trust is not Trust.PEER:
+            self._account(conn)
+
+    # -- peers among the connections --------------------------------------------------------
+    def verified_peer(self, conn: Connection, peer_id: int) -> bool:
+        """Whether `conn` may speak for `peer_id`: a configured member, from its
+        endpoint's host when the connection did not authenticate."""
+        if conn.trust is Trust.CLIENT:
+            return self.peer_hosts.is_member(peer_id)
+        try:
+            address = conn.sock.getpeername()[0]
+        except OSError:
+            return False
+        return self.peer_hosts.comes_from(peer_id, address)
+
+    def promote(self, conn: Connection, peer_id: int) -> None:
+        """`conn` showed it is peer `peer_id`: the wire's full limits, read first, no
+        budget. A peer dials each of us once per wire, so an older connection that
+        showed the same is gone (or an impostor's): closed, which bounds what claiming
+        a member's id can hold."""
+        if conn.trust is Trust.PEER:
+            return
+        log.debug("%s is node %d", conn.label, peer_id)
+        for other in list(self.incoming):
+            if other is not conn and other.trust is Trust.PEER and other.kind == conn.kind \
+                    and other.peer_id == peer_id:
+                self.close(other)
+        conn.trust = Trust.PEER
+        if conn.kind == "marker":
+            self.marker.promote(conn)
+        else:
+            conn.decoder.limits = jraft_limits(Trust.PEER)
+            conn.decoder.vet = None
+        was = conn.paused
+        self.budget.release(conn)
+        if was:
+            self._watch(conn)
+
+    def bad_packet(self, conn: Connection, reason: str) -> None:
+        """A packet whose checksum failed (the marker wire asks for it again)."""
+        self.on_bad_input("checksum")
+        self.bad_packets.note(conn.label, f"corrupt packet ({reason})")
 
     def mark_dirty(self, conn: Connection) -> None:
         self._dirty.add(conn)
@@ -290,7 +329,8 @@ class Transport:
         self._generation += 1
 
     def end_turn(self, term: int) -> None:
-        """Answer what the core dropped, then write everything queued."""
+        """Answer what the core dropped, then write everything queued; read again the
+        clients whose claims fit the budget now."""
         if self._new_slots:
             pending = []
             for conn, slot in self._new_slots:
@@ -305,6 +345,11 @@ class Transport:
                 self._dirty.add(conn)
             self._new_slots = pending
         self.flush()
+        for conn in self.budget.resumable():
+            self._watch(conn)
+        now = time.monotonic()
+        self.bad_packets.flush(now)
+        self.bad_streams.flush(now)
 
     def flush(self) -> None:
         dirty, self._dirty = self._dirty, set()
@@ -321,8 +366,9 @@ class Transport:
                 continue
             if not done and not conn.writing:
                 conn.writing = True
-                self.selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
-                                     conn)
+                self._watch(conn)
+            if conn.trust is not Trust.PEER:
+                self._account(conn)
 
     # -- requests from peers --------------------------------------------------------------
     def note_peer(self, conn: Connection, peer_id: int) -> None:
@@ -330,6 +376,8 @@ class Transport:
             if conn.peer_id is None:
                 conn.peer_id = peer_id
             self.last_in[peer_id] = conn
+            if conn.trust is Trust.CLIENT and self.verified_peer(conn, peer_id):
+                self.promote(conn, peer_id)
 
     def owe(self, conn: Connection, slot: jm.ResponseSlot) -> None:
         """Promise an answer to a request just received, in order; it is refused at the
@@ -527,6 +575,7 @@ class Transport:
         self.incoming.add(conn)
         if stream.peer:
             self._incoming_peers.add(conn)
+        wire.admit(conn)
         self.selector.register(conn.sock, selectors.EVENT_READ, conn)
         if stream.initial:
             self._feed(conn, stream.initial)
@@ -535,8 +584,10 @@ class Transport:
         try:
             self._wire_of(conn).on_data(conn, data)
         except ProtocolError as exc:
-            log.warning("closing %s: corrupt stream: %s", conn.label, exc)
-            self.close(conn)
+            self._corrupt(conn, exc)
+            return
+        if conn.trust is not Trust.PEER and not conn.closed:
+            self._account(conn)
 
     # -- closing --------------------------------------------------------------------------------
     def close(self, conn: Connection) -> None:
@@ -551,6 +602,8 @@ class Transport:
             self.incoming.discard(conn)
             self.gate.release(conn in self._incoming_peers)
             self._incoming_peers.discard(conn)
+        self._behind.discard(conn)
+        self.budget.release(conn)
         if conn.outgoing and self.outgoing.get((conn.peer_id, conn.kind)) is conn:
             del self.outgoing[(conn.peer_id, conn.kind)]
         if conn.peer_id is not None and self.last_in.get(conn.peer_id) is conn:
@@ -595,3 +648,7 @@ class Transport:
         except OSError:
             pass
 
+
+def _host_of(label: str) -> str:
+    """The address part of a connection's label ("127.0.0.1:5123" -> "127.0.0.1")."""
+    return label.rsplit(":", 1)[0] if ":" in label else label

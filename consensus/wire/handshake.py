@@ -92,6 +92,21 @@ class HandshakeLimits:
     max_attempts: int = 3           #: connections one initiator handshake may use
 
 
+def _web_server(response: h11.Response | h11.InformationalResponse) -> str | None:
+    """What gives a 404 away as another web server's (a Garlic Farm receiver's refusal
+    holds nothing but ``Content-Length: 0`` and ``Connection: close``), or None."""
+    extra = [(name, value) for name, value in response.headers
+             if name not in (b"content-length", b"connection")]
+    length = [v for n, v in response.headers if n == b"content-length"]
+    if not extra and length in ([], [b"0"]):
+        return None
+    shown = dict(extra)
+    for name in (b"server", b"content-type"):
+        if name in shown:
+            return f"{name.decode().title()}: {shown[name].decode('latin-1')[:60]}"
+    return f"a {length[0].decode('latin-1')[:12]}-byte body" if length else "its headers"
+
+
 def _header(event: h11.Request | h11.Response | h11.InformationalResponse,
             name: bytes) -> list[str]:
     values = []
@@ -359,6 +374,11 @@ class HandshakeInitiator:
     def _on_response(self, response: h11.Response | h11.InformationalResponse) -> InitiatorEvent:
         status = response.status_code
         if status == 404:
+            web = _web_server(response)
+            if web is not None:
+                raise _error("endpoint", f"the receiver answered 404 Not Found as a web server "
+                             f"({web}), not as a Garlic Farm node: check that the endpoint "
+                             f"is a farm member's port, not a status page or metrics port")
             raise _error("cluster", f"the receiver has no {self.path} (404 Not Found): check "
                          f"the cluster option ({self.cluster!r}) and the protocol version")
         if status == 101 and self.phase is Phase.REQUEST_2:

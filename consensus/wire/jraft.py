@@ -31,7 +31,7 @@ import enum
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, Sequence, Union
+from typing import Any, Callable, Iterator, Protocol, Sequence, Union
 
 from consensus.wire.errors import (InvalidField, LimitExceeded, ProtocolError, Truncated,
                                    UnknownMessageType)
@@ -354,12 +354,20 @@ class JRaftDecoder:
     to resynchronise): `feed` raises the `ProtocolError` at once when no message came
     before it in the same call, else returns those messages first and raises on the next
     call; every later call raises it again. `eof()` is called when the peer closes.
+
+    `vet`, when set, is called with each message's head (``vet(registration, buffer,
+    pos)``, the head at ``buffer[pos]``) before its size is checked against `limits`,
+    which it may raise: JRaft has no authentication, so a receiver learns from a head who
+    is talking and gives a sender it trusts the larger limits before the body comes.
     """
 
     def __init__(self, limits: JRaftLimits = DEFAULT_LIMITS,
-                 registry: MessageRegistry = REGISTRY) -> None:
+                 registry: MessageRegistry = REGISTRY,
+                 vet: Callable[[Registration, bytes | bytearray, int], None] | None = None
+                 ) -> None:
         self.limits = limits
         self.registry = registry
+        self.vet = vet
         self._buffer = bytearray()
         self._consumed = 0          # stream offset of _buffer[0]
         self._pending: tuple[Registration, int] | None = None
@@ -372,6 +380,21 @@ class JRaftDecoder:
     def buffered(self) -> int:
         """Bytes received but not yet part of a whole message."""
         return len(self._buffer) + self._filled
+
+    @property
+    def held(self) -> int:
+        """Bytes of memory the decoder holds now (a large message's whole buffer)."""
+        return len(self._buffer) + (len(self._frame) if self._frame is not None else 0)
+
+    @property
+    def claimed(self) -> int:
+        """`held` once the message whose head is in has fully arrived: what reading on
+        to the end of that message will cost (its size passed the limits)."""
+        if self._frame is not None:
+            return len(self._frame) + len(self._buffer)
+        if self._pending is not None:
+            return max(len(self._buffer), self._pending[1])
+        return len(self._buffer)
 
     def pending_buffer(self) -> memoryview | None:
         """Where the rest of a large message goes (`LARGE_FRAME`): the unfilled part of a
@@ -453,6 +476,9 @@ class JRaftDecoder:
                     codec = registration.codec
                     if end - pos < codec.head_size:
                         break
+                    if self.vet is not None:
+                        self.vet(registration, buffer, pos)
+                        limits = self.limits
                     self._pending = (registration, codec.size_at(buffer, pos, limits))
                 registration, size = self._pending
                 if end - pos < size:

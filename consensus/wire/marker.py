@@ -409,6 +409,21 @@ class MarkerDecoder:
         """Bytes received but not yet part of a whole packet."""
         return len(self._buffer)
 
+    #: bytes of memory the decoder holds now
+    held = buffered
+
+    @property
+    def claimed(self) -> int:
+        """`buffered` once the packet whose length is in has fully arrived: what reading
+        on to the end of that packet will cost (its length passed the limits)."""
+        if self._error is not None:
+            return len(self._buffer)
+        try:
+            length = _packet_length(self._buffer, 0, self._base, self.limits)
+        except ProtocolError:
+            return len(self._buffer)
+        return max(len(self._buffer), length or 0)
+
     def feed(self, data: bytes) -> list[Event]:
         """Add bytes from the stream; return the packets and corrupt-packet events they
         complete, in order. Raises ProtocolError when the stream cannot continue."""

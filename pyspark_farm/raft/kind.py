@@ -7,6 +7,7 @@ from pyspark.sql.types import StructType
 
 from ..admission import Limits
 from ..connection import CONNECTION_OPTIONS, FarmClientOptions
+from ..errors import OptionError
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
                             sink_writers)
 from ..log_access import READ_FROM
@@ -25,6 +26,11 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
            doc='earliest, latest or {"index": N}'),
     Option("endingOffsets", offset_spec_parser("endingOffsets"), None,
            doc='batch reads only: earliest, latest or {"index": N}'),
+    Option("startingTimestamp", integer(0), None,
+           doc="ms since the epoch: start at the first entry appended at or after it"),
+    Option("endingTimestamp", integer(0), None,
+           doc="batch reads only, ms since the epoch: stop before the first entry "
+               "appended at or after it"),
     Option("minPartitions", integer(1), 1, doc="Spark tasks per micro-batch, at least"),
     Option("readFrom", choice(*READ_FROM), "any", doc="which members serve the reads"),
 )) + READ_OPTIONS
@@ -52,14 +58,33 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
     value_columns = split_schema(COLUMNS.selected(values["columns"]), schema_)
     starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
                                      OffsetSpec, streaming=streaming, exact='{"index": N}')
+    times = time_bounds(values, streaming=streaming)
     return RaftSourceSettings(
         connection=FarmClientOptions.from_options(values), starting=starting, ending=ending,
+        starting_ms=times[0], ending_ms=times[1],
         limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
                       values["maxTriggerDelay"]),
         fail_on_data_loss=values["failOnDataLoss"], min_partitions=values["minPartitions"],
         read_from=values["readFrom"], value_format=values["valueFormat"],
         schema=arrow_schema(schema_),
         value_schema=arrow_schema(value_columns) if len(value_columns) else None)
+
+
+def time_bounds(values: Mapping[str, object], *, streaming: bool
+                ) -> tuple[int | None, int | None]:
+    """(startingTimestamp, endingTimestamp), checked against the offsets they replace
+    (Kafka's source lets a timestamp win silently; here giving both is an error)."""
+    start, end = values["startingTimestamp"], values["endingTimestamp"]
+    for name, other in (("startingTimestamp", "startingOffsets"),
+                        ("endingTimestamp", "endingOffsets")):
+        if values[name] is not None and values[other] is not None:
+            raise OptionError(name, f"and {other} both say where to read: give one of them")
+    if end is not None and streaming:
+        raise OptionError("endingTimestamp", "is for batch reads (spark.read); a stream "
+                          "runs on: drop it, or use Trigger.AvailableNow")
+    if start is not None and end is not None and end < start:   # type: ignore[operator]
+        raise OptionError("endingTimestamp", f"{end} is before startingTimestamp {start}")
+    return start, end  # type: ignore[return-value]
 
 
 def stream_reader(options: Mapping[str, str], schema_: StructType) -> RaftStreamReader:

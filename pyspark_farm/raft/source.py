@@ -11,7 +11,7 @@ pickled copies and opens its own client.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -27,6 +27,10 @@ from ..log_access import LogPartition, LogPlanner, PieceReader, first_index, log
 from ..offsets import OffsetSpec, index_of, offset_json
 from ..value_formats import value_decoder
 from .rows import RowBatchBuilder, payload_chunks
+from .timestamps import index_at_time
+
+if TYPE_CHECKING:
+    from consensus.runtime import FarmClient
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,20 @@ class RaftSourceSettings:
     value_format: str
     schema: pa.Schema               # the Arrow schema of every batch (Spark's, exactly)
     value_schema: pa.Schema | None  # the decoded value columns (json, msgpack, arrow)
+    starting_ms: int | None = None  # startingTimestamp: replaces `starting`
+    ending_ms: int | None = None    # endingTimestamp (batch reads): replaces `ending`
+
+    def start_in(self, client: "FarmClient", first: int, end: int) -> int:
+        """The first index to read of a log holding [first, end)."""
+        if self.starting_ms is not None:
+            return index_at_time(client, self.starting_ms, first, end)
+        return self.starting.resolve(first, end)
+
+    def stop_in(self, client: "FarmClient", start: int, end: int) -> int:
+        """One past the last index a batch read reads, from `start` in [.., end)."""
+        if self.ending_ms is not None:
+            return index_at_time(client, self.ending_ms, start, end)
+        return min(end, self.ending.resolve(start, end))
 
 
 def read_partition(settings: RaftSourceSettings, partition: InputPartition
@@ -81,7 +99,7 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
         before 4.2 asks after latestOffset has planned from it)."""
         if self._initial is None:
             client = self.client()
-            start = self.settings.starting.resolve(first_index(client), log_end(client))
+            start = self.settings.start_in(client, first_index(client), log_end(client))
             self._initial = offset_json(self.checked_start(start))
         return dict(self._initial)
 
@@ -131,8 +149,8 @@ class RaftBatchReader(LogPlanner, DataSourceReader):
         client = self.client()
         try:
             end = log_end(client)
-            start = self.checked_start(self.settings.starting.resolve(first_index(client), end))
-            stop = min(end, self.settings.ending.resolve(start, end))
+            start = self.checked_start(self.settings.start_in(client, first_index(client), end))
+            stop = self.settings.stop_in(client, start, end)
             planned = self.plan(self.bounds.ranges(start, stop))
         finally:
             self.close()

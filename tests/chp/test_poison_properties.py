@@ -109,10 +109,14 @@ def test_a_binary_star_backup_takes_over_whatever_it_holds(held, published):
                           0.0)
     clone = CloneMap()
     for update in pending.take(1.0):
+        before = (clone.sequence, clone.dump())
         try:
             clone.apply(update, 1.8e9)
         except ProtocolError:
-            pass
+            # refused whole, and only what a server would refuse from a client
+            assert (clone.sequence, clone.dump()) == before
+            with pytest.raises(ProtocolError):
+                check_update(update)
 
 
 @PROPERTIES

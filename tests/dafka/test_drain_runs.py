@@ -5,7 +5,6 @@ that the drain loop held, so later records of the partition went into the closed
 and were lost)."""
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -14,6 +13,7 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.node import new_address
 from connectors.dafka.sockets import Runs, drain_runs
+from tests.support import wait_until
 
 TOPIC = "runs"
 
@@ -25,7 +25,14 @@ def pair():
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     pub.bind("inproc://drain-runs")
     sub.connect("inproc://drain-runs")
-    time.sleep(0.05)
+    # PUB drops what it sends before the subscription arrives: send a probe until one
+    # comes through, then drain the probes, so the test's messages are all delivered.
+    def subscribed() -> bool:
+        pub.send(b"probe")
+        return sub.poll(10) != 0
+    wait_until(subscribed, 5, message="the SUB socket's subscription reaching PUB")
+    while sub.poll(0):
+        assert sub.recv() == b"probe"
     yield pub, sub
     pub.close(0)
     sub.close(0)

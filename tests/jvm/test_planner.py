@@ -1,11 +1,11 @@
 """The JVM reader's Python planner (`python -m pyspark_farm.jvm.planner`), driven as the JVM
 drives it: a subprocess asked over JSON lines, against a real farm, its answers compared
-with what the raft source's own Python readers plan. Then `PythonPlanner.java`, from a
-test-only Java class compiled beside it."""
+with what the raft source's own Python readers plan. `PythonPlanner.java`, its Java side,
+has JUnit tests (jvm/src/test/.../PythonPlannerTest.java), and the columnar reads
+(tests/spark/test_columnar_source.py) drive both together."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -231,83 +231,6 @@ def test_limits_and_partitions_as_json():
     planned = [LogPartition((Piece(3, 5), Piece(9, 10, (2, 4))), "n1:7000")]
     assert partitions_json(planned) == [
         {"endpoint": "n1:7000", "pieces": [[3, 5], [9, 10, 2, 4]]}]
-
-
-PROBE = r"""
-package garlicfarm.spark.planning;
-
-import com.fasterxml.jackson.databind.ObjectMapper;
-import java.time.Duration;
-import java.util.Map;
-
-public class PlannerProbe {
-  public static void main(String[] args) throws Exception {
-    ObjectMapper json = new ObjectMapper();
-    Map<String, String> options = json.readValue(args[1], Map.class);
-    try (PythonPlanner planner = PythonPlanner.start(args[0], "batch", options)) {
-      System.out.println(planner.schemaDdl());
-      System.out.println(json.writeValueAsString(planner.request("partitions", null)));
-      System.out.println(PlannedPartition.fromJson(planner.request("partitions", null))
-          .get(0).pieces()[0][0]);
-    }
-    options.put("startingOffsets", "garbage");
-    try {
-      PythonPlanner.start(args[0], "batch", options);
-    } catch (PlannerException e) {
-      System.out.println(e.pythonType() + "|" + e.getMessage());
-    }
-    for (int i = 2; i < 5; i++) {
-      try {
-        PythonPlanner.start(args[i], "batch", options, Duration.ofSeconds(3));
-      } catch (PlannerException e) {
-        System.out.println(e.pythonType() + "|" + e.getMessage().replace('\n', ' '));
-      }
-    }
-    System.out.println(PythonPlanner.interpreter(k -> null, Map.of("PYSPARK_PYTHON", "py9")::get)
-        + " " + PythonPlanner.interpreter(Map.of("spark.pyspark.python", "a",
-            "spark.pyspark.driver.python", "b")::get, k -> "c")
-        + " " + PythonPlanner.interpreter(k -> null, k -> null));
-  }
-}
-"""
-
-
-def test_python_planner_java(farm, tmp_path, reader_jar):
-    """PythonPlanner.java (in the reader's jar) plans what the Python planner answers, and
-    reports failures."""
-    import pyspark
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-    probe = tmp_path / "PlannerProbe.java"
-    probe.write_text(PROBE)
-    subprocess.run(["javac", "-nowarn", "--release", "17", "-cp",
-                    f"{reader_jar}{os.pathsep}{jars}", "-d", str(tmp_path), str(probe)],
-                   check=True, timeout=300)
-    fakes = {"dying": "echo 'planner broke here' >&2\nexit 3",
-             "hung": "exec sleep 60",
-             "chatty": "read request\necho 'hello there'\nexec sleep 60"}
-    for name, script in fakes.items():
-        (tmp_path / name).write_text(f"#!/bin/sh\n{script}\n")
-        (tmp_path / name).chmod(0o755)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    run = subprocess.run(
-        ["java", "-cp", f"{tmp_path}{os.pathsep}{reader_jar}{os.pathsep}{jars}", "garlicfarm.spark.planning.PlannerProbe",
-         sys.executable, json.dumps(farm.options), *(str(tmp_path / name) for name in fakes)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    assert run.returncode == 0, run.stderr
-    schema, partitions, first, refused, died, hung, chatty, chosen = \
-        run.stdout.strip().splitlines()
-    python = raft_kind.batch_reader(farm.options, struct_of(RAFT_COLUMNS_DDL)).partitions()
-    assert schema == RAFT_COLUMNS_DDL
-    assert json.loads(partitions) == as_json(python)
-    assert int(first) == python[0].pieces[0].start
-    assert refused.startswith("OptionError|garlicfarm planner: OptionError: ")
-    assert "startingOffsets" in refused
-    assert died.startswith("null|garlicfarm planner: the Python planner")
-    assert "exit code 3" in died and "planner broke here" in died
-    assert hung.startswith("null|") and "no answer to 'open' within PT3S" in hung
-    assert chatty.startswith("null|") and "not an answer: hello there" in chatty
-    assert chosen == "py9 b python3"
 
 
 def test_index_filters_narrow_a_batch_plan(farm, planner):

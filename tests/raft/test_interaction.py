@@ -7,6 +7,7 @@ committed entries, messages, read states). The nodes are pure `RaftNode`s over
 Steps (one a line; a blank line ends a step's expected output):
 
     new 1 2 3 [voters=1,2,3] [observers=4]    nodes with a bootstrap configuration
+    add 4                                     a node with no configuration (to be added)
     tick 1 [n=20]                             ticks at node 1
     campaign 1                                node 1 times out now (TimeoutNow to itself)
     propose 1 DATA                            an APPLICATION entry at node 1
@@ -16,6 +17,11 @@ Steps (one a line; a blank line ends a step's expected output):
     deliver [1 2]                             step the queued messages for those nodes
     stabilize                                 process and deliver until nothing moves
     status 1                                  role, term, commit, applied, last index
+    change-voters 1 voters=1,2,4              joint consensus at leader 1 (C_old,new, C_new)
+    update-observers 1 [add=4] [remove=5]     one configuration entry at leader 1
+    snapshot 1 INDEX                          node 1 snapshots its state at INDEX
+    compact 1 INDEX                           node 1 drops its log up to INDEX
+    drop [1 2]                                lose the queued messages for those nodes
 
 Set REWRITE=1 to write the actual output into the files (then read the diff).
 """
@@ -125,11 +131,43 @@ class Script:
         config = Configuration.of([int(v) for v in voters.split(",")] if voters else ids,
                                   [int(o) for o in observers.split(",")] if observers else ())
         for node_id in ids:
-            node = RaftNode(node_id, MemoryStorage(), OPTIONS, configuration=config)
-            node.end_boot_lease()
-            io = _Node(node_id, self)
-            self.nodes[node_id] = node
-            self.drivers[node_id] = ReadyDriver(node, node.log.storage, io, io, io)
+            self._start(RaftNode(node_id, MemoryStorage(), OPTIONS, configuration=config))
+
+    def do_add(self, args: list[str], out: list[str]) -> None:
+        for node_id in self._ids(args):
+            self._start(RaftNode(node_id, MemoryStorage(), OPTIONS))
+
+    def _start(self, node: RaftNode) -> None:
+        node.end_boot_lease()
+        io = _Node(node.id, self)
+        self.nodes[node.id] = node
+        self.drivers[node.id] = ReadyDriver(node, node.log.storage, io, io, io)
+
+    def do_change_voters(self, args: list[str], out: list[str]) -> None:
+        voters = [int(v) for v in (self._opt(args, "voters") or "").split(",") if v]
+        out.append(f"index {self.nodes[int(args[0])].change_voters(voters)}")
+
+    def do_update_observers(self, args: list[str], out: list[str]) -> None:
+        add = [int(v) for v in (self._opt(args, "add") or "").split(",") if v]
+        remove = [int(v) for v in (self._opt(args, "remove") or "").split(",") if v]
+        out.append(f"index {self.nodes[int(args[0])].update_observers(add, remove)}")
+
+    def do_snapshot(self, args: list[str], out: list[str]) -> None:
+        node = self.nodes[int(args[0])]
+        snapshot = node.snapshot_at(int(args[1]), f"state@{args[1]}".encode())
+        node.log.storage.create_snapshot(snapshot)
+        out.append(f"snapshot {snapshot.index}/{snapshot.term} {snapshot.configuration}")
+
+    def do_compact(self, args: list[str], out: list[str]) -> None:
+        node = self.nodes[int(args[0])]
+        node.log.storage.compact(int(args[1]))
+        out.append(f"first index {node.log.first_index()}")
+
+    def do_drop(self, args: list[str], out: list[str]) -> None:
+        ids = set(self._ids(args))
+        for m in [m for m in self.queue if m.destination in ids]:
+            out.append(f"> dropped {render_message(m)}")
+        self.queue[:] = [m for m in self.queue if m.destination not in ids]
 
     def do_tick(self, args: list[str], out: list[str]) -> None:
         n = int(self._opt(args, "n") or 1)

@@ -3,6 +3,7 @@ plans, node configs, status rows and tables, and usage errors."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import tomllib
@@ -70,7 +71,8 @@ def test_connection_options_flags_file_env(tmp_path):
     (["--endpoints", "localhost"], "--endpoints"),
     (["--endpoints", "127.0.0.1:99999"], "--endpoints"),
     (["--endpoints", "127.0.0.1:1", "--user", "u"], "--password"),
-    (["--endpoints", "127.0.0.1:1", "--timeout", "0"], "--timeout"),
+    (["--endpoints", "127.0.0.1:1", "--timeout", "0"], "--command-timeout"),
+    (["--endpoints", "127.0.0.1:1", "--dial-timeout", "-1"], "--dial-timeout"),
 ])
 def test_connection_errors_name_the_option(argv, option):
     with pytest.raises(UsageError) as info:
@@ -110,7 +112,8 @@ def test_status_table_plain_when_not_a_terminal():
     lines = text.splitlines()
     assert lines[0] == ("cluster farm  leader n1  term 4  commit 120  publisher n2")
     row2 = next(line for line in lines if "127.0.0.1:9002" in line).split()
-    assert row2[:6] == ["2", "127.0.0.1:9002", "follower", "*", "115", "5"]  # publisher
+    assert row2[:8] == ["2", "127.0.0.1:9002", "follower", "*", "ok", "-", "115",
+                        "5"]                                  # publisher, health, ack
     row4 = next(line for line in lines if "127.0.0.1:9004" in line)
     assert "60.0m" in row4 and "observer" in row4 and " 30 " in row4
     assert "3.0 MiB" in text and "95.0s" in text              # log size, uptime
@@ -208,3 +211,24 @@ def test_node_configs_are_valid_node_settings(tmp_path):
     with pytest.raises(UsageError, match="options"):
         node_configs(FarmFile("x", {1: "h:1"}, options={"bad": [1]}), data_root="/d",
                      credentials=None)
+
+
+def test_unreachable_members_and_no_leader_make_the_farm_unhealthy():
+    silent = dataclasses.replace(MEMBERS[2], ack_age=7.1, reachable=False)
+    view = plain(dataclasses.replace(STATUS, members={**MEMBERS, 2: silent},
+                                     election_timeout=0.3))
+    doc = status_document(view, NOW, probes={3: "its endpoint does not answer (refused)"})
+    rows = {r["id"]: r for r in doc["rows"]}
+    assert doc["healthy"] is False
+    assert rows[2]["reachable"] is False and rows[2]["ack_age"] == 7.1
+    assert rows[2]["problem"] == "the leader last heard from it 7.1s ago (election " \
+                                 "timeout 0.3s)"
+    assert rows[3]["reachable"] is False and "refused" in rows[3]["problem"]
+    assert rows[1]["reachable"] is True and rows[4]["reachable"] is True
+    out = io.StringIO()
+    render_status(console_for(out), view, NOW)
+    text = out.getvalue()
+    assert "UNREACHABLE" in next(x for x in text.splitlines() if "127.0.0.1:9002" in x)
+    assert "unhealthy: n2 is unreachable: the leader last heard from it 7.1s ago" in text
+    leaderless = status_document(plain(dataclasses.replace(STATUS, leader_id=None)), NOW)
+    assert leaderless["problems"] == ["no leader"] and leaderless["healthy"] is False

@@ -149,12 +149,23 @@ def _snapshot_query(client, index, query, endpoint):
         return None
 
 
-def test_query_server_at_a_follower_is_local(farm, client):
-    client.kv_put("local", "1")
-    leader = client.ping()["leader"]
-    follower = farm.endpoint_of(next(i for i in farm.node_ids if i != leader))
-    query = msgpack.packb(["kv_get", "local"])
-    wait_until(lambda: msgpack.unpackb(client.query_server(follower, query)) == "1", 10)
+def test_query_server_at_a_follower_is_local():
+    """query_server answers from the member's own state: with the leader stopped
+    (SIGSTOP) a follower still answers at once, which a forwarded query could not."""
+    with LocalCluster(3) as farm, farm.client(timeout=5.0) as client:
+        client.kv_put("local", "1")
+        leader = client.ping()["leader"]
+        follower = farm.endpoint_of(next(i for i in farm.node_ids if i != leader))
+        query = msgpack.packb(["kv_get", "local"])
+        wait_until(lambda: msgpack.unpackb(client.query_server(follower, query)) == "1", 10)
+        farm.pause(leader)
+        try:
+            with pytest.raises(FarmError):        # the leader really cannot answer
+                with farm.client(timeout=1.0, endpoints=farm.endpoint_of(leader)) as stuck:
+                    stuck.query_server(farm.endpoint_of(leader), query)
+            assert msgpack.unpackb(client.query_server(follower, query)) == "1"
+        finally:
+            farm.resume(leader)
 
 
 def test_status_entries_name_a_publisher(farm, client):

@@ -138,8 +138,12 @@ def test_fresh_farms_elect_a_leader_under_cpu_load(tmp_path):
                 farm.wait_for_leader(timeout=60)    # includes starting Python thrice
                 delay, term = _election_delay(farm)
                 delays.append((round(delay, 2), term))
-                assert delay < 10, f"no leader for {delay:.1f}s after the last node " \
-                                   f"started (term {term}); logs in {data_dir}"
+                # The storm showed as elections without end (terms climbing, no leader
+                # for 30 s); count elections, not seconds: the lowest voter campaigns in
+                # term 1 as it starts, and pre-votes keep a node that finds no majority
+                # from raising the term.
+                assert term <= 3, f"a leader only in term {term} ({delay:.1f}s after " \
+                                  f"the last node started); logs in {data_dir}"
     finally:
         for spinner in spinners:
             spinner.kill()

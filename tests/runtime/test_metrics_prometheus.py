@@ -7,6 +7,7 @@ import pytest
 
 from consensus.runtime.local import LocalCluster
 from tests.operators import Prometheus, logged_url, scrape
+from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 - a fixture
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
@@ -64,3 +65,22 @@ def test_prometheus_stores_a_leader_failover(tmp_path):
         assert samples["garlicfarm_server_is_leader"] == 1
         assert samples['garlicfarm_server_info{cluster="farm",id="%d",wire="garlicfarm"}'
                        % new_leader] == 1
+
+
+@pytest.mark.timeout(60)
+def test_prometheus_scrapes_over_https_with_basic_auth(tmp_path, certificates):  # noqa: F811
+    """Off loopback the endpoint wants the farm's credentials; with a certificate they
+    travel inside TLS: Prometheus verifies the node against the CA and logs in."""
+    args = ["--metrics", "0.0.0.0:0", "--metrics-tls-cert", certificates["node.pem"],
+            "--metrics-tls-key", certificates["node.key"]]
+    with LocalCluster(1, extra_args=args, status_interval=0.5) as farm:
+        farm.wait_for_leader()
+        url = logged_url(farm.log_path(1), r"metrics on (https://\S+)/metrics")
+        target = url.split("//")[1].replace("0.0.0.0", "127.0.0.1")
+        scrape = {"scheme": "https", "tls_config": {"ca_file": certificates["ca.pem"]},
+                  "basic_auth": {"username": farm.username, "password": farm.password}}
+        with Prometheus(tmp_path / "prometheus", {"farm": [(target, {"node": "1"})]},
+                        scrape) as prom:
+            wait_until(lambda: prom.values("garlicfarm_server_is_leader", "node") ==
+                       {"1": 1}, 20, 0.1, "prometheus storing the node's series over https")
+            assert prom.values("up", "node") == {"1": 1}

@@ -23,7 +23,13 @@ def test_snapshot_sends_auth_failures_and_the_ledger_are_counted():
         url = logged_url(farm.log_path(leader), METRICS_LINE) + "/metrics"
         behind = next(i for i in farm.node_ids if i != leader)
         assert f'garlicfarm_network_snapshot_sends_total{{to="{behind}"}}' not in scrape(url)
+        reachable = f'garlicfarm_server_follower_reachable{{follower="{behind}"}}'
+        assert wait_until(lambda: scrape(url).get(reachable) == 1, 10, 0.05, "reachable")
         farm.kill(behind)
+        wait_until(lambda: scrape(url).get(reachable) == 0, 10, 0.05,
+                   f"node {behind} unreachable in the leader's metrics")
+        assert scrape(url)[f'garlicfarm_server_follower_last_ack_seconds{{follower='
+                           f'"{behind}"}}'] > 0.3          # the election timeout
         with farm.client(timeout=10) as client:
             for _ in range(8):
                 client.append_many([[b"pad"]] * 20)
@@ -36,6 +42,7 @@ def test_snapshot_sends_auth_failures_and_the_ledger_are_counted():
         wait_until(lambda: scrape(url).get(
             f'garlicfarm_server_follower_match_lag{{follower="{behind}"}}') == 0, 30, 0.1,
             "the follower caught up")
+        assert scrape(url)[reachable] == 1
 
         refused = 'garlicfarm_network_connections_refused_total{reason="auth"}'
         before = scrape(url).get(refused, 0)

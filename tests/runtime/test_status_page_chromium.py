@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -44,6 +45,7 @@ def test_status_page_follows_a_failover_in_chromium(tmp_path):
     playwright = require_module("playwright.sync_api", "test")
     with LocalCluster(3, status_interval=0.5) as farm:
         leader = farm.wait_for_leader()
+        elected_before = time.time()
         server = _serve(farm, tmp_path / "status.log")
         try:
             url = logged_url(tmp_path / "status.log", r"status page on (http://\S+)/ ")
@@ -72,10 +74,21 @@ def test_status_page_follows_a_failover_in_chromium(tmp_path):
                         "data-role") != "leader"
                     page.wait_for_function("document.querySelectorAll('#changes li')"
                                            ".length >= 2", timeout=15000)
+                    # the dead member: unreachable (the leader stopped hearing from it)
+                    page.wait_for_function(f"document.querySelector('tr[data-id=\"{leader}\"]')"
+                                           f".dataset.reachable === 'false'", timeout=15000)
+                    assert "UNREACHABLE" in page.locator(f'tr[data-id="{leader}"]').inner_text()
+                    assert page.locator("#problems li").count() >= 1
                     page.screenshot(path=str(tmp_path / "status-page.png"), full_page=True)
                 finally:
                     browser.close()
             assert (tmp_path / "status-page.png").stat().st_size > 0
+            # leader changes are timed by the elections, not by when the page looked: the
+            # first one happened before the page's server even started
+            with urllib.request.urlopen(f"{url}/api/farm/farm", timeout=10) as answer:
+                changes = json.load(answer)["leader_changes"]
+            assert changes[-1]["leader"] == leader and changes[-1]["at"] < elected_before
+            assert changes[0]["leader"] == new_leader and changes[0]["at"] > elected_before
         finally:
             _stop(server)
 

@@ -121,3 +121,21 @@ def test_membership_faults_while_clients_run(tmp_path):
     assert not doc["appends"]["lost"] and not doc["appends"]["duplicated"]
     assert doc["operations"].get("append:ok", 0) > 50
     assert child_processes() == children and threading.active_count() == threads
+
+
+def test_flood_fault_while_clients_run():
+    """The flood fault (bad logins, slowloris, a full read-back at one member) really
+    attacks, and the history stays linearizable with nothing lost."""
+    code, doc = torture(["--nodes", "3", "--duration", "14", "--clients", "4",
+                         "--faults", "flood,kill", "--seed", "23", "--hold", "3:4"])
+    assert code == EXIT_PASS, (doc["reasons"], doc["faults"])
+    floods = [f for f in doc["faults"] if f["fault"] == "flood"]
+    assert floods and all(f["error"] is None for f in doc["faults"]), doc["faults"]
+    for flood in floods:
+        detail = flood["detail"]
+        refused = int(detail.split(" bad logins refused")[0].replace(",", ""))
+        assert refused > 0, detail                     # the attack reached the handshake
+        assert "WRONG-PASSWORD" not in detail and "still running" not in detail, detail
+    assert any(" 0 entries" not in f["detail"] for f in floods), floods   # a read-back ran
+    assert doc["appends"]["checked"] == doc["operations"]["append:ok"]
+    assert not doc["appends"]["lost"]

@@ -318,6 +318,8 @@ def test_plans_of_every_kind_target_known_nodes():
         if action.fault in (Fault.KILL, Fault.RESTART, Fault.PAUSE):
             assert len(action.nodes) == 1
             leader_hits += action.nodes == (2,)
+        if action.fault is Fault.FLOOD:
+            assert len(action.nodes) == 1 and 0.5 <= action.hold <= 1.0
         if action.fault is Fault.DELAY:
             assert 0 < action.delay <= 0.1 and action.nodes
         if action.fault is Fault.RESTART:

@@ -44,7 +44,8 @@ def test_cluster_replicates_on_every_wire(wire, nodes):
 def test_raw_jraft_wire_keeps_status_json_out_of_the_log_unless_asked():
     """JRaft applications (dmprinter) take every application entry for their own data:
     on --wire jraft the status JSON is logged, not appended (issue 13.5)."""
-    with LocalCluster(3, wire="jraft", fsync="never", status_interval=0.1) as farm:
+    with LocalCluster(3, wire="jraft", fsync="never", status_interval=0.1,
+                      extra_args=["--log-level", "debug"]) as farm:   # status at DEBUG
         farm.wait_for_leader(30)
         with farm.client(timeout=20) as client:
             client.append([b"only data"])

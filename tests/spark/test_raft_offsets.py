@@ -3,10 +3,12 @@ journal entries appended with the farm's client (each entry a batch of records).
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from pyspark_farm import LocalFarm
+from pyspark_farm.raft.timestamps import index_at_time
 from tests.spark.helpers import log_range
 from tests.support import wait_until
 
@@ -77,6 +79,63 @@ def test_stream_offsets_and_row_limits(spark, farm, tmp_path, no_queries_left):
     read = spark.read.parquet(str(tmp_path / "out"))
     assert _rows(read) == _expected(new)
     assert not set(_rows(read)) & set(_expected(old))
+
+
+def _after_now() -> int:
+    """A time (ms) later than every entry appended so far, once the clock has passed it."""
+    mark = int(time.time() * 1000) + 1
+    wait_until(lambda: time.time() * 1000 > mark, 5, message="the clock passing a mark")
+    return mark
+
+
+@pytest.mark.timeout(180)
+def test_starting_and_ending_timestamps(spark, farm, tmp_path, no_queries_left):
+    """startingTimestamp starts at the first entry appended at or after it (status and
+    no-op entries in between have no stamp of their own); endingTimestamp stops before
+    the first at or after it; both read as Kafka's source reads them."""
+    with farm.client() as client:
+        before = _append(client, 4, "before")
+        t1 = _after_now()
+        during = _append(client, 5, "during")
+        t2 = _after_now()
+        after = _append(client, 3, "after")
+        # the driver's search alone: the first index of each group
+        first, end = client.log_bounds()[0], client.last_applied() + 1
+        assert index_at_time(client, t1, first, end) == min(during)
+        assert index_at_time(client, t2, first, end) == min(after)
+        assert index_at_time(client, 0, first, end) == first
+        assert index_at_time(client, _after_now(), first, end) == end
+
+    def read(**options):
+        return (spark.read.format("garlicfarm").options(**farm.options).options(**options)
+                .load().where("type = 'journal'"))
+    assert _rows(read(startingTimestamp=str(t1), endingTimestamp=str(t2))) == \
+        _expected(during)
+    assert _rows(read(startingTimestamp=str(t2))) == _expected(after)
+    assert _rows(read(endingTimestamp=str(t1))) == _expected(before)
+    # the rows' own timestamps agree with the bounds
+    stamps = [r["timestamp"].timestamp() * 1000 for r in
+              read(startingTimestamp=str(t1), endingTimestamp=str(t2)).collect()]
+    assert stamps and all(t1 <= s < t2 for s in stamps), (t1, t2, stamps)
+
+    query = (spark.readStream.format("garlicfarm").options(**farm.options)
+             .option("startingTimestamp", str(t2)).load().select("index", "value")
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    got = _rows(spark.read.parquet(str(tmp_path / "out")))
+    assert [r for r in got if r[0] in after] == _expected(after)
+    assert not [r for r in got if r[0] in before or r[0] in during]
+
+    for options, bad in (({"startingTimestamp": "-1"}, "startingTimestamp"),
+                         ({"startingTimestamp": "5", "startingOffsets": "earliest"},
+                          "startingTimestamp"),
+                         ({"startingTimestamp": "9", "endingTimestamp": "5"},
+                          "endingTimestamp")):
+        with pytest.raises(Exception, match=bad):
+            read(**options).collect()
 
 
 @pytest.mark.timeout(240)

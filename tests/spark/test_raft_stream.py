@@ -99,6 +99,8 @@ def test_failed_task_attempts_leave_exactly_the_input(spark, farm, tmp_path, no_
     start = client.last_applied() + 1
 
     options = dict(farm.options)
+    markers = tmp_path / "injected"         # one file per task whose failure was injected
+    markers.mkdir()
 
     @F.udf(StringType())
     def flaky(value):
@@ -119,6 +121,9 @@ def test_failed_task_attempts_leave_exactly_the_input(spark, farm, tmp_path, no_
                        for e in farm_client.read_entries(start, stop)):
                     break
                 time.sleep(0.05)
+            else:       # the condition never came: inject nothing (the test then fails)
+                return value
+        (markers / f"partition-{context.partitionId()}").touch()
         raise RuntimeError("injected failure of a first attempt")
 
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -130,6 +135,8 @@ def test_failed_task_attempts_leave_exactly_the_input(spark, farm, tmp_path, no_
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     assert writer.exception() is None
+    # every first attempt failed after it had staged output (not before, not never)
+    assert sorted(p.name for p in markers.iterdir()) == ["partition-0", "partition-1"]
     end = client.last_applied() + 1
 
     assert values(log_range(spark, farm, start, end)) == sorted(sum(chunks, []))

@@ -51,7 +51,6 @@ public final class PythonPlanner implements AutoCloseable {
   private final BlockingQueue<Object> answers = new LinkedBlockingQueue<>();
   private final Deque<String> stderrTail = new ArrayDeque<>();
   private final Thread stderrPump;
-  private String schemaDdl;
   private String broken;   // why no request can be answered any more, once it is so
   private boolean closed;
 
@@ -70,29 +69,6 @@ public final class PythonPlanner implements AutoCloseable {
         }
       }
     }, false);
-  }
-
-  /** Starts the planner with {@link #DEFAULT_TIMEOUT} per answer and opens it. */
-  public static PythonPlanner start(String python, String mode, Map<String, String> options)
-      throws IOException {
-    return start(python, mode, options, DEFAULT_TIMEOUT);
-  }
-
-  /**
-   * Starts {@code python -m pyspark_farm.jvm.planner} and opens it for a "batch" scan or a
-   * "stream" with the source's options; a PlannerException (e.g. OptionError) when the
-   * options are refused, after stopping the process.
-   */
-  public static PythonPlanner start(String python, String mode, Map<String, String> options,
-      Duration timeout) throws IOException {
-    PythonPlanner planner = launch(python, timeout);
-    try {
-      planner.open(mode, options);
-    } catch (RuntimeException e) {
-      planner.close();
-      throw e;
-    }
-    return planner;
   }
 
   /** Starts {@code python -m pyspark_farm.jvm.planner}, not yet opened. */
@@ -129,10 +105,9 @@ public final class PythonPlanner implements AutoCloseable {
       fields.put("filters", filters);
     }
     JsonNode schema = request("open", fields).get("schema");
-    if (schema == null || !schema.isTextual()) {
+    if (schema == null || !schema.isTextual()) {      // not the planner of this jar's protocol
       throw fail("'open' answered no schema DDL", true);
     }
-    schemaDdl = schema.asText();
   }
 
   /** Ends the scan or stream it was opened for, keeping the process for the next one;
@@ -140,7 +115,6 @@ public final class PythonPlanner implements AutoCloseable {
   public synchronized boolean release() {
     try {
       request("close", null);
-      schemaDdl = null;
       return true;
     } catch (PlannerException e) {
       close();
@@ -178,11 +152,6 @@ public final class PythonPlanner implements AutoCloseable {
       }
     }
     return "python3";
-  }
-
-  /** The source's schema as Spark DDL, from the open answer. */
-  public String schemaDdl() {
-    return schemaDdl;
   }
 
   /**

@@ -37,7 +37,8 @@ public final class CallMain {
     Map<String, String> options = new LinkedHashMap<>(Map.of("endpoints", argv[0]));
     Map<String, Object> args = new LinkedHashMap<>();
     try {
-      JSON.readValue(System.getenv().getOrDefault("GARLICFARM_OPTIONS", "{}"), Map.class).forEach((k, v) -> {
+      Map<?, ?> given = JSON.readValue(System.getenv().getOrDefault("GARLICFARM_OPTIONS", "{}"), Map.class);
+      given.forEach((k, v) -> {
         if (v != null) {
           options.put(String.valueOf(k), String.valueOf(v));
         }

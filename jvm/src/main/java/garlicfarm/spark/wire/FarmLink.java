@@ -1,11 +1,6 @@
 package garlicfarm.spark.wire;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.security.SecureRandom;
-import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 
 /**
@@ -16,16 +11,6 @@ import java.util.Map;
  * leaves it usable.
  */
 public final class FarmLink implements AutoCloseable {
-  /** The largest frame body accepted (the nodes' own limit on a log data size). */
-  public static final int MAX_BODY = 256 << 20;
-  private static final int HEAD = 21;
-  private static final int FIRST_EXTENSION = 0x24;
-  private static final int LAST_EXTENSION = 0x35;
-  private static final int HELLO = 0x30;
-  private static final int WELCOME = 0x31;
-  private static final int CALL = 0x32;
-  private static final int REPLY = 0x33;
-  private static final int EVENT = 0x35;
   private static final SecureRandom RANDOM = new SecureRandom();
 
   private final String endpoint;
@@ -34,9 +19,6 @@ public final class FarmLink implements AutoCloseable {
   private Welcome welcome;
   private long nextCallId = 1;
   private volatile boolean closed;
-
-  private record Frame(int type, List<Object> fields) {
-  }
 
   private FarmLink(String endpoint, FarmSettings settings, Stream stream) {
     this.endpoint = endpoint;
@@ -56,13 +38,13 @@ public final class FarmLink implements AutoCloseable {
     try {
       byte[] clientId = new byte[16];
       RANDOM.nextBytes(clientId);
-      link.stream.write(frame(HELLO, Msgpack.pack(List.of(clientId, 1L))));
-      Frame frame = link.read(deadline, "waiting for the Welcome");
-      if (frame.type != WELCOME) {
-        throw link.protocol("answered Hello with a frame of type 0x" + Integer.toHexString(frame.type)
+      link.stream.write(Frames.hello(clientId));
+      Frames.Frame frame = link.read(deadline, "waiting for the Welcome");
+      if (frame.type() != Frames.WELCOME) {
+        throw link.protocol("answered Hello with a frame of type 0x" + Integer.toHexString(frame.type())
             + ", not a Welcome");
       }
-      link.welcome = link.welcome(frame.fields);
+      link.welcome = link.checked(() -> Frames.welcome(frame.fields()));
       return link;
     } catch (FarmException e) {
       link.close();
@@ -97,28 +79,24 @@ public final class FarmLink implements AutoCloseable {
     long callId = nextCallId++;
     long deadline = Stream.deadline(settings.timeoutSeconds());
     String what = "waiting for the answer to " + op;
-    stream.write(frame(CALL, Msgpack.pack(List.of(callId, op, args == null ? Map.of() : args))));
+    stream.write(Frames.call(callId, op, args));
     while (true) {
-      Frame frame = read(deadline, what);
-      if (frame.type == EVENT) {
+      Frames.Frame frame = read(deadline, what);
+      if (frame.type() == Frames.EVENT) {
         continue;
       }
-      if (frame.type != REPLY) {
-        throw protocol("answered " + op + " with a frame of type 0x" + Integer.toHexString(frame.type));
+      if (frame.type() != Frames.REPLY) {
+        throw protocol("answered " + op + " with a frame of type 0x" + Integer.toHexString(frame.type()));
       }
-      List<Object> f = frame.fields;
-      long id = field(f, 5, 0, "Reply.call_id", Long.class);
-      if (id != callId) {
-        throw protocol("answered call " + callId + " (" + op + ") with the Reply of call " + id);
+      Frames.Reply reply = checked(() -> Frames.reply(frame.fields()));
+      if (reply.callId() != callId) {
+        throw protocol("answered call " + callId + " (" + op + ") with the Reply of call " + reply.callId());
       }
-      long code = field(f, 5, 1, "Reply.code", Long.class);
-      String message = field(f, 5, 3, "Reply.message", String.class);
-      Map<?, ?> detail = field(f, 5, 4, "Reply.detail", Map.class);
-      if (code != 0) {
-        throw new FarmException((int) code, op + " at " + endpoint + " failed ("
-            + FarmException.codeName((int) code) + "): " + message, detail, endpoint);
+      if (reply.code() != 0) {
+        throw new FarmException((int) reply.code(), op + " at " + endpoint + " failed ("
+            + FarmException.codeName((int) reply.code()) + "): " + reply.message(), reply.detail(), endpoint);
       }
-      return f.get(2);
+      return reply.result();
     }
   }
 
@@ -128,84 +106,32 @@ public final class FarmLink implements AutoCloseable {
     stream.close();
   }
 
-  private static byte[] frame(int type, byte[] body) {
-    return ByteBuffer.allocate(HEAD + body.length).put((byte) type).putInt(0).putInt(0).putLong(0)
-        .putInt(body.length).put(body).array();
-  }
-
   /** The next frame: an extension frame whose size is checked before its body is read. */
-  @SuppressWarnings("unchecked")
-  private Frame read(long deadline, String what) throws FarmException {
-    byte[] head = new byte[HEAD];
+  private Frames.Frame read(long deadline, String what) throws FarmException {
+    byte[] head = new byte[Frames.HEAD];
     stream.readFully(head, deadline, what);
-    ByteBuffer h = ByteBuffer.wrap(head);
-    int type = h.get(0) & 0xff;
-    int size = h.getInt(17);
-    if (type < FIRST_EXTENSION || type > LAST_EXTENSION) {
-      throw protocol("sent a frame of type " + type + " while we were " + what + " (a client expects only "
-          + "extension frames)");
-    }
-    if (size < 0 || size > MAX_BODY) {
-      throw protocol("sent a frame of type 0x" + Integer.toHexString(type) + " with bodySize " + size
-          + " (the limit is " + MAX_BODY + ")");
-    }
-    byte[] body = new byte[size];
+    int type = checked(() -> Frames.type(head, what));
+    byte[] body = new byte[checked(() -> Frames.bodySize(head))];
     stream.readFully(body, deadline, what);
-    Object fields;
-    try {
-      fields = Msgpack.unpack(body);
-    } catch (Msgpack.Bad e) {
-      throw protocol("sent a frame of type 0x" + Integer.toHexString(type) + " whose body is bad: "
-          + e.getMessage());
-    }
-    if (!(fields instanceof List)) {
-      throw protocol("sent a frame of type 0x" + Integer.toHexString(type) + " whose body is not an array");
-    }
-    return new Frame(type, (List<Object>) fields);
+    return checked(() -> Frames.decode(type, body));
   }
 
-  private <T> T field(List<Object> fields, int count, int index, String name, Class<T> type) throws FarmException {
-    Object value = fields.size() == count ? fields.get(index) : null;
-    if (!type.isInstance(value)) {
-      throw protocol("sent a " + name + " that is not a " + type.getSimpleName()
-          + (fields.size() == count ? "" : " (the frame has " + fields.size() + " fields, not " + count + ")"));
+  private interface Decoding<T> {
+    T run() throws Frames.Bad;
+  }
+
+  /** A decoding step whose Bad frame closes the link as a PROTOCOL failure. */
+  private <T> T checked(Decoding<T> step) throws FarmException {
+    try {
+      return step.run();
+    } catch (Frames.Bad e) {
+      throw protocol(e.getMessage());
     }
-    return type.cast(value);
   }
 
   private FarmException protocol(String what) {
     close();
     return new FarmException(FarmException.PROTOCOL, endpoint + " " + what + ": a corrupt stream, or not a "
         + "garlicfarm member of this version", endpoint);
-  }
-
-  private Welcome welcome(List<Object> f) throws FarmException {
-    long nodeId = field(f, 5, 0, "Welcome.node_id", Long.class);
-    String cluster = field(f, 5, 1, "Welcome.cluster", String.class);
-    Object leader = f.get(2);
-    if (leader != null && !(leader instanceof Long)) {
-      throw protocol("sent a Welcome.leader_id that is neither an integer nor nil");
-    }
-    String role = field(f, 5, 3, "Welcome.role", String.class);
-    byte[] configuration = field(f, 5, 4, "Welcome.configuration", byte[].class);
-    return new Welcome(nodeId, cluster, (Long) leader, role, members(configuration));
-  }
-
-  /** {id: endpoint} of a configuration's JSON; empty for a member with no configuration yet. */
-  private static Map<Long, String> members(byte[] configuration) {
-    Map<Long, String> members = new LinkedHashMap<>();
-    try {
-      Object addresses = new ObjectMapper().readValue(configuration, Map.class).get("addresses");
-      if (addresses instanceof Map<?, ?> map) {
-        for (Map.Entry<?, ?> e : map.entrySet()) {
-          if (e.getValue() instanceof String address) {
-            members.put(Long.parseLong(String.valueOf(e.getKey())), address);
-          }
-        }
-      }
-    } catch (IOException | RuntimeException e) {
-      members.clear();
-    }
-    return members;
   }
 }

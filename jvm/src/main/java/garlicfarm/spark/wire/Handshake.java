@@ -47,7 +47,7 @@ final class Handshake {
         stream.write(request(authorization));
         Response response = readHead(stream, deadline);
         if (response.status == 101 && authorization != null) {
-          upgraded(response);
+          upgraded(endpoint, response);
           return stream;
         }
         stream.close();
@@ -59,7 +59,7 @@ final class Handshake {
           throw fail(FarmException.PROTOCOL, endpoint + " answered the Garlic Farm handshake with "
               + response.status + " " + response.reason + ": is it a farm member? check the endpoints option");
         }
-        Map<String, String> challenge = choose(response.values("www-authenticate"));
+        Map<String, String> challenge = choose(endpoint, response.values("www-authenticate"));
         if (authorization != null && !"true".equalsIgnoreCase(challenge.get("stale"))) {
           throw fail(FarmException.AUTHENTICATION, "authentication refused by " + endpoint + " for user '"
               + settings.username() + "' in cluster '" + settings.cluster()
@@ -76,6 +76,10 @@ final class Handshake {
   }
 
   private FarmException fail(int code, String message) {
+    return fail(endpoint, code, message);
+  }
+
+  private static FarmException fail(String endpoint, int code, String message) {
     return new FarmException(code, message, endpoint);
   }
 
@@ -91,7 +95,7 @@ final class Handshake {
     return b.append("\r\n").toString().getBytes(StandardCharsets.UTF_8);
   }
 
-  private record Response(int status, String reason, List<String[]> headers) {
+  record Response(int status, String reason, List<String[]> headers) {
     List<String> values(String name) {
       List<String> out = new ArrayList<>();
       for (String[] h : headers) {
@@ -121,18 +125,23 @@ final class Handshake {
       head.write(b);
       last4 = (last4 << 8) | b;
     }
-    byte[] bytes = head.toByteArray();
+    return parseHead(endpoint, head.toByteArray());
+  }
+
+  /** A complete response head (status line, headers, blank line), checked. */
+  static Response parseHead(String endpoint, byte[] bytes) throws FarmException {
     String[] lines = new String(bytes, StandardCharsets.UTF_8).split("\r\n");
     String[] status = lines[0].split(" ", 3);
     if (status.length < 2 || !status[0].startsWith("HTTP/1.") || !status[1].matches("[0-9]{3}")) {
-      throw fail(FarmException.PROTOCOL, endpoint + " did not answer the handshake in HTTP/1.1 ("
+      throw fail(endpoint, FarmException.PROTOCOL, endpoint + " did not answer the handshake in HTTP/1.1 ("
           + lines[0] + "): not a farm member? check the endpoints option");
     }
     List<String[]> headers = new ArrayList<>();
     for (int i = 1; i < lines.length; i++) {
       int colon = lines[i].indexOf(':');
       if (colon <= 0) {
-        throw fail(FarmException.PROTOCOL, endpoint + " sent a malformed handshake header: " + lines[i]);
+        throw fail(endpoint, FarmException.PROTOCOL, endpoint + " sent a malformed handshake header: "
+            + lines[i]);
       }
       headers.add(new String[]{lines[i].substring(0, colon).trim().toLowerCase(Locale.ROOT),
                    lines[i].substring(colon + 1).trim()});
@@ -140,9 +149,10 @@ final class Handshake {
     return new Response(Integer.parseInt(status[1]), status.length > 2 ? status[2] : "", headers);
   }
 
-  private void upgraded(Response response) throws FarmException {
+  /** A 101 must say Upgrade: websocket and Connection: Upgrade. */
+  static void upgraded(String endpoint, Response response) throws FarmException {
     if (!hasToken(response.values("upgrade"), "websocket") || !hasToken(response.values("connection"), "upgrade")) {
-      throw fail(FarmException.PROTOCOL, endpoint + "'s 101 does not say Upgrade: websocket with "
+      throw fail(endpoint, FarmException.PROTOCOL, endpoint + "'s 101 does not say Upgrade: websocket with "
           + "Connection: Upgrade: not a farm member? check the endpoints option");
     }
   }
@@ -153,7 +163,7 @@ final class Handshake {
   }
 
   /** The strongest usable Digest challenge: qop=auth, SHA-256 before MD5. */
-  private Map<String, String> choose(List<String> headerValues) throws FarmException {
+  static Map<String, String> choose(String endpoint, List<String> headerValues) throws FarmException {
     List<Map<String, String>> challenges = new ArrayList<>();
     for (String value : headerValues) {
       challenges.addAll(parseChallenges(value));
@@ -168,7 +178,7 @@ final class Handshake {
         }
       }
     }
-    throw fail(FarmException.PROTOCOL, endpoint + "'s 401 offers no usable Digest challenge (need qop=auth "
+    throw fail(endpoint, FarmException.PROTOCOL, endpoint + "'s 401 offers no usable Digest challenge (need qop=auth "
         + "with SHA-256 or MD5; got " + headerValues + ")");
   }
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 from .entry import Entry
 from .errors import InvalidMessage
 from .messages import AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse
-from .ready import Role
+from .roles import Role
 from .storage import Snapshot
 
 if TYPE_CHECKING:
