@@ -42,6 +42,7 @@ log = logging.getLogger("garlicfarm.gate")
 
 ACCEPTS_PER_TURN = 64       #: then the pending connections get their turn
 MAX_OPENING = 64 << 10      #: bytes a connection may send before it is let in
+SNIFF_READ = 4096           #: bytes read at a time until the first bytes decide
 CPU_WINDOW = 0.1            #: seconds
 CPU_SHARE = 0.25            #: of each window, at most, on the gate's CPU time
 _READ = selectors.EVENT_READ
@@ -315,11 +316,12 @@ class Gate:
         self._register(conn, _READ)
         self._receive(conn)
 
-    def _read(self, conn: _Conn) -> tuple[bytes, bool]:
-        chunks, total = [], len(conn.data)
-        while total <= MAX_OPENING:
+    def _read(self, conn: _Conn, most: int) -> tuple[bytes, bool]:
+        """At most about `most` bytes (what a socket has now), and whether it closed."""
+        chunks, total = [], 0
+        while total < most:
             try:
-                chunk = conn.sock.recv(65536)
+                chunk = conn.sock.recv(min(65536, most - total))
             except _WOULD_BLOCK:
                 return b"".join(chunks), False
             except OSError:
@@ -328,10 +330,16 @@ class Gate:
                 return b"".join(chunks), True
             chunks.append(chunk)
             total += len(chunk)
+        if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
+            # the rest of a decrypted record, which no selector reports (16 KiB at most)
+            chunks.append(conn.sock.recv(conn.sock.pending()))
         return b"".join(chunks), False
 
     def _receive(self, conn: _Conn) -> None:
-        data, eof = self._read(conn)
+        # sniffing needs the first bytes only: a marker or JRaft stream goes to the loop
+        # with what was read, and the loop's bounds apply to the rest
+        data, eof = self._read(conn, SNIFF_READ if conn.stage is Stage.SNIFF
+                               else MAX_OPENING + 1 - len(conn.data))
         conn.data += data
         if len(conn.data) > MAX_OPENING:
             self._refuse(conn, Reason.HANDSHAKE, f"sent more than {MAX_OPENING} bytes "
