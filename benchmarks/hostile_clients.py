@@ -87,16 +87,33 @@ def refusals(url: str) -> dict[str, int]:
     return {k[len(prefix):-2]: int(v) for k, v in scrape(url).items() if k.startswith(prefix)}
 
 
+def slow_turns(url: str, limit: float = 0.1) -> tuple[int, int]:
+    """(loop turns so far, those longer than about `limit` s: the first bucket >= it)."""
+    samples = scrape(url)
+    name = "garlicfarm_server_loop_turn_duration_seconds"
+    bounds = sorted(float(k.split('le="')[1].rstrip('"}')) for k in samples
+                    if k.startswith(name + "_bucket") and "+Inf" not in k)
+    bound = next(b for b in bounds if b >= limit)
+    count = int(samples[name + "_count"])
+    within = next(int(v) for k, v in samples.items()
+                  if k.startswith(name + "_bucket") and "+Inf" not in k
+                  and float(k.split('le="')[1].rstrip('"}')) == bound)
+    return count, count - within
+
+
 def attack(name: str, farm: LocalCluster, urls: dict[int, str], hostile, seconds: float
            ) -> None:
     leader = farm.wait_for_leader(30)
     url, endpoint = urls[leader], farm.endpoint_of(leader)
     before, refused_before = terms(urls), refusals(url)
     log_before = os.path.getsize(farm.log_path(leader))
+    turns_before = slow_turns(url)
     with Writer(farm) as writer, hostile(endpoint), \
             HonestLogins(endpoint, PASSWORD, pause=0.5) as logins:
         time.sleep(seconds)
     after, refused_after = terms(urls), refusals(url)
+    turns_after = slow_turns(url)
+    turns, slow = (a - b for a, b in zip(turns_after, turns_before))
     grown = os.path.getsize(farm.log_path(leader)) - log_before
     refused = {k: v - refused_before.get(k, 0) for k, v in refused_after.items()
                if v - refused_before.get(k, 0)}
@@ -107,6 +124,7 @@ def attack(name: str, farm: LocalCluster, urls: dict[int, str], hostile, seconds
           f"  honest fresh logins {ok}/{len(logins.results)} "
           f"({100 * ok / max(1, len(logins.results)):.0f}%), slowest "
           f"{max(logins.seconds or [0]) * 1000:.0f} ms\n"
+          f"  leader's loop: {turns:,} turns, {slow} over 100 ms\n"
           f"  leader's log grew {grown:,} bytes; refused by reason {refused}", flush=True)
 
 
