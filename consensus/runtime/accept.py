@@ -1,4 +1,5 @@
-"""The receiving side of a new connection, blocking (one short-lived thread each).
+"""What a new connection at a node's listener is, from its first bytes (sans-I/O; the
+gate, `gate.py`, reads the bytes and acts).
 
 A node listens on one port for everything. The first bytes say what comes:
 
@@ -13,121 +14,77 @@ A node listens on one port for everything. The first bytes say what comes:
 * a JRaft type byte (1..17) - plain JRaft (only on ``--wire jraft``: it is not
   authenticated).
 
-Anything else is refused with `Refusal` naming the reason; the node logs it with the
-peer's address.
+Anything else is refused with a reason the node logs (rate-limited) with the peer's
+address.
 """
 from __future__ import annotations
 
+import enum
+import re
 import socket
 import ssl
-import time
 from dataclasses import dataclass
 
-from consensus.runtime.security import Security
-from consensus.wire.handshake import Accepted as HandshakeAccepted
-from consensus.wire.handshake import Challenged, HandshakeReceiver, NeedData, Refused
+from consensus.wire.handshake import NODE_HEADER
 from consensus.wire.marker import Marker
 
 TLS_RECORD = 0x16
+_GET = b"GET "
+_NODE_CLAIM = re.compile(rb"\r\n" + NODE_HEADER.lower().encode() + rb":[ \t]*([0-9]{1,9})\r\n")
 
 
-class Refusal(Exception):
-    """A connection refused before any Raft message: `reason` says why."""
+class Opening(enum.Enum):
+    HANDSHAKE = "garlicfarm"
+    MARKER = "marker"
+    JRAFT = "jraft"
 
 
 @dataclass
 class AcceptedStream:
+    """A connection the gate let in, for the loop."""
     sock: socket.socket
     kind: str               #: "garlicfarm", "marker" or "jraft"
     initial: bytes          #: bytes of the stream already read
     username: str | None
+    peer: bool              #: counted as a peer (not against max-connections)
+    label: str              #: "HOST:PORT" of the other end
 
 
-def _read(sock: socket.socket, deadline: float) -> bytes:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise Refusal("timed out before the connection said what it is")
-    sock.settimeout(left)
-    try:
-        return sock.recv(65536)
-    except socket.timeout:
-        raise Refusal("timed out before the connection said what it is") from None
+class WrongOpening(Exception):
+    """The first bytes are not something this node accepts: the reason."""
 
 
-def accept_stream(sock: socket.socket, security: Security, wire: str,
-                  timeout: float = 5.0) -> AcceptedStream | None:
-    """Identify and authenticate a freshly accepted connection. Returns None when the
-    connection was answered and closed normally (a handshake's challenge round)."""
-    deadline = time.monotonic() + timeout
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    context = security.server_context()
-    if context is not None:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            first = sock.recv(1, socket.MSG_PEEK)
-        except socket.timeout:
-            raise Refusal("timed out before the TLS handshake") from None
-        if first[:1] != bytes([TLS_RECORD]):
-            raise Refusal("plain TCP to a node that requires TLS (it has --tls-cert)")
-        try:
-            sock = context.wrap_socket(sock, server_side=True)
-        except OSError as exc:
-            raise Refusal(_tls_failure(exc)) from None
-    data = b""
-    while len(data) < 4:
-        chunk = _read(sock, deadline)
-        if not chunk:
-            if not data:
-                return None         # connected and left (a port probe)
-            raise Refusal(f"closed after {len(data)} bytes")
-        data += chunk
-        if data[0] != ord("G"):
-            break
-    if data.startswith(b"GET "):
-        return _handshake(sock, data, security, deadline)
+def sniff(data: bytes, wire: str) -> Opening | None:
+    """What the first bytes announce (None: too few bytes yet). Raises WrongOpening."""
+    if not data or (len(data) < len(_GET) and _GET.startswith(data)):
+        return None
+    if data.startswith(_GET):
+        return Opening.HANDSHAKE
     if data[0] == Marker.CONNECT_REQUEST and wire == "marker":
-        return AcceptedStream(sock, "marker", data, None)
+        return Opening.MARKER
     if 1 <= data[0] <= 17 and wire == "jraft":
-        return AcceptedStream(sock, "jraft", data, None)
+        return Opening.JRAFT
     what = {Marker.CONNECT_REQUEST: "a marker-wire ConnectRequest"}.get(
         data[0], "JRaft bytes without a handshake" if 1 <= data[0] <= 17
         else f"unknown first byte 0x{data[0]:02x}")
-    raise Refusal(f"{what}, but this node speaks --wire {wire} (clients must use the Garlic "
-                  f"Farm handshake)")
+    raise WrongOpening(f"{what}, but this node speaks --wire {wire} (clients must use the "
+                       f"Garlic Farm handshake)")
 
 
-def _tls_failure(exc: OSError) -> str:
+def claimed_node(head: bytes) -> int | None:
+    """The node id an ``X-GarlicFarm-Node`` header of a (partial) request head names;
+    found as soon as its line has arrived, before the head is complete."""
+    match = _NODE_CLAIM.search(head.lower())
+    return int(match.group(1)) if match else None
+
+
+def tls_failure(exc: OSError) -> str:
     text = str(exc)
     if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in text.upper().replace(" ", "_"):
         return ("TLS handshake refused: the client presented no TLS client certificate, and "
                 "this node requires one signed by its --tls-ca (give the client --tls-cert "
-                f"and --tls-key, or run the node with --tls-client-cert optional): {exc}")
+                f"and --tls-key, or run the node with --tls-client-cert optional): {text}")
     if isinstance(exc, ssl.SSLCertVerificationError):
         return (f"TLS handshake refused: the client's certificate does not verify against "
                 f"this node's --tls-ca ({exc.verify_message or exc})")
     return f"TLS handshake failed: {exc}"
-
-
-def _handshake(sock: socket.socket, data: bytes, security: Security,
-               deadline: float) -> AcceptedStream | None:
-    receiver = HandshakeReceiver(credentials=security.password_of, nonces=security.nonces,
-                                 cluster=security.cluster)
-    receiver.receive_data(data)
-    while True:
-        with security.nonce_lock:
-            event = receiver.next_event(time.monotonic())
-        if isinstance(event, NeedData):
-            receiver.receive_data(_read(sock, deadline))
-            continue
-        if event.data:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                sock.sendall(event.data)
-            except OSError:
-                pass
-        if isinstance(event, HandshakeAccepted):
-            return AcceptedStream(sock, "garlicfarm", event.trailing_data, event.username)
-        if isinstance(event, Challenged):
-            return None
-        assert isinstance(event, Refused)
-        raise Refusal(f"handshake refused ({event.status or 'closed'}): {event.error}")

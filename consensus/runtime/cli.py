@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "snapshot (default 100000)")
     p.add_argument("--segment-bytes", type=int, help="log segment size; compaction drops "
                    "whole segments (default 64 MiB)")
+    p.add_argument("--max-connections", type=int, help="open client connections this "
+                   "node accepts; more are refused (503) until some close; peers are "
+                   "counted apart and always get in (default 1024)")
     p.add_argument("--client-buffer-budget", type=int, metavar="BYTES",
                    help="bytes all clients together may make the node hold (their partial "
                    "messages and unwritten answers); past it the node stops reading the "

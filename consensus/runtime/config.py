@@ -12,6 +12,7 @@ option names as keys (dashes or underscores)::
     credentials = "/etc/garlicfarm/credentials"
     fsync = "batch"
     status-interval = 5.0
+    max-connections = 1024
 
 Options given on the command line win over the file.
 """
@@ -97,7 +98,7 @@ class NodeConfig:
     snapshot_interval: int = 100_000            #: entries between snapshots
     retain_entries: int = 100_000               #: log entries kept below the latest snapshot
     segment_bytes: int = 64 << 20               #: log segment size (compaction drops whole ones)
-    max_connections: int = 1024
+    max_connections: int = 1024                 #: open client connections (peers apart)
     client_buffer_budget: int = DEFAULT_CLIENT_BUDGET   #: bytes all clients may hold
     log_level: str = "info"
     log_format: str = "text"                    #: text, or json: one object per line
@@ -134,6 +135,10 @@ class NodeConfig:
         for name, minimum in (("status_interval", 0.05), ("tick", 0.001)):
             if getattr(self, name) < minimum:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"must be at least {minimum}")
+        if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) \
+                or not 1 <= self.max_connections <= 1_000_000:
+            raise ConfigError("--max-connections", f"must be a whole number from 1 to "
+                              f"1000000 (client connections), got {self.max_connections!r}")
         for name in ("snapshot_interval", "retain_entries", "election_ticks", "segment_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")

@@ -27,7 +27,8 @@ from consensus.runtime.errors import (AuthenticationError, ConfigError, NotAFarm
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire import marker
 from consensus.wire.errors import HandshakeError, ProtocolError
-from consensus.wire.handshake import Established, HandshakeInitiator, NeedData, Reconnect
+from consensus.wire.handshake import (NODE_HEADER, Established, HandshakeInitiator,
+                                      NeedData, Reconnect)
 
 WIRES = ("garlicfarm", "marker", "jraft")
 
@@ -171,13 +172,14 @@ def open_stream(host: str, port: int, security: Security, deadline: float) -> so
 def dial(endpoint: str, security: Security, *, wire: str = "garlicfarm",
          timeout: float = 5.0, node_id: int | None = None) -> Dialed:
     """A connection to `endpoint` ready for `wire`'s messages (see the module docstring).
-    `node_id` is our id, announced on the marker wire."""
+    `node_id` is our id, announced on the marker wire and in the garlicfarm
+    handshake (`X-GarlicFarm-Node`: the receiver gives us a peer's slot)."""
     if wire not in WIRES:
         raise ConfigError("--wire", f"{wire!r} is not one of {', '.join(WIRES)}")
     deadline = time.monotonic() + timeout
     host, port = split_endpoint(endpoint)
     if wire == "garlicfarm":
-        return _garlicfarm(host, port, security, deadline)
+        return _garlicfarm(host, port, security, deadline, node_id)
     sock = open_stream(host, port, security, deadline)
     try:
         if wire == "marker":
@@ -211,14 +213,16 @@ def _marker_connect(sock: socket.socket, node_id: int, endpoint: str, deadline: 
             return b""
 
 
-def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Dialed:
+def _garlicfarm(host: str, port: int, security: Security, deadline: float,
+                node_id: int | None) -> Dialed:
     if security.username is None or security.password is None:
         raise ConfigError("username", "the garlicfarm wire authenticates every connection: "
                           "give a username and password (or a credentials file)")
     target = f"{host}:{port}"
     initiator = HandshakeInitiator(host=target, username=security.username,
                                    password=security.password, cache=security.cache,
-                                   random=os.urandom, cluster=security.cluster)
+                                   random=os.urandom, cluster=security.cluster,
+                                   headers=[(NODE_HEADER, str(node_id))] if node_id else ())
     with security.cache_lock:
         request = initiator.start(time.monotonic())
     sock = open_stream(host, port, security, deadline)
@@ -232,6 +236,8 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float) -> Di
             except HandshakeError as exc:
                 if exc.field in ("password", "username"):
                     raise AuthenticationError(f"{target}: {exc.reason}") from None
+                if exc.field == "busy":
+                    raise Unavailable(f"{target}: {exc.reason}") from None
                 if exc.field in ("endpoint", "cluster"):
                     raise NotAFarm(f"{target}: {exc.reason}") from None
                 raise ProtocolMismatch(f"{target}: {exc.reason}") from None

@@ -53,7 +53,8 @@ class NodeObserver:
             "follower.", ["to"], registry=r)
         self.refused = Counter(
             "garlicfarm_network_connections_refused", "Incoming connections refused "
-            "before any Raft message, by reason (auth: the digest handshake failed).",
+            "before any Raft message, by reason (auth: wrong credentials; handshake, tls, "
+            "wire, timeout, evicted, max_connections, closed: see docs/operations.md).",
             ["reason"], registry=r)
         self.fsync = Histogram(
             "garlicfarm_disk_wal_fsync_duration_seconds", "Latency of the log's fsyncs "
@@ -87,8 +88,8 @@ class NodeObserver:
                 self.snapshot_sends.labels(str(msg.destination)).inc()
 
     def connection_refused(self, reason: str) -> None:
-        self.refused.labels("auth" if reason.startswith("handshake refused")
-                            else "other").inc()
+        """Called by the gate thread (prometheus_client's counters are thread-safe)."""
+        self.refused.labels(reason).inc()
 
     def bad_input(self, kind: str) -> None:
         self.bad.labels(kind).inc()
@@ -185,6 +186,22 @@ class NodeCollector(Collector):
                      len(budget.paused))
         yield _gauge("garlicfarm_network_active_peers", "Open connections this member "
                      "made to its peers.", len(node.transport.outgoing))
+        gate = node.transport.gate
+        let_in = GaugeMetricFamily("garlicfarm_network_connections", "Connections the gate "
+                                   "let in and still open, clients (bounded by "
+                                   "max-connections) and peers apart.", labels=["kind"])
+        let_in.add_metric(["client"], gate.established.clients)
+        let_in.add_metric(["peer"], gate.established.peers)
+        yield let_in
+        pending = GaugeMetricFamily("garlicfarm_network_pending_handshakes", "Connections "
+                                    "still handshaking, by pool.", labels=["pool"])
+        for pool, count in dict(gate.pending.count).items():
+            pending.add_metric([pool.value], count)
+        yield pending
+        yield _gauge("garlicfarm_network_tarpit_held", "Failed logins whose refusal the "
+                     "tarpit holds back now.", gate.held)
+        yield _gauge("garlicfarm_network_max_connections", "The max-connections setting "
+                     "(client connections).", gate.limits.max_connections)
         batches = GaugeMetricFamily("garlicfarm_sink_committed_batches", "Batches the "
                                     "exactly-once sink committed, by streaming query.",
                                     labels=["query"])

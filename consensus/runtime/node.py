@@ -17,7 +17,7 @@ machine, the `Transport` and the client `Service`. One loop turn:
 Every `status_interval` the node appends its Garlic Farm status to the log (through the
 leader); it takes a snapshot of the state machine every `snapshot_interval` applied
 entries and compacts the log behind it. It logs one line per role change, membership
-change and refused connection; SIGTERM (or `stop()`) ends the loop cleanly.
+change, and refused connections as rate-limited summaries (the gate's); SIGTERM (or `stop()`) ends the loop cleanly.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from typing import Callable
 from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftError, RaftNode,
                             RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver, Role,
                             Snapshot, SoftState, StateMachine, TimeoutNow)
+from consensus.runtime.admission import AdmissionLimits
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.metrics import NodeObserver
@@ -137,8 +138,9 @@ class FarmNode:
             address_of=self.dial_address_of, on_core=self._inbox_append,
             on_client=self._on_client, on_closed=self._on_closed,
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack,
-            endpoint_of=self.address_of, client_budget=config.client_buffer_budget)
-        self.transport.on_refused = self.observer.connection_refused
+            endpoint_of=self.address_of, client_budget=config.client_buffer_budget,
+            limits=AdmissionLimits(max_connections=config.max_connections),
+            on_refused=self.observer.connection_refused)
         self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
         self.service = Service(NodeView(

@@ -9,9 +9,11 @@ core drops a request without answering (it may, e.g. a vote during a leader's le
 the transport answers with a refusal at the end of the loop turn, so the order holds.
 Self-contained messages (pre-votes, extensions) may travel on either connection.
 
-Opening connections blocks (TLS, proxies, the digest handshake), so it runs in short
-threads (`dial.py`, `accept.py`) that hand the ready socket to the loop through a queue
-and a wake-up socket pair. Messages for a peer being dialed wait in a bounded queue.
+Opening connections blocks (TLS, proxies, the digest handshake), so it runs off the
+loop: short dialer threads (`dial.py`) for ours, the gate thread (`gate.py`, which owns
+the listening socket) for everyone else's; both hand the ready socket to the loop
+through a queue and a wake-up socket pair. Messages for a peer being dialed wait in a
+bounded queue.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from typing import Callable
 
 from consensus.raft import AppendEntries, Message
 from consensus.runtime import jraft_mapping as jm
-from consensus.runtime.accept import AcceptedStream, Refusal, accept_stream
+from consensus.runtime.accept import AcceptedStream
+from consensus.runtime.admission import AdmissionLimits
 from consensus.runtime.backoff import Backoff
 from consensus.runtime.budget import (CLIENT_QUANTUM, CLIENT_READ_PER_TURN,
                                       DEFAULT_CLIENT_BUDGET, MAX_CLIENT_UNWRITTEN,
@@ -34,6 +37,7 @@ from consensus.runtime.budget import (CLIENT_QUANTUM, CLIENT_READ_PER_TURN,
                                       Trust, jraft_limits)
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
+from consensus.runtime.gate import Gate
 from consensus.runtime.jraft_wire import JRaftWire
 from consensus.runtime.log_summary import LogSummary
 from consensus.runtime.peer_hosts import PeerHosts
@@ -44,7 +48,6 @@ from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse
 log = logging.getLogger("garlicfarm.transport")
 
 MAX_QUEUED_PER_PEER = 4096
-MAX_HANDSHAKES = 64
 DIAL_TIMEOUT = 5.0
 @dataclass
 class _Dialing:
@@ -67,7 +70,9 @@ class Transport:
                  accept_marker: Callable[[Connection, int], bool] | None = None,
                  on_client_ack: Callable[[RaftResponse], None] | None = None,
                  endpoint_of: Callable[[int], str | None] | None = None,
-                 client_budget: int = DEFAULT_CLIENT_BUDGET) -> None:
+                 client_budget: int = DEFAULT_CLIENT_BUDGET,
+                 limits: AdmissionLimits = AdmissionLimits(),
+                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
         self.node_id = node_id
         self.wire_name = wire
         self.security = security
@@ -87,19 +92,18 @@ class Transport:
             self.listener.listen(256)
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
-        self.selector.register(self.listener, selectors.EVENT_READ, "listener")
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wakeup")
         self._handoffs: deque = deque()
         self._handoff_lock = threading.Lock()
-        self._handshakes = 0
         # (peer id, wire) -> connection we dialed; the wire is ours, except the
         # garlicfarm side connections a marker node uses for client requests (status)
         self.outgoing: dict[tuple[int, str], Connection] = {}
         self._dialing: dict[tuple[int, str], _Dialing] = {}
         self.incoming: set[Connection] = set()
+        self._incoming_peers: set[Connection] = set()   #: let in as peers (gate counts)
         self.last_in: dict[int, Connection] = {}
         self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
         self._generation = 0                # Readys handed out so far
@@ -114,7 +118,6 @@ class Transport:
             from consensus.runtime.marker_wire import MarkerWire
             self.marker = MarkerWire(self, accept_marker)
         self._closing = False
-        self.on_refused: Callable[[str], None] = lambda reason: None   # metrics
         self.on_bad_input: Callable[[str], None] = lambda kind: None   # metrics
         # who may become a peer: a configured member (from its endpoint's host when
         # it did not authenticate)
@@ -125,6 +128,10 @@ class Transport:
         self._turn = 0
         self.bad_packets = LogSummary(log, logging.INFO, "corrupt packets")
         self.bad_streams = LogSummary(log, logging.WARNING, "corrupt streams closed")
+        self.gate = Gate(self.listener, security=security, wire=wire, limits=limits,
+                         hand_off=lambda stream: self._hand_off(("accepted", stream)),
+                         is_member=self.peer_hosts.is_member, on_refused=on_refused)
+        self.gate.start()
 
     # -- wiring of the wires --------------------------------------------------------------
     def _wire_of_kind(self, kind: str):
@@ -147,9 +154,7 @@ class Transport:
         self.woke, self.woke_cpu = time.monotonic(), time.thread_time()
         for key, mask in ready:
             data = key.data
-            if data == "listener":
-                self._accept()
-            elif data == "wakeup":
+            if data == "wakeup":
                 try:
                     self._wake_r.recv(4096)
                 except BlockingIOError:
@@ -509,38 +514,7 @@ class Transport:
             result = exc
         self._hand_off(("dialed", key, address, result))
 
-    # -- incoming connections -----------------------------------------------------------------
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, addr = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                log.warning("accept failed: %s", exc)
-                return
-            if self._handshakes >= MAX_HANDSHAKES:
-                log.warning("refused connection from %s:%s: too many handshakes in progress",
-                            *addr[:2])
-                sock.close()
-                continue
-            self._handshakes += 1
-            sock.setblocking(True)
-            threading.Thread(target=self._accept_worker, args=(sock, addr), daemon=True,
-                             name="accept").start()
-
-    def _accept_worker(self, sock: socket.socket, addr) -> None:
-        label = f"{addr[0]}:{addr[1]}"
-        try:
-            result: object = accept_stream(sock, self.security, self.wire_name)
-        except Refusal as exc:
-            result = exc
-        except Exception as exc:
-            result = Refusal(f"{type(exc).__name__}: {exc}")
-        if not isinstance(result, AcceptedStream):
-            sock.close()
-        self._hand_off(("accepted", label, result))
-
+    # -- incoming connections (the gate lets them in: gate.py) ---------------------------------
     def _hand_off(self, item) -> None:
         with self._handoff_lock:
             self._handoffs.append(item)
@@ -556,8 +530,7 @@ class Transport:
             if item[0] == "dialed":
                 self._dialed(*item[1:])
             else:
-                self._handshakes -= 1
-                self._accepted(*item[1:])
+                self._accepted(item[1])
 
     def _dialed(self, key: tuple[int, str], address: str, result) -> None:
         peer_id, kind = key
@@ -591,21 +564,17 @@ class Transport:
             if wire.send(conn, msg):
                 self._dirty.add(conn)
 
-    def _accepted(self, label: str, result) -> None:
-        if isinstance(result, Refusal):
-            log.warning("refused connection from %s: %s", label, result)
-            self.on_refused(str(result))
-            return
-        if result is None:
-            return
+    def _accepted(self, stream: AcceptedStream) -> None:
         if self._closing:
-            result.sock.close()
+            stream.sock.close()
+            self.gate.release(stream.peer)
             return
-        stream: AcceptedStream = result
         wire = self._wire_of_kind(stream.kind)
         conn = Connection(stream.sock, stream.kind, wire.decoder(), outgoing=False,
-                          peer_id=None, label=label, username=stream.username)
+                          peer_id=None, label=stream.label, username=stream.username)
         self.incoming.add(conn)
+        if stream.peer:
+            self._incoming_peers.add(conn)
         wire.admit(conn)
         self.selector.register(conn.sock, selectors.EVENT_READ, conn)
         if stream.initial:
@@ -629,7 +598,10 @@ class Transport:
         except (KeyError, ValueError):
             pass
         conn.close()
-        self.incoming.discard(conn)
+        if conn in self.incoming:
+            self.incoming.discard(conn)
+            self.gate.release(conn in self._incoming_peers)
+            self._incoming_peers.discard(conn)
         self._behind.discard(conn)
         self.budget.release(conn)
         if conn.outgoing and self.outgoing.get((conn.peer_id, conn.kind)) is conn:
@@ -654,13 +626,15 @@ class Transport:
 
     def shutdown(self) -> None:
         self._closing = True
+        self.gate.stop()
         for conn in list(self.outgoing.values()) + list(self.incoming):
             try:
                 conn.flush()
             except OSError:
                 pass
             self.close(conn)
-        for sock in (self.listener, self._wake_r, self._wake_w):
+        self.listener.close()
+        for sock in (self._wake_r, self._wake_w):
             try:
                 self.selector.unregister(sock)
             except (KeyError, ValueError):

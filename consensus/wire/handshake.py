@@ -128,6 +128,15 @@ def _has_token(values: list[str], token: str) -> bool:
     return any(token == part.strip().lower() for value in values for part in value.split(","))
 
 
+#: The header a node sends when it dials a peer (``X-GarlicFarm-Node: 2``): a claim the
+#: receiver's gate uses to give the connection a peer's handshake slot; the digest still
+#: decides whether it gets in.
+NODE_HEADER = "X-GarlicFarm-Node"
+#: What a receiver at its limit of client connections answers instead of the 101.
+BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                 b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+
+
 # ---------------------------------------------------------------------------------------
 # Events.
 
@@ -268,8 +277,8 @@ class HandshakeInitiator:
 
     def __init__(self, *, host: str, username: str, password: str, cache: CredentialCache,
                  random: RandomSource, cluster: str = DEFAULT_CLUSTER, version: str = VERSION,
-                 websocket_key: bool = False, limits: HandshakeLimits = HandshakeLimits()
-                 ) -> None:
+                 websocket_key: bool = False, limits: HandshakeLimits = HandshakeLimits(),
+                 headers: Sequence[tuple[str, str]] = ()) -> None:
         if not username or any(ord(c) < 32 or ord(c) == 127 for c in username):
             raise ValueError(f"username {username!r} must be non-empty, without control "
                              f"characters")
@@ -280,6 +289,7 @@ class HandshakeInitiator:
         self.username, self._password = username, password
         self.cache, self._random, self.limits = cache, random, limits
         self._websocket_key = websocket_key
+        self._extra = list(headers)     #: sent after Host (a node names itself: NODE_HEADER)
         self.phase: Phase | None = None
         self._from_cache = False
         self._attempts = 0
@@ -328,8 +338,8 @@ class HandshakeInitiator:
                 + self._conn.send(h11.EndOfMessage()))
 
     def _request_1(self) -> tuple[Phase, list[tuple[str, str]]]:
-        return Phase.REQUEST_1, [("Host", self.host), ("Cache-Control", "no-cache"),
-                                 ("Connection", "close")]
+        return Phase.REQUEST_1, [("Host", self.host), *self._extra,
+                                 ("Cache-Control", "no-cache"), ("Connection", "close")]
 
     def _request_2(self, cached: CachedChallenge) -> tuple[Phase, list[tuple[str, str]]]:
         nc, cached.next_nc = cached.next_nc, cached.next_nc + 1
@@ -337,7 +347,7 @@ class HandshakeInitiator:
         authorization = DigestAuthorization.answer(
             cached.challenge, cached.algorithm, self.username, self._password, "GET",
             self.path, nc, cnonce)
-        headers = [("Host", self.host), ("Cache-Control", "no-cache"),
+        headers = [("Host", self.host), *self._extra, ("Cache-Control", "no-cache"),
                    ("Connection", "keep-alive, Upgrade"), ("Upgrade", "websocket"),
                    ("Authorization", authorization.to_header())]
         self._key = None
@@ -373,6 +383,9 @@ class HandshakeInitiator:
                          f"the cluster option ({self.cluster!r}) and the protocol version")
         if status == 101 and self.phase is Phase.REQUEST_2:
             return self._established(response)
+        if status == 503:
+            raise _error("busy", "the receiver is at its limit of client connections (503 "
+                         "Service Unavailable): retry later, or at another member")
         if status != 401:
             raise _error("status", f"unexpected answer {status} "
                          f"{response.reason.decode('latin-1')} to {self.phase.value}")
@@ -491,6 +504,7 @@ class HandshakeReceiver:
         self._request: h11.Request | None = None
         self._peer_closed = False
         self.finished = False
+        self.username: str | None = None    #: the user a request 2 named (right or wrong)
 
     def receive_data(self, data: bytes) -> None:
         self._peer_closed = self._peer_closed or not data
@@ -524,6 +538,10 @@ class HandshakeReceiver:
         except HandshakeError as exc:
             return self._refuse(400, exc)
 
+    def header(self, name: bytes) -> list[str]:
+        """The values of header `name` (lower case) in the request received so far."""
+        return [] if self._request is None else _header(self._request, name)
+
     # -- decisions ----------------------------------------------------------------------
 
     def _answer(self, request: h11.Request, now: float) -> ReceiverEvent:
@@ -546,6 +564,7 @@ class HandshakeReceiver:
             auth = parse_authorization(authorization[0])
         except HandshakeError as exc:
             return self._refuse(401, exc, now)
+        self.username = auth.username
         problem = self._authenticate(auth, target)
         if problem is not None:
             return self._refuse(401, problem, now)

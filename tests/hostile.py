@@ -1,0 +1,182 @@
+"""Hostile and honest clients of a node's listener, on real sockets (tests/runtime's
+admission tests and benchmarks/hostile_clients.py).
+
+* `PasswordFlood` - threads that log in with a wrong password, again and again, as a
+  client library would (each waits for its 401);
+* `Slowloris` - connections that send one byte of a handshake request per second, and
+  reopen at the next tick when the node closes them;
+* `honest_login` - one fresh login (no cached challenge: request 1, then request 2),
+  one attempt, True when the node let it in.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from consensus.runtime.dial import dial
+from consensus.runtime.errors import FarmError
+from consensus.runtime.security import Security, split_endpoint
+
+REQUEST_HEAD = (b"GET /GarlicFarm/farm/1/websocket HTTP/1.1\r\nHost: farm\r\n"
+                b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n")
+
+
+def honest_login(endpoint: str, password: str, username: str = "farm",
+                 timeout: float = 3.0) -> bool:
+    """A fresh login, one attempt (a new Security: nothing cached)."""
+    try:
+        dialed = dial(endpoint, Security(username=username, password=password),
+                      timeout=timeout)
+    except (FarmError, OSError):
+        return False
+    dialed.sock.close()
+    return True
+
+
+class PasswordFlood:
+    """`threads` threads logging in to `endpoint` with a wrong password until stopped."""
+
+    def __init__(self, endpoint: str, threads: int = 50, username: str = "farm") -> None:
+        self.endpoint, self.username = endpoint, username
+        self.attempts = 0
+        self.other_errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"flood-{i}")
+                         for i in range(threads)]
+
+    def __enter__(self) -> "PasswordFlood":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                dialed = dial(self.endpoint, Security(username=self.username,
+                                                      password="not-the-password"),
+                              timeout=10)
+                dialed.sock.close()
+                self.other_errors.append("a wrong password got in")
+            except FarmError as exc:
+                if type(exc).__name__ != "AuthenticationError" and \
+                        len(self.other_errors) < 100:
+                    self.other_errors.append(str(exc))
+                    time.sleep(0.05)
+            self.attempts += 1
+
+
+class Slowloris:
+    """`count` connections trickling a request head, one byte per `interval` each."""
+
+    def __init__(self, endpoint: str, count: int = 200, interval: float = 1.0) -> None:
+        self.address = split_endpoint(endpoint)
+        self.count, self.interval = count, interval
+        self.opened = 0
+        self._socks: list[tuple[socket.socket, int] | None] = [None] * count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="slowloris")
+
+    def __enter__(self) -> "Slowloris":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for entry in self._socks:
+            if entry is not None:
+                entry[0].close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for i, entry in enumerate(self._socks):
+                if entry is None:
+                    try:
+                        sock = socket.create_connection(self.address, timeout=1)
+                    except OSError:
+                        continue
+                    sock.setblocking(False)
+                    self.opened += 1
+                    entry = (sock, 0)
+                sock, sent = entry
+                try:
+                    sock.send(REQUEST_HEAD[sent % (len(REQUEST_HEAD) - 4):][:1])
+                    self._socks[i] = (sock, sent + 1)
+                except OSError:             # closed by the node: reopen at the next tick
+                    sock.close()
+                    self._socks[i] = None
+            self._stop.wait(self.interval)
+
+
+class HonestLogins:
+    """Fresh single-attempt logins every `pause` seconds until the block ends;
+    `results` holds one bool per login and `seconds` how long each took."""
+
+    def __init__(self, endpoint: str, password: str, pause: float = 0.1,
+                 timeout: float = 3.0) -> None:
+        self.endpoint, self.password, self.pause, self.timeout = \
+            endpoint, password, pause, timeout
+        self.results: list[bool] = []
+        self.seconds: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="honest")
+
+    def __enter__(self) -> "HonestLogins":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(self.timeout + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.results.append(honest_login(self.endpoint, self.password,
+                                             timeout=self.timeout))
+            self.seconds.append(time.monotonic() - started)
+            self._stop.wait(self.pause)
+
+
+class ImpatientFlood:
+    """`threads` threads sending a wrong request 2 and hanging up without waiting for
+    the answer (the tarpit cannot slow them: only the gate's CPU pacing bounds them)."""
+
+    AUTH = ('Digest username="farm", realm="GarlicFarm@farm", nonce="00", '
+            'uri="/GarlicFarm/farm/1/websocket", algorithm=SHA-256, response="00", '
+            'opaque="00", qop=auth, nc=00000001, cnonce="00"')
+    REQUEST = ("GET /GarlicFarm/farm/1/websocket HTTP/1.1\r\nHost: farm\r\n"
+               "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"
+               f"Authorization: {AUTH}\r\n\r\n").encode()
+
+    def __init__(self, endpoint: str, threads: int = 50) -> None:
+        self.address = split_endpoint(endpoint)
+        self.sent = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True)
+                         for _ in range(threads)]
+
+    def __enter__(self) -> "ImpatientFlood":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with socket.create_connection(self.address, timeout=2) as sock:
+                    sock.sendall(self.REQUEST)
+                self.sent += 1
+            except OSError:
+                self._stop.wait(0.01)
