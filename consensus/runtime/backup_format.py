@@ -122,7 +122,7 @@ class BackupReader:
         self.crc = 0
         self.trailer: dict | None = None
         self.snapshot_meta: tuple[int, int, dict] | None = None  #: (index, term, meta)
-        preamble = self._read(_PREAMBLE.size, "the file's first bytes")
+        preamble = self._read(_PREAMBLE.size, 0, "the file's first bytes")
         magic, version = _PREAMBLE.unpack(preamble)
         if magic != MAGIC:
             raise CorruptBackup(path, 0, f"not a garlicfarm backup (magic {magic!r}, "
@@ -130,6 +130,8 @@ class BackupReader:
         if version != VERSION:
             raise CorruptBackup(path, 4, f"backup format version {version}; this garlicfarm "
                                          f"reads version {VERSION}")
+        if preamble[6:] != bytes(2):
+            raise CorruptBackup(path, 6, "reserved bytes are not zero")
         at, payload = self._next_record()
         if payload[:1] != b"H":
             raise CorruptBackup(path, at, "the first record is not the header")
@@ -139,11 +141,12 @@ class BackupReader:
     def _fail(self, offset: int, reason: str) -> CorruptBackup:
         return CorruptBackup(self.path, offset, reason)
 
-    def _read(self, size: int, what: str) -> bytes:
+    def _read(self, size: int, at: int, what: str) -> bytes:
+        """`size` bytes of `what`, which starts at byte `at` (named when the file ends)."""
         data = self.file.read(size)
         if len(data) != size:
-            raise self._fail(self.offset + len(data), f"the file ends inside {what} "
-                             f"(byte {self.offset} on; {self.size} bytes in all): truncated")
+            raise self._fail(at, f"the file ends inside {what} (at byte "
+                                 f"{self.offset + len(data)}): truncated")
         self.crc = zlib.crc32(data, self.crc)
         self.offset += size
         return data
@@ -152,16 +155,17 @@ class BackupReader:
         at = self.offset
         if at == self.size:
             raise self._fail(at, "the file ends before its trailer: truncated")
-        length, crc = HEADER.unpack(self._read(HEADER_SIZE, f"the record at byte {at}"))
+        what = f"the record at byte {at}"
+        length, crc = HEADER.unpack(self._read(HEADER_SIZE, at, what))
         if length > MAX_RECORD_BYTES or length == 0:
-            raise self._fail(at, f"the record at bytes {at}-{at + HEADER_SIZE} declares "
-                                 f"{length} bytes (1..{MAX_RECORD_BYTES} allowed)")
+            raise self._fail(at, f"{what} declares {length} bytes (1..{MAX_RECORD_BYTES} "
+                                 f"allowed)")
         if length > self.size - self.offset:
-            raise self._fail(self.size, f"the record at byte {at} declares {length} bytes, "
-                             f"past the end of the file ({self.size} bytes): truncated")
-        payload = self._read(length, f"the record at byte {at}")
+            raise self._fail(at, f"{what} declares {length} bytes, past the end of the file "
+                                 f"({self.size} bytes): truncated or corrupt")
+        payload = self._read(length, at, what)
         if record_crc(payload_crc(payload), length, at) != crc:
-            raise self._fail(at, f"the record at bytes {at}-{self.offset} fails its CRC")
+            raise self._fail(at, f"the record of bytes {at}-{self.offset - 1} fails its CRC")
         return at, payload
 
     def _header(self, at: int, doc: dict) -> BackupHeader:
