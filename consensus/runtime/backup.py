@@ -75,6 +75,10 @@ def save_backup(client, path: str, *, cluster: str, member: str | None = None,
 def _save_once(client, path: str, cluster: str, member: str) -> dict:
     first = client.read_snapshot(0, 0, max_bytes=SNAPSHOT_CHUNK_BYTES, endpoint=member)
     start, index = first["first"], first["index"]
+    if start < 1 or index < 0 or first["size"] < 0 or first["applied"] < start - 1 or \
+            (index and not start - 1 <= index):
+        raise FarmError(f"{member} describes an impossible log (first {start}, applied "
+                        f"{first['applied']}, snapshot {index}): is it a garlicfarm node?")
     if index == 0 and start > 1:
         raise FarmError(f"{member}'s log starts at {start} but it has no snapshot below "
                         f"it: cannot save a consistent backup from this member")
@@ -146,6 +150,9 @@ def _copy_entries(client, member: str, header: BackupHeader,
                                            max_bytes=PAGE_BYTES, endpoint=member)
         except IndexUnderflow as exc:
             raise _LogMoved(str(exc)) from None
+        if not page:
+            raise FarmError(f"{member} answered no entries from {index} (it applied up to "
+                            f"{header.last_index} when the save began)")
         for entry in page:
             if entry.index != index:
                 raise FarmError(f"{member} answered entry {entry.index} where {index} "
