@@ -20,6 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "remove-server": ("consensus.runtime.admin", "remove a member from a farm (--force too)"),
     "transfer-leader": ("consensus.runtime.admin", "hand leadership to a named node"),
     "config": ("consensus.runtime.admin", "export or import a farm's configuration"),
+    "snapshot": ("consensus.runtime.backup", "save a running farm to a file, restore it "
+                 "into a new farm's first member, check a file"),
     "torture": ("consensus.runtime.torture", "fault-inject a real cluster and check linearizability"),
 }
 

@@ -406,6 +406,36 @@ class FarmClient:
                           verdicts.get(index, True))
                 for index, term, kind, data in answer["entries"]]
 
+    def read_raw_entries(self, start: int, stop: int, *, max_bytes: int = 8 << 20,
+                         endpoint: str | None = None) -> list[Entry]:
+        """Committed entries [start, stop) of one member (default: the leader) exactly as
+        its log holds them (index, term, type, bytes): what a backup copies. May end
+        before `stop` at `max_bytes` (at least one entry when start < stop)."""
+        answer = self._call("read_entries", {"start": int(start), "stop": int(stop),
+                                             "max_bytes": int(max_bytes), "payloads": True},
+                            leader=endpoint is None, endpoint=endpoint)
+        try:
+            return [Entry(term, index, _ENTRY_TYPES[kind], data)
+                    for index, term, kind, data in answer["entries"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolMismatch(f"read_entries({start}, {stop}): a malformed answer "
+                                   f"({exc!r})") from None
+
+    def read_snapshot(self, index: int = 0, offset: int = 0, *, max_bytes: int = 1 << 20,
+                      endpoint: str | None = None) -> dict:
+        """A chunk of the snapshot file one member's log builds on (index 0: whichever it
+        is now), with that log's first index, the term before it and the applied commit
+        index: backups read a snapshot in chunks, never whole (docs/protocol.md,
+        "read_snapshot"). An answer naming another index: the member moved on."""
+        answer = self._call("read_snapshot", {"index": int(index), "offset": int(offset),
+                                              "max_bytes": int(max_bytes)},
+                            leader=endpoint is None, endpoint=endpoint)
+        if not isinstance(answer, dict) or not isinstance(answer.get("data"), bytes) or \
+                not all(isinstance(answer.get(k), int) for k in
+                        ("first", "base_term", "applied", "index", "term", "size", "offset")):
+            raise ProtocolMismatch("read_snapshot: a malformed answer from the member")
+        return answer
+
     def read_journal(self, start: int, stop: int, *, max_bytes: int = 8 << 20,
                      endpoint: str | None = None) -> JournalPage:
         """The visible journal entries of committed entries [start, stop) of one member

@@ -64,6 +64,15 @@ def decode_record(index: int, payload: bytes) -> Entry:
     return Entry(term, index, entry_type, payload[RECORD_HEAD.size:])
 
 
+def write_log_base(data_dir: str, index: int, term: int) -> None:
+    """Name the (index, term) of the entry just before the log's first record (the
+    `log-base` file): before compacting, and when a restore lays out a data directory
+    whose log starts after 1 (consensus/runtime/backup.py)."""
+    head = struct.pack(">4sQQ", b"GFLB", index, term)
+    replace_atomically(os.path.join(data_dir, "log-base"),
+                       [head, struct.pack(">I", zlib.crc32(head))])
+
+
 class DiskStorage:
     """`consensus.raft.Storage` on disk; `persist_*` methods are the Ready loop's writes."""
 
@@ -122,8 +131,7 @@ class DiskStorage:
         return index, term
 
     def _write_base(self, index: int, term: int) -> None:
-        head = struct.pack(">4sQQ", b"GFLB", index, term)
-        replace_atomically(self._base_path, [head, struct.pack(">I", zlib.crc32(head))])
+        write_log_base(self.data_dir, index, term)
 
     def _recover_first_index(self) -> int:
         """The first index the core may read: the log's, when we know the term of the

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
                             ProposalDropped, PullStatus, ReadStatus, Role)
+from consensus.raft.retention import catch_up_index
 from consensus.runtime import extensions as ext
 from consensus.runtime.envelope import (HEAD, decode_command, described, header_of,
                                         is_command, journal_request_id, request_id_of,
@@ -46,6 +47,7 @@ from consensus.runtime.machines import CommandError, Outcome
 from consensus.runtime.journal_pages import member_answer
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.runtime.row_index import RowIndex, entry_shows
+from consensus.storage import SnapshotNotFoundError
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import MessageType, RaftResponse, ValueType, check_shape, encode
 
@@ -625,12 +627,39 @@ class Service:
         return {"node": self.node.id, "role": self.node.core.role.value, "leader": leader,
                 "term": term}
 
+    def _c_read_snapshot(self, conn, call, args):
+        """A chunk of the snapshot file the log builds on (the oldest kept at or above
+        the log's base: the catch-up snapshot), with the log's bounds, for backups
+        (consensus/runtime/backup.py); `index` 0 asks for whichever that is now. A
+        different index in the answer means the log moved on: start again."""
+        node = self.node
+        offset, max_bytes = int(args.get("offset", 0)), int(args.get("max_bytes", 1 << 20))
+        if offset < 0 or not 1 <= max_bytes <= 8 << 20:
+            raise FarmError(f"read_snapshot: offset {offset} must be >= 0 and max_bytes "
+                            f"{max_bytes} within 1..{8 << 20}")
+        first = node.log.first_index()
+        store = node.snapshots.store
+        index = catch_up_index(store.indexes(), first) or 0
+        answer = {"first": first, "base_term": node.log.term(first - 1) or 0,
+                  "applied": min(node.core.commit_index, node.machine.applied),
+                  "index": index, "term": 0, "meta": {}, "size": 0, "offset": offset,
+                  "data": b""}
+        if index and index == int(args.get("index") or index):
+            try:
+                chunk = store.read_chunk(index, offset, max_bytes)
+            except SnapshotNotFoundError:
+                raise Unavailable(f"node {node.id} pruned snapshot {index} just now; "
+                                  f"retry") from None
+            answer.update(term=chunk.term, meta=chunk.meta, size=chunk.file_size,
+                          data=chunk.data)
+        return answer
+
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
         "read_entries": _c_read_entries, "entry_rows": _c_entry_rows,
         "read_journal": _c_read_journal,
-        "subscribe": _c_subscribe, "ping": _c_ping,
+        "subscribe": _c_subscribe, "ping": _c_ping, "read_snapshot": _c_read_snapshot,
     }
 
     # -- time ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import struct
 import threading
 import zlib
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from consensus.storage.errors import CorruptLogError, StorageError
 from consensus.storage.files import fsync_directory, replace_atomically
@@ -45,6 +46,20 @@ class Snapshot:
     term: int
     data: bytes
     meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SnapshotChunk:
+    """Bytes [offset, offset + len(data)) of the snapshot *file* at `index` (the format
+    above, CRC included: a copy is verified like the original), with the header's term
+    and meta and the file's size, so a client copies a snapshot without it ever being
+    whole in memory (backups: consensus/runtime/backup.py)."""
+    index: int
+    term: int
+    meta: dict
+    file_size: int
+    offset: int
+    data: bytes
 
 
 class SnapshotStore:
@@ -100,6 +115,49 @@ class SnapshotStore:
                 f"(stored: {self.indexes() or 'none'})") from None
         return _decode(path, index, blob)
 
+    def read_chunk(self, index: int, offset: int, size: int) -> SnapshotChunk:
+        """Up to `size` bytes of the file of the snapshot at `index` from `offset`, read
+        without loading the rest; SnapshotNotFoundError when there is none (pruned)."""
+        path = self._path(index)
+        try:
+            with open(path, "rb") as file:
+                head = file.read(_HEADER.size)
+                file_size = os.fstat(file.fileno()).st_size
+                if len(head) < _HEADER.size:
+                    raise CorruptLogError(path, len(head), "snapshot header cut short")
+                magic, version, stored, term, meta_size, data_size = _HEADER.unpack(head)
+                if magic != MAGIC or version != VERSION or stored != index or \
+                        meta_size > MAX_META_BYTES or \
+                        _HEADER.size + meta_size + data_size + _CRC.size != file_size:
+                    raise CorruptLogError(path, 0, "snapshot header does not check out")
+                try:
+                    meta = json.loads(file.read(meta_size))
+                except ValueError as exc:
+                    raise CorruptLogError(path, _HEADER.size, f"snapshot meta is not JSON: "
+                                                              f"{exc}") from None
+                file.seek(offset)
+                data = file.read(max(0, size))
+        except FileNotFoundError:
+            raise SnapshotNotFoundError(f"no snapshot at index {index} in "
+                                        f"{self.directory}") from None
+        return SnapshotChunk(index, term, meta if isinstance(meta, dict) else {}, file_size,
+                             offset, data)
+
+    def save_file(self, index: int, chunks: Iterable[bytes]) -> None:
+        """Store the snapshot *file* of `index` from `chunks` (its bytes in order, as
+        `read_chunk` gives them), streamed to a temp file, fsynced, renamed; the caller
+        checked them (`get` would refuse a bad file anyway)."""
+        path = self._path(index)
+        temp = path + ".tmp"
+        with self._lock:
+            with open(temp, "wb") as file:
+                for chunk in chunks:
+                    file.write(chunk)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temp, path)
+            fsync_directory(self.directory)
+
     def latest(self) -> Snapshot | None:
         """The snapshot with the highest index, or None."""
         stored = self.indexes()
@@ -131,6 +189,72 @@ class SnapshotStore:
                     os.unlink(os.path.join(self.directory, name))
             if doomed:
                 fsync_directory(self.directory)
+
+
+class FileCheck:
+    """Checks a snapshot file streamed in chunks (a copy, a backup) as `get` checks a
+    stored one, holding only its header and meta: `feed` the bytes in order, then
+    `finish()` gives (index, term, meta) or raises CorruptLogError naming the offset
+    within the file. `name` is what errors call the file."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.size = name, size
+        self._head = bytearray()
+        self._fields: tuple | None = None
+        self._crc = 0
+        self._seen = 0
+        self._tail = b""            # the last 4 bytes seen: the stored CRC at the end
+
+    def feed(self, chunk: bytes) -> None:
+        pos = self._seen
+        if pos + len(chunk) > self.size:
+            raise CorruptLogError(self.name, self.size, f"more bytes than the "
+                                                        f"{self.size} declared")
+        self._seen += len(chunk)
+        crc_end = self.size - _CRC.size         # the CRC covers all but the last 4 bytes
+        if pos < crc_end:
+            self._crc = zlib.crc32(chunk[:crc_end - pos], self._crc)
+        self._tail = (self._tail + chunk[-_CRC.size:])[-_CRC.size:]
+        while True:         # keep the file's prefix: the header, then (once known) the meta
+            limit = _HEADER.size + (self._fields[4] if self._fields else 0)
+            at = len(self._head) - pos          # where the next prefix byte is in `chunk`
+            if len(self._head) >= limit or at >= len(chunk):
+                return
+            self._head += chunk[at:at + limit - len(self._head)]
+            if self._fields is not None or len(self._head) < _HEADER.size:
+                return
+            self._fields = self._check_header(bytes(self._head))
+
+    def _check_header(self, head: bytes) -> tuple:
+        fields = _HEADER.unpack(head)
+        magic, version, _index, _term, meta_size, data_size = fields
+        if magic != MAGIC:
+            raise CorruptLogError(self.name, 0, f"bad magic {magic!r} (expected {MAGIC!r})")
+        if version != VERSION:
+            raise CorruptLogError(self.name, 4, f"snapshot format version {version} is "
+                                                f"not supported (this code reads {VERSION})")
+        if meta_size > MAX_META_BYTES or \
+                _HEADER.size + meta_size + data_size + _CRC.size != self.size:
+            raise CorruptLogError(self.name, 24, f"declared meta ({meta_size}) and data "
+                                                 f"({data_size}) lengths do not add up to "
+                                                 f"the file's {self.size} bytes")
+        return fields
+
+    def finish(self) -> tuple[int, int, dict]:
+        if self._seen != self.size or self._fields is None:
+            raise CorruptLogError(self.name, self._seen, f"snapshot file cut short "
+                                                         f"({self._seen} of {self.size} bytes)")
+        if _CRC.unpack(self._tail)[0] != self._crc:
+            raise CorruptLogError(self.name, self.size - _CRC.size, "snapshot CRC mismatch")
+        _magic, _version, index, term, meta_size, _data = self._fields
+        try:
+            meta = json.loads(bytes(self._head[_HEADER.size:_HEADER.size + meta_size]))
+        except ValueError as exc:
+            raise CorruptLogError(self.name, _HEADER.size, f"snapshot meta is not JSON: "
+                                                           f"{exc}") from None
+        if not isinstance(meta, dict):
+            raise CorruptLogError(self.name, _HEADER.size, "snapshot meta is not a JSON object")
+        return index, term, meta
 
 
 def _decode(path: str, index: int, blob: bytes) -> Snapshot:
