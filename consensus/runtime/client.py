@@ -208,7 +208,10 @@ class FarmClient:
                     last = exc
                 except FarmError as exc:
                     raise _final(exc, uncertain or isinstance(exc, Incomplete)) from None
-        if dialing < deadline and not isinstance(last, ProtocolMismatch):
+        # a refusal at a handshake (TLS, 404) says more than the attempts after it
+        refused = last if isinstance(last, ProtocolMismatch) else \
+            self.links.refused if self.links.refused is not before else None
+        if dialing < deadline and refused is None:
             raise _final(Unavailable(f"could not connect to {', '.join(self.endpoints)} "
                                      f"within the dial timeout of {self.dial_timeout:g}s "
                                      f"(last: {last}); check the endpoints and that the "
@@ -216,8 +219,6 @@ class FarmClient:
         foreign = self.directory.foreign_leader()
         if foreign is not None and endpoint is None and leader:
             raise _final(Unavailable(foreign_leader_text(foreign)), uncertain)
-        refused = last if isinstance(last, ProtocolMismatch) else \
-            self.links.refused if self.links.refused is not before else None
         if refused is not None:
             raise _final(ProtocolMismatch(f"{refused} (no member of {', '.join(self.endpoints)}"
                                           f" served the request in time)"), uncertain)

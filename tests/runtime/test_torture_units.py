@@ -385,8 +385,8 @@ def test_options_and_errors_name_the_option():
     with pytest.raises(TortureSetupError, match="--clients: must be at least 1"):
         parse_options(["--clients", "0"])
     err = io.StringIO()
-    assert main(["--faults", "flood"], err=err) == EXIT_SETUP
-    assert "--faults: flood is not a fault" in err.getvalue()
+    assert main(["--faults", "meteor"], err=err) == EXIT_SETUP
+    assert "--faults: meteor is not a fault" in err.getvalue()
 
 
 def test_refuses_a_used_data_dir(tmp_path):
