@@ -152,7 +152,8 @@ def _snapshot_query(client, index, query, endpoint):
 def test_query_server_at_a_follower_is_local():
     """query_server answers from the member's own state: with the leader stopped
     (SIGSTOP) a follower still answers at once, which a forwarded query could not."""
-    with LocalCluster(3) as farm, farm.client(timeout=5.0) as client:
+    with LocalCluster(3) as farm, farm.client(timeout=20.0) as client:
+        farm.wait_for_leader(timeout=30)
         client.kv_put("local", "1")
         leader = client.ping()["leader"]
         follower = farm.endpoint_of(next(i for i in farm.node_ids if i != leader))
