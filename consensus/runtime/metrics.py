@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: etcd's disk buckets: 1 ms to 8 s, doubling
 DISK_BUCKETS = tuple(0.001 * 2 ** i for i in range(14))
+#: loop turns: 0.25 ms to 8 s, doubling (a turn is usually well under a tick)
+TURN_BUCKETS = tuple(0.00025 * 2 ** i for i in range(16))
 
 
 class NodeObserver:
@@ -58,6 +60,10 @@ class NodeObserver:
             "garlicfarm_disk_wal_append_duration_seconds", "Latency of appending a "
             "Ready's entries to the log (before any fsync).", buckets=DISK_BUCKETS,
             registry=r)
+        self.loop_turn = Histogram(
+            "garlicfarm_loop_turn_seconds", "Duration of the event loop's turns, after the "
+            "sockets are read to the turn's writes (heartbeats and votes wait meanwhile).",
+            buckets=TURN_BUCKETS, registry=r)
 
     def soft_state(self, old: SoftState | None, new: SoftState) -> None:
         """etcd's rule: count when a known leader differs from the one before."""
@@ -81,6 +87,9 @@ class NodeObserver:
 
     def appended(self, seconds: float) -> None:
         self.append.observe(seconds)
+
+    def turned(self, seconds: float) -> None:
+        self.loop_turn.observe(seconds)
 
 
 def _gauge(name: str, doc: str, value: float, labels: Mapping[str, str] | None = None
@@ -152,6 +161,12 @@ class NodeCollector(Collector):
         yield batches
         yield _gauge("garlicfarm_sink_staged_entries", "Sink entries staged and not yet "
                      "committed or aborted.", len(machine.ledger.staged))
+        reads = node.service.reads
+        yield _gauge("garlicfarm_log_reads_in_flight", "Log reads (read_entries, "
+                     "read_journal, entry_rows, query_snapshot) being built by the reader "
+                     "threads or waiting for them.", reads.in_flight)
+        yield _gauge("garlicfarm_log_reads_refused_total", "Log reads refused because "
+                     "too many waited (a counter).", reads.refused)
         yield _gauge("garlicfarm_server_uptime_seconds", "Seconds since the node "
                      "started.", node.uptime())
 

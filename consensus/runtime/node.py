@@ -141,6 +141,7 @@ class FarmNode:
         self.port = self.transport.port
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,
+            read_applied=self.storage.read_applied,
             machine=self.machine, transport=self.transport,
             snapshots=SnapshotView(self.storage.snapshots),
             latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
@@ -237,6 +238,7 @@ class FarmNode:
                 # then never makes a leader miss the answers waiting in its sockets.
                 # Lease-checked reads come after the ticks, so a lease is never judged
                 # by a clock that lags (docs/raft-core.md).
+                woke = time.monotonic()
                 reads = self._step_inbox()
                 now = time.monotonic()
                 if driver.tick():
@@ -250,11 +252,13 @@ class FarmNode:
                             service.on_client(conn, wire, slot)
                 service.propose_pending()
                 driver.run()
+                service.pump_reads()
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()
                 transport.end_turn(raft.term)
                 took = time.monotonic() - now
+                self.observer.turned(now + took - woke)
                 if took > SLOW_TURN:
                     log.warning("node %d: a loop turn took %.0f ms (ticks wait meanwhile; "
                                 "applied %d)", self.id, took * 1000, self.machine.applied)

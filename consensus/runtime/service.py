@@ -15,7 +15,9 @@ Farm wire, plus JRaft's own client requests (docs/protocol.md has the frames).
 * **Reads**: queryClusterState at the leader after a ReadIndex (or JournalKeeper's lease
   check), queryServerState at any member, lastApplied (a confirmed ReadIndex), and
   querySnapshot (two-step reads over sparse snapshots); read_entries / log_bounds serve
-  the committed log to readers (the Spark raft source).
+  the committed log to readers (the Spark raft source). The log reads (read_entries,
+  read_journal, entry_rows, query_snapshot) are checked on the loop and built on reader
+  threads (log_reads.py): a page never lengthens a loop turn.
 * **Membership and admin**: getServers, status (with the publisher), updateVoters (joint
   consensus), updateObservers, JRaft's AddServer / RemoveServer flows, forced removal,
   leader transfer. Calls that take effect later are answered when they have (or at their
@@ -27,13 +29,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
-                            ProposalDropped, PullStatus, ReadStatus, Role)
+from consensus.raft import (CompactedError, Configuration, Entry, EntryType,
+                            MembershipChangeError, NotLeader, ProposalDropped, PullStatus,
+                            ReadStatus, Role)
+from consensus.raft.reads import query_snapshot
 from consensus.runtime import extensions as ext
 from consensus.runtime.envelope import (HEAD, decode_command, described, header_of,
                                         is_command, journal_request_id, request_id_of,
@@ -44,6 +49,7 @@ from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.runtime.machines import CommandError, Outcome
 from consensus.runtime.journal_pages import member_answer
+from consensus.runtime.log_reads import LogReads
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.runtime.row_index import RowIndex, entry_shows
 from consensus.wire.errors import ProtocolError
@@ -56,6 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("garlicfarm.service")
 
 READ_TIMEOUT = 5.0
+#: the largest page a reader may ask for (read_entries, read_journal)
+MAX_PAGE_BYTES = 64 << 20
 EVENTS = ("leader-changed", "state-changed", "voters-changed")
 
 
@@ -102,6 +110,8 @@ class Service:
         self.waits = AdminWaits(self)
         self.membership = MembershipCalls(node, self, self.waits)
         self.rows = RowIndex(self._shown)
+        self._rows_lock = threading.Lock()      # the row index is used by reader threads
+        self.reads = LogReads(wake=node.transport.wake)
         self._calls: dict[str, Callable[..., Any]] = {
             **{op: partial(fn, self) for op, fn in self._CALLS.items()},
             **{op: getattr(self.membership, op) for op in MembershipCalls.CALLS}}
@@ -509,18 +519,33 @@ class Service:
         return self.node.machine.query(_bytes(args, "query"))
 
     def _c_query_snapshot(self, conn, call, args):
+        """Two-step read, step two: restore and replay on a reader thread."""
         node = self.node
         index, query = int(args["index"]), _bytes(args, "query")
-        result = node.core.query_snapshot(index, query, node.snapshots, node.new_machine)
-        if result.status is PullStatus.INDEX_OVERFLOW:
-            raise IndexOverflow(f"node {node.id} has applied up to {node.machine.applied}, not "
-                                f"{index} yet: retry later or ask another member",
-                                node.machine.applied)
-        if result.status is PullStatus.INDEX_UNDERFLOW:
+        applied, first = node.machine.applied, node.log.first_index()
+        if index > applied:
+            raise IndexOverflow(f"node {node.id} has applied up to {applied}, not "
+                                f"{index} yet: retry later or ask another member", applied)
+
+        def underflow() -> IndexUnderflow:
             first = node.log.first_index()
-            raise IndexUnderflow(f"index {index} is compacted away at node {node.id} (its log "
-                                 f"starts at {first})", first)
-        return result.result
+            return IndexUnderflow(f"index {index} is compacted away at node {node.id} (its "
+                                  f"log starts at {first})", first)
+
+        def answer():
+            try:
+                result = query_snapshot(index, query, applied=applied, first_index=first,
+                                        snapshots=node.snapshots,
+                                        read_entries=node.read_applied,
+                                        new_machine=node.new_machine)
+            except (CompactedError, FileNotFoundError):    # compacted or pruned meanwhile
+                raise underflow() from None
+            except CommandError as exc:
+                raise _farm_error(exc) from None
+            if result.status is PullStatus.INDEX_UNDERFLOW:
+                raise underflow()
+            return result.result
+        return self._off_loop(conn, call, answer)
 
     def _c_log_bounds(self, conn, call, args):
         node = self.node
@@ -529,7 +554,7 @@ class Service:
                 snapshot.index if snapshot is not None else 0]
 
     def _c_read_entries(self, conn, call, args):
-        max_bytes = int(args.get("max_bytes", 8 << 20))
+        max_bytes = _page_bytes(args)
         payloads = bool(args.get("payloads", True))
         return self._applied_range(conn, call, args, "read_entries", lambda start, stop:
                                    self._entries(start, stop, max_bytes, payloads))
@@ -537,38 +562,69 @@ class Service:
     def _c_read_journal(self, conn, call, args):
         """The visible journal entries of a page as columns (docs/runtime-requests.md
         S8): a backlog of small entries read without a record object per entry."""
-        max_bytes = int(args.get("max_bytes", 8 << 20))
-        node = self.node
+        max_bytes = _page_bytes(args)
 
         def answer(start: int, stop: int) -> dict:
-            entries = node.log.slice(start, stop, max_bytes) if stop > start else []
-            return member_answer(entries, node.machine.verdict, start)
+            entries = self._read_log(start, stop, max_bytes)
+            verdicts = dict(zip((e.index for e in entries),
+                                self.node.machine.verdicts().of(entries)))
+            return member_answer(entries, lambda e: verdicts[e.index], start)
         return self._applied_range(conn, call, args, "read_journal", answer)
 
     def _c_entry_rows(self, conn, call, args):
         """Each entry's journal rows and the effective commits' headers, from the row
         index (docs/runtime-requests.md S7): planning a backlog without its headers."""
         def answer(start: int, stop: int) -> dict:
-            self.rows.forget_before(self.node.log.first_index())
-            end, rows, commits = self.rows.rows_of(start, stop)
+            with self._rows_lock:
+                self.rows.forget_before(self.node.log.first_index())
+                end, rows, commits = self.rows.rows_of(start, stop)
             return {"stop": end, "rows": rows, "commits": commits}
         return self._applied_range(conn, call, args, "entry_rows", answer)
 
     def _shown(self, start: int, stop: int):
-        """What entries [start, stop) show readers, for the row index."""
-        node = self.node
-        machine = node.machine
+        """What entries [start, stop) show readers, for the row index (a reader thread)."""
+        verdicts = self.node.machine.verdicts()
         while start < stop:
-            page = node.log.slice(start, stop, 8 << 20)
-            for entry in page:
-                yield (entry.index, *entry_shows(entry, machine.verdict))
+            page = self._read_log(start, stop, 8 << 20)
+            for entry, verdict in zip(page, verdicts.of(page)):
+                yield (entry.index, *entry_shows(entry, lambda _, v=verdict: v))
             start = page[-1].index + 1
+
+    def _read_log(self, start: int, stop: int, max_bytes: int | None) -> list[Entry]:
+        """Applied entries [start, stop) on a reader thread: IndexUnderflow when they
+        were compacted away after the call was checked."""
+        node = self.node
+        try:
+            return node.read_applied(start, stop, max_bytes)
+        except CompactedError:
+            first = node.log.first_index()
+            raise IndexUnderflow(f"entries before {first} are compacted away at node "
+                                 f"{node.id}", first) from None
+
+    def _off_loop(self, conn, call, answer: Callable[[], Any]) -> object:
+        """Answer `call` with `answer()`, run and encoded on a reader thread; the frame
+        is queued on `conn` by the loop (LogReads)."""
+        head, call_id, frame = self._head(), call.call_id, self._frame
+
+        def work() -> bytes:
+            return frame(ext.Reply(*head, call_id, 0, answer(), "", {}))
+
+        def failure(exc: FarmError) -> bytes:
+            return frame(ext.Reply(*head, call_id, int(exc.code), None, str(exc),
+                                   error_detail(exc)))
+        self.reads.submit(conn, work, failure)
+        return LATER
+
+    def pump_reads(self) -> None:
+        """Queue the finished pages on their connections (the loop, every turn)."""
+        self.reads.pump(self.node.transport.reply)
 
     def _applied_range(self, conn, call, args, name: str,
                        answer: Callable[[int, int], Any]) -> Any:
-        """`answer(start, stop)` for applied entries [start, stop) of this member's log:
-        IndexUnderflow below its first entry, IndexOverflow past what it applied (a new
-        leader waits for what it may already have acknowledged)."""
+        """`answer(start, stop)` for applied entries [start, stop) of this member's log,
+        on a reader thread: IndexUnderflow below its first entry, IndexOverflow past
+        what it applied (a new leader waits for what it may already have acknowledged).
+        The loop checks the bounds only: O(1) per call."""
         node = self.node
         start, stop = int(args["start"]), int(args["stop"])
         if start < 1 or stop < start:
@@ -586,25 +642,20 @@ class Service:
                 # so answer once that is applied here instead of "not there yet".
                 return self.waits.add(
                     conn, call, args,
-                    lambda: ((True, answer(start, stop))
+                    lambda: ((True, self._off_loop(conn, call, lambda: answer(start, stop)))
                              if node.machine.applied >= stop - 1 else (False, None)),
                     f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
             raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
                                 f"entry {stop - 1} is not there yet", applied)
-        return answer(start, stop)
+        return self._off_loop(conn, call, lambda: answer(start, stop))
 
     def _entries(self, start: int, stop: int, max_bytes: int, payloads: bool) -> dict:
         """The answer to read_entries for applied entries [start, stop)."""
         if start == stop:
             return {"entries": [], "verdicts": {}}
-        node = self.node
-        entries = node.log.slice(start, stop, max_bytes)
-        verdicts = {}
-        machine = node.machine
-        for entry in entries:
-            verdict = machine.verdict(entry)
-            if verdict is not True:
-                verdicts[entry.index] = verdict
+        entries = self._read_log(start, stop, max_bytes)
+        verdicts = {e.index: v for e, v in zip(entries, self.node.machine.verdicts().of(entries))
+                    if v is not True}
         if not payloads:
             return {"headers": [header_of(described(e, verdicts.get(e.index, True)))
                                 for e in entries]}
@@ -659,12 +710,22 @@ class Service:
     def shutdown(self) -> None:
         self.waits.clear()
         self._reads.clear()
+        self.reads.close()
 
 
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _page_bytes(args: dict) -> int:
+    """A page's max_bytes, checked: a reader's page is built in memory."""
+    value = args.get("max_bytes", 8 << 20)
+    if type(value) is not int or not 1 <= value <= MAX_PAGE_BYTES:
+        raise FarmError(f"max_bytes {value!r}: give a page size of 1 to {MAX_PAGE_BYTES} "
+                        f"bytes")
+    return value
 
 
 def _bytes(args: dict, key: str) -> bytes:
