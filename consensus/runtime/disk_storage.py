@@ -65,6 +65,15 @@ def decode_record(index: int, payload: bytes) -> Entry:
     return Entry(term, index, entry_type, payload[RECORD_HEAD.size:])
 
 
+class ReadCompacted(CompactedError):
+    """A read's entries were compacted while it ran; `first_index` is the log's first
+    index after the compaction (the storage may not say so yet)."""
+
+    def __init__(self, first_index: int) -> None:
+        super().__init__(f"compacted while read: the log starts at {first_index}")
+        self.first_index = first_index
+
+
 class DiskStorage:
     """`consensus.raft.Storage` on disk; `persist_*` methods are the Ready loop's writes."""
 
@@ -233,9 +242,8 @@ class DiskStorage:
                 return limit_size(part, max_bytes)
         try:
             payloads = self.log.read(lo, hi, max_bytes=max_bytes)
-        except CompactedIndexError:
-            raise CompactedError(f"index {lo} was compacted while it was read (first "
-                                 f"index {self._first})") from None
+        except CompactedIndexError as exc:   # the log moved on before self._first did
+            raise ReadCompacted(max(exc.first_index, self._first)) from None
         return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
 
     def configuration_indexes(self) -> list[int]:

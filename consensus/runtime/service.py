@@ -64,6 +64,10 @@ log = logging.getLogger("garlicfarm.service")
 READ_TIMEOUT = 5.0
 #: the largest page a reader may ask for (read_entries, read_journal)
 MAX_PAGE_BYTES = 64 << 20
+#: entries of one read_entries / read_journal page at most: a page of small entries costs
+#: ~20 us an entry of Python work, which a reader thread shares with a busy loop, and a
+#: client gives a member `answer_timeout` (1 s) before it retries elsewhere
+MAX_PAGE_ENTRIES = 8192
 EVENTS = ("leader-changed", "state-changed", "voters-changed")
 
 
@@ -557,7 +561,8 @@ class Service:
         max_bytes = _page_bytes(args)
         payloads = bool(args.get("payloads", True))
         return self._applied_range(conn, call, args, "read_entries", lambda start, stop:
-                                   self._entries(start, stop, max_bytes, payloads))
+                                   self._entries(start, min(stop, start + MAX_PAGE_ENTRIES),
+                                                 max_bytes, payloads))
 
     def _c_read_journal(self, conn, call, args):
         """The visible journal entries of a page as columns (docs/runtime-requests.md
@@ -565,7 +570,7 @@ class Service:
         max_bytes = _page_bytes(args)
 
         def answer(start: int, stop: int) -> dict:
-            entries = self._read_log(start, stop, max_bytes)
+            entries = self._read_log(start, min(stop, start + MAX_PAGE_ENTRIES), max_bytes)
             verdicts = dict(zip((e.index for e in entries),
                                 self.node.machine.verdicts().of(entries)))
             return member_answer(entries, lambda e: verdicts[e.index], start)
@@ -596,8 +601,8 @@ class Service:
         node = self.node
         try:
             return node.read_applied(start, stop, max_bytes)
-        except CompactedError:
-            first = node.log.first_index()
+        except CompactedError as exc:
+            first = max(node.log.first_index(), getattr(exc, "first_index", 0))
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first) from None
 
