@@ -293,3 +293,72 @@ def test_read_applied_races_compaction_with_exact_entries_or_compacted_error(tmp
         assert outcomes["exact"] > 0 and storage.first_index() > 2000, outcomes
     finally:
         storage.close()
+
+
+def test_reads_wait_in_bounded_queues_and_a_connection_waits_for_its_bytes_to_leave():
+    """LogReads' bounds on real connections (a socket pair each): one page in the making
+    per connection, `waiting_per_connection` and `waiting` calls waiting, then
+    Unavailable; a connection whose answer is unwritten gets no next page meanwhile."""
+    import socket
+
+    from consensus.runtime import Unavailable
+    from consensus.runtime.connection import Connection
+    from consensus.runtime.log_reads import LOW_WATER, LogReads
+
+    pairs = [socket.socketpair() for _ in range(3)]
+    conns = [Connection(a, "garlicfarm", None, outgoing=False, peer_id=None, label=f"c{k}")
+             for k, (a, _) in enumerate(pairs)]
+    woken, release, started = threading.Event(), {}, []
+    reads = LogReads(wake=woken.set, threads=1, waiting=3, waiting_per_connection=2)
+
+    def work(name: str):
+        release[name] = threading.Event()
+
+        def build() -> bytes:
+            started.append(name)
+            assert release[name].wait(20)
+            return name.encode() * (LOW_WATER + 1)      # an answer above the low water
+        return build
+
+    def failure(exc):
+        return b"failed"
+
+    def pump_until(condition) -> None:
+        deadline = time.monotonic() + 20
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            woken.wait(0.05)
+            woken.clear()
+            reads.pump(lambda conn, frame: conn.out.extend(frame))
+
+    try:
+        reads.submit(conns[0], work("a"), failure)
+        pump_until(lambda: started == ["a"])
+        reads.submit(conns[0], work("b"), failure)      # waits: c0 has a page in making
+        reads.submit(conns[0], work("c"), failure)
+        with pytest.raises(Unavailable):
+            reads.submit(conns[0], work("x"), failure)  # a third waiting for c0
+        reads.submit(conns[1], work("d"), failure)      # waits: the one thread is busy
+        with pytest.raises(Unavailable):
+            reads.submit(conns[2], work("y"), failure)  # a fourth waiting on the node
+        assert reads.in_flight == 4 and reads.refused == 2
+        release["a"].set()
+        pump_until(lambda: len(conns[0].out) > LOW_WATER and started == ["a", "d"])
+        release["d"].set()
+        pump_until(lambda: len(conns[1].out) > LOW_WATER)
+        time.sleep(0.2)                  # c0's answer is unwritten: its next page waits
+        reads.pump(lambda conn, frame: conn.out.extend(frame))
+        assert started == ["a", "d"]
+        conns[0].out.clear()             # written
+        pump_until(lambda: started == ["a", "d", "b"])
+        release["b"].set()
+        release["c"].set()
+        pump_until(lambda: reads.served == 3)
+        assert conns[0].out.startswith(b"b")
+    finally:
+        for name in release:
+            release[name].set()
+        reads.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
