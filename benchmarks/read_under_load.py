@@ -2,15 +2,20 @@
 does the farm keep its leader and its writer's latency while a reader catches up?
 
     PYTHONPATH=<checkout> .venv/bin/python benchmarks/read_under_load.py [--rows 1000000]
-        [--value-bytes 100] [--runs 3] [--partitions 2] [--rate 40] [--burners 2]
+        [--backlog journal|sink] [--rows-per-entry 10] [--value-bytes 100] [--runs 3]
+        [--partitions 2] [--rate 40] [--burners 2]
 
 The code under test is the one on PYTHONPATH (the driver, the Spark workers and the
 nodes all import it): run the script once with this checkout and once with another to
 compare (the script imports nothing from its own checkout).
 
 One `local[P]` Spark session and one 3-node farm (LocalFarm, fsync batch, every node with
---metrics). The backlog, --rows rows of --value-bytes (SHA-512 hex digits, as
-benchmarks/spark_raft.py), is written once through the garlicfarm sink, untimed. Then,
+--metrics). The backlog, --rows rows of --value-bytes, is written once, untimed:
+`journal` (default): by FarmClient.append_many, --rows-per-entry rows an entry, the log
+a steady writer leaves (many small entries: what makes a member work per entry); `sink`:
+SHA-512 hex digits (as benchmarks/spark_raft.py) through the garlicfarm sink (few large
+staged entries, whose pages are mostly bytes to copy). A first, unmeasured read of a few
+entries warms Spark's JVM and Python workers. Then,
 per run: `--burners` processes spin on the CPU (a shared cluster), a FarmClient appends one
 record --rate times a second at the leader, and Spark reads the backlog
 (format garlicfarm, kind raft, startingOffsets/endingOffsets its index range) into the
@@ -53,6 +58,20 @@ def value_frame(spark, rows: int, partitions: int, value_bytes: int):
              .cache())
     assert frame.count() == rows
     return frame
+
+
+def write_journal(farm: LocalFarm, rows: int, per_entry: int, value_bytes: int) -> None:
+    """`rows` rows as journal entries of `per_entry` rows, 500 entries a call."""
+    value = b"v" * value_bytes
+    with farm.client(timeout=60) as client:
+        written = 0
+        while written < rows:
+            batch = []
+            while written < rows and len(batch) < 500:
+                count = min(per_entry, rows - written)
+                batch.append([value] * count)
+                written += count
+            client.append_many(batch)
 
 
 class Writer(threading.Thread):
@@ -148,12 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--backlog", choices=("journal", "sink"), default="journal")
+    parser.add_argument("--rows-per-entry", type=int, default=10,
+                        help="journal backlog: rows of each appended entry")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rate", type=int, default=40, help="writer appends per second")
     parser.add_argument("--burners", type=int, default=2, help="CPU burner processes")
     args = parser.parse_args(argv)
-    for name in ("rows", "value_bytes", "runs", "partitions", "rate"):
+    for name in ("rows", "value_bytes", "runs", "partitions", "rate", "rows_per_entry"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.burners < 0:
@@ -167,12 +189,19 @@ def main(argv: list[str] | None = None) -> int:
         with farm.client() as client:
             start = client.last_applied() + 1
         began = time.monotonic()
-        frame = value_frame(spark, args.rows, args.partitions, args.value_bytes)
-        frame.write.format("garlicfarm").options(**farm.options).mode("append").save()
-        frame.unpersist()
+        if args.backlog == "sink":
+            frame = value_frame(spark, args.rows, args.partitions, args.value_bytes)
+            frame.write.format("garlicfarm").options(**farm.options).mode("append").save()
+            frame.unpersist()
+        else:
+            write_journal(farm, args.rows, args.rows_per_entry, args.value_bytes)
         with farm.client() as client:
             end = client.last_applied() + 1
-        lines = [f"backlog: {args.rows:,} rows of {args.value_bytes} bytes, entries "
+        warm = {**farm.options, "startingOffsets": json.dumps({"index": start}),
+                "endingOffsets": json.dumps({"index": min(end, start + 3)})}
+        spark.read.format("garlicfarm").options(**warm).load().write.format("noop") \
+            .mode("overwrite").save()
+        lines = [f"backlog ({args.backlog}): {args.rows:,} rows of {args.value_bytes} bytes, entries "
                  f"[{start}, {end}), written in {time.monotonic() - began:.0f} s; "
                  f"spark {spark.version} local[{args.partitions}], 3 nodes, fsync batch, "
                  f"writer {args.rate}/s, {args.burners} CPU burners"]
