@@ -161,7 +161,7 @@ class NodeCollector(Collector):
         yield batches
         yield _gauge("garlicfarm_sink_staged_entries", "Sink entries staged and not yet "
                      "committed or aborted.", len(machine.ledger.staged))
-        reads = node.service.reads
+        reads = node.service.log_calls.reads
         yield _gauge("garlicfarm_log_reads_in_flight", "Log reads (read_entries, "
                      "read_journal, entry_rows, query_snapshot) being built by the reader "
                      "threads or waiting for them.", reads.in_flight)
