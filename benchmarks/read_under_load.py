@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("read-under-load", f"local[{args.partitions}]", conf={
         "spark.ui.enabled": "false", "spark.driver.memory": "4g"})
     spark.sparkContext.setLogLevel("ERROR")
-    with LocalFarm(nodes=3, extra_args=("--metrics", "127.0.0.1:0")) as farm:
+    # the whole backlog stays in the log (a node keeps 100,000 entries below its latest
+    # snapshot by default: a 10M-row journal backlog would be compacted before it is read)
+    with LocalFarm(nodes=3, extra_args=("--metrics", "127.0.0.1:0",
+                                        "--retain-entries", "1000000000")) as farm:
         nodes = [Node(farm, i) for i in farm.cluster.node_ids]
         with farm.client() as client:
             start = client.last_applied() + 1
