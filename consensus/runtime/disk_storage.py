@@ -40,6 +40,7 @@ from consensus.raft.errors import CompactedError, UnavailableError
 from consensus.raft.retention import catch_up_index, compaction_point, snapshots_to_keep
 from consensus.storage import (CorruptLogError, HardStateFile, RecordHeads, SegmentedLog,
                                SnapshotStore)
+from consensus.storage.errors import CompactedIndexError
 from consensus.storage import HardState as StoredHardState
 from consensus.storage.files import replace_atomically
 
@@ -71,6 +72,15 @@ def write_log_base(data_dir: str, index: int, term: int) -> None:
     head = struct.pack(">4sQQ", b"GFLB", index, term)
     replace_atomically(os.path.join(data_dir, "log-base"),
                        [head, struct.pack(">I", zlib.crc32(head))])
+
+
+class ReadCompacted(CompactedError):
+    """A read's entries were compacted while it ran; `first_index` is the log's first
+    index after the compaction (the storage may not say so yet)."""
+
+    def __init__(self, first_index: int) -> None:
+        super().__init__(f"compacted while read: the log starts at {first_index}")
+        self.first_index = first_index
 
 
 class DiskStorage:
@@ -215,6 +225,33 @@ class DiskStorage:
             start = lo - cache[0].index
             return limit_size(cache[start:start + hi - lo], max_bytes)
         payloads = self.log.read(lo, hi, max_bytes=max_bytes)
+        return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
+
+    def read_applied(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """`entries` for reader threads (consensus/runtime/log_reads.py): entries
+        [lo, hi) that the loop appended and that are committed (no truncation touches
+        them). Safe beside the loop's appends, fsyncs and compactions: the cache is read
+        by one slice (atomic under the GIL) and used only if it holds exactly those
+        entries (it may have been trimmed meanwhile), else the segments are read (the log
+        is thread-safe). CompactedError when `lo` is below the first index, now or by
+        the time the segments are read."""
+        if lo < self._first:
+            raise CompactedError(f"index {lo} is compacted (first index {self._first})")
+        if lo >= hi:
+            return []
+        cache = self._cache
+        try:
+            offset = lo - cache[0].index
+        except IndexError:
+            offset = -1
+        if offset >= 0:
+            part = cache[offset:offset + hi - lo]
+            if len(part) == hi - lo and part[0].index == lo and part[-1].index == hi - 1:
+                return limit_size(part, max_bytes)
+        try:
+            payloads = self.log.read(lo, hi, max_bytes=max_bytes)
+        except CompactedIndexError as exc:   # the log moved on before self._first did
+            raise ReadCompacted(max(exc.first_index, self._first)) from None
         return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
 
     def configuration_indexes(self) -> list[int]:

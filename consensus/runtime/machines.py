@@ -66,11 +66,15 @@ class CommandError(Exception):
 
 
 class RequestLog:
-    """Outcomes by request id, the oldest forgotten first (insertion order: deterministic)."""
+    """Outcomes by request id, the oldest forgotten first (insertion order: deterministic).
+    Outcomes are remembered as their entries apply, so in index order, and forgotten in
+    the same order: `forgotten_through` (the highest index forgotten) tells exactly which
+    outcomes are gone, which reader threads use to judge entries consistently."""
 
     def __init__(self, capacity: int = DEDUP_CAPACITY) -> None:
         self.capacity = capacity
         self.outcomes: OrderedDict[bytes, tuple[int, int, Any, Any]] = OrderedDict()
+        self.forgotten_through = 0
 
     def get(self, request_id: bytes) -> Outcome | None:
         found = self.outcomes.get(request_id)
@@ -83,7 +87,8 @@ class RequestLog:
         self.outcomes[outcome.request_id] = (outcome.index, outcome.term, outcome.result,
                                              list(outcome.error) if outcome.error else None)
         while len(self.outcomes) > self.capacity:
-            self.outcomes.popitem(last=False)
+            _, forgotten = self.outcomes.popitem(last=False)
+            self.forgotten_through = max(self.forgotten_through, forgotten[0])
 
     def dump(self) -> list:
         """[[request id, [index, term, result, error]], ...], oldest first (built by C
@@ -95,6 +100,8 @@ class RequestLog:
             self.outcomes = OrderedDict((item[0], tuple(item[1:])) for item in items)
         else:
             self.outcomes = OrderedDict((rid, tuple(v)) for rid, v in items)
+        oldest = next(iter(self.outcomes.values()), None)
+        self.forgotten_through = oldest[0] - 1 if oldest is not None else 0
 
 
 class Ledger:
@@ -366,24 +373,13 @@ class FarmStateMachine:
                            "machine is configured")
 
     def verdict(self, entry: Entry) -> bool | None:
-        """Did this committed command take effect? False for a retry of a request applied
-        before and for a COMMIT that was a duplicate or failed (exact for every commit);
-        None for another command whose request id the machine no longer remembers.
-        Other entries: True."""
-        found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
-        if found is None:
-            return True
-        kind, request_id = found
-        known = self.requests.outcomes.get(request_id)
-        if known is not None and known[0] != entry.index:
-            return False
-        if kind == CommandKind.COMMIT:
-            try:
-                command = decode_command(entry.data)
-            except ProtocolError:
-                return False
-            return self.ledger.commit_effective(entry.index, command.args[0], command.args[1])
-        return True if known is not None else None
+        """Did this committed command take effect? (`Verdicts.of`, as of now.)"""
+        return self.verdicts().of([entry])[0]
+
+    def verdicts(self) -> "Verdicts":
+        """What judges applied entries, for use on any thread (O(1): the loop hands it
+        to reader threads)."""
+        return Verdicts(self.requests, self.ledger)
 
     def publisher(self) -> int | None:
         return choose_publisher(self.statuses)
@@ -437,11 +433,62 @@ class FarmStateMachine:
                              f"this node reads versions {_READABLE_VERSIONS}; upgrade it")
         self.applied = state["applied"]
         self.kv = dict(state["kv"])
-        self.requests = RequestLog()
-        self.requests.load(state["requests"], state["v"])
-        self.ledger.load(state["ledger"])
+        requests, ledger = RequestLog(), Ledger()      # built, then swapped in: a reader
+        requests.load(state["requests"], state["v"])    # thread's Verdicts keeps the old
+        ledger.load(state["ledger"])
+        self.requests, self.ledger = requests, ledger
         self.statuses = {int(k): v[1] for k, v in state["statuses"].items()}
         self.status_index = {int(k): v[0] for k, v in state["statuses"].items()}
         self.journal_entries = state["journal"]
         if self.app is not None and state.get("app") is not None:
             self.app.restore(state["app"])
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Judges applied entries off the event loop, from facts that never change once an
+    entry has applied: the index at which each request id first applied (RequestLog:
+    remembered and forgotten in index order) and the index of every effective COMMIT
+    (Ledger.effective, append-only). Each lookup is one dict get or bisect, atomic
+    under the GIL, and a snapshot restore swaps in new objects rather than changing
+    these, so a reader thread may use it while the loop applies entries."""
+    requests: RequestLog
+    ledger: Ledger
+
+    def of(self, entries: list[Entry]) -> list[bool | None]:
+        """Each entry's verdict: False for a retry of a request applied before and for
+        a COMMIT that was a duplicate or failed (exact for every commit, so a batch is
+        visible whole or not at all); None for another command whose request id is
+        forgotten; True otherwise. The answer for the whole list is the machine's at
+        one moment (the end of the call), whatever was applied or forgotten meanwhile:
+        outcomes found during the call but forgotten by its end count as forgotten.
+        The entries must have applied before the call began."""
+        outcomes, commit_effective = self.requests.outcomes, self.ledger.commit_effective
+        found_at: list = []
+        for entry in entries:
+            found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
+            if found is None:
+                found_at.append(True)
+                continue
+            kind, request_id = found
+            if kind == CommandKind.COMMIT:
+                try:
+                    command = decode_command(entry.data)
+                except ProtocolError:
+                    found_at.append(False)
+                    continue
+                found_at.append(commit_effective(entry.index, command.args[0],
+                                                 command.args[1]))
+                continue
+            known = outcomes.get(request_id)
+            found_at.append(known[0] if known is not None else 0)
+        forgotten = self.requests.forgotten_through
+        verdicts: list[bool | None] = []
+        for entry, at in zip(entries, found_at):
+            if at is True or at is False:
+                verdicts.append(at)
+            elif at <= forgotten:           # 0: not found (forgotten before it was asked)
+                verdicts.append(None)
+            else:
+                verdicts.append(at == entry.index)
+        return verdicts

@@ -90,7 +90,8 @@ class AdminWaits:
                 answers.fail(wait.conn, wait.call_id, exc)
                 continue
             if done:
-                answers.reply(wait.conn, wait.call_id, result)
+                if result is not LATER:     # LATER: handed on (a log read's page)
+                    answers.reply(wait.conn, wait.call_id, result)
             elif now >= wait.deadline:
                 message = f"{wait.timeout_message} (it may still complete: check " \
                     f"get_servers)" if isinstance(wait.timeout_message, str) \

@@ -145,6 +145,7 @@ class FarmNode:
         self.port = self.transport.port
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,
+            read_applied=self.storage.read_applied,
             machine=self.machine, transport=self.transport,
             snapshots=SnapshotView(self.storage.snapshots),
             latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
@@ -255,6 +256,7 @@ class FarmNode:
                             service.on_client(conn, wire, slot)
                 service.propose_pending()
                 driver.run()
+                service.pump_reads()
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol
 
-from consensus.raft import Configuration, FollowerContact, Role, Snapshot, SnapshotQueryResult, StateMachine
+from consensus.raft import (Configuration, Entry, FollowerContact, Role, Snapshot,
+                            SnapshotQueryResult, StateMachine)
 from consensus.raft.log import LogView
 from consensus.raft.progress import Progress
 
@@ -61,6 +62,8 @@ class NodeView:
     config: "NodeConfig"
     core: Core
     log: LogView
+    #: applied entries [lo, hi) within max_bytes, on any thread (DiskStorage.read_applied)
+    read_applied: Callable[[int, int, int | None], list[Entry]]
     machine: "FarmStateMachine"
     transport: "Transport"
     snapshots: "SnapshotView"                       #: sparse snapshots, for two-step reads

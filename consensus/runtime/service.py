@@ -15,7 +15,8 @@ Farm wire, plus JRaft's own client requests (docs/protocol.md has the frames).
 * **Reads**: queryClusterState at the leader after a ReadIndex (or JournalKeeper's lease
   check), queryServerState at any member, lastApplied (a confirmed ReadIndex), and
   querySnapshot (two-step reads over sparse snapshots); read_entries / log_bounds serve
-  the committed log to readers (the Spark raft source).
+  the committed log to readers (the Spark raft source): log_calls.py, whose pages are
+  built on reader threads.
 * **Membership and admin**: getServers, status (with the publisher), updateVoters (joint
   consensus), updateObservers, JRaft's AddServer / RemoveServer flows, forced removal,
   leader transfer. Calls that take effect later are answered when they have (or at their
@@ -33,20 +34,18 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
-                            ProposalDropped, PullStatus, ReadStatus, Role)
+                            ProposalDropped, ReadStatus, Role)
 from consensus.raft.retention import catch_up_index
 from consensus.runtime import extensions as ext
-from consensus.runtime.envelope import (HEAD, decode_command, described, header_of,
-                                        is_command, journal_request_id, request_id_of,
-                                        stamp_head)
-from consensus.runtime.errors import (FarmError, IndexOverflow, IndexUnderflow,
-                                      NotLeaderError, RetryableWrite, Unavailable, error_detail)
+from consensus.runtime.envelope import (HEAD, decode_command, is_command, journal_request_id,
+                                        request_id_of, stamp_head)
+from consensus.runtime.errors import (FarmError, NotLeaderError, RetryableWrite, Unavailable,
+                                      error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.runtime.machines import CommandError, Outcome
-from consensus.runtime.journal_pages import member_answer
+from consensus.runtime.log_calls import LogCalls
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
-from consensus.runtime.row_index import RowIndex, entry_shows
 from consensus.storage import SnapshotNotFoundError
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import MessageType, RaftResponse, ValueType, check_shape, encode
@@ -103,10 +102,11 @@ class Service:
         self._subscribers: set["Connection"] = set()
         self.waits = AdminWaits(self)
         self.membership = MembershipCalls(node, self, self.waits)
-        self.rows = RowIndex(self._shown)
+        self.log_calls = LogCalls(node, self, self.waits)
         self._calls: dict[str, Callable[..., Any]] = {
             **{op: partial(fn, self) for op, fn in self._CALLS.items()},
-            **{op: getattr(self.membership, op) for op in MembershipCalls.CALLS}}
+            **{op: getattr(self.membership, op) for op in MembershipCalls.CALLS},
+            **{op: getattr(self.log_calls, op) for op in LogCalls.CALLS}}
 
     # -- frames ----------------------------------------------------------------------------
     def _frame(self, message: ext.ExtensionMessage) -> bytes:
@@ -117,6 +117,20 @@ class Service:
 
     def _head(self) -> tuple[int, int, int]:
         return (self.node.id, 0, self.node.core.term)
+
+    def answer_frames(self, call_id: int) -> tuple[Callable[[Any], bytes],
+                                                   Callable[[FarmError], bytes]]:
+        """Builders of the answer frame and of the error frame of a call, with this
+        node's head as of now, for use on any thread (the log reads' reader threads)."""
+        head, frame = self._head(), self._frame
+
+        def result(value: Any) -> bytes:
+            return frame(ext.Reply(*head, call_id, 0, value, "", {}))
+
+        def failure(exc: FarmError) -> bytes:
+            return frame(ext.Reply(*head, call_id, int(exc.code), None, str(exc),
+                                   error_detail(exc)))
+        return result, failure
 
     def reply(self, conn: "Connection", call_id: int, result: Any) -> None:
         self._send(conn, ext.Reply(*self._head(), call_id, 0, result, "", {}))
@@ -510,108 +524,15 @@ class Service:
     def _c_query_server(self, conn, call, args):
         return self.node.machine.query(_bytes(args, "query"))
 
-    def _c_query_snapshot(self, conn, call, args):
-        node = self.node
-        index, query = int(args["index"]), _bytes(args, "query")
-        result = node.core.query_snapshot(index, query, node.snapshots, node.new_machine)
-        if result.status is PullStatus.INDEX_OVERFLOW:
-            raise IndexOverflow(f"node {node.id} has applied up to {node.machine.applied}, not "
-                                f"{index} yet: retry later or ask another member",
-                                node.machine.applied)
-        if result.status is PullStatus.INDEX_UNDERFLOW:
-            first = node.log.first_index()
-            raise IndexUnderflow(f"index {index} is compacted away at node {node.id} (its log "
-                                 f"starts at {first})", first)
-        return result.result
+    def pump_reads(self) -> None:
+        """Queue the finished pages on their connections (the loop, every turn)."""
+        self.log_calls.pump()
 
     def _c_log_bounds(self, conn, call, args):
         node = self.node
         snapshot = node.latest_snapshot()
         return [node.log.first_index(), min(node.core.commit_index, node.machine.applied),
                 snapshot.index if snapshot is not None else 0]
-
-    def _c_read_entries(self, conn, call, args):
-        max_bytes = int(args.get("max_bytes", 8 << 20))
-        payloads = bool(args.get("payloads", True))
-        return self._applied_range(conn, call, args, "read_entries", lambda start, stop:
-                                   self._entries(start, stop, max_bytes, payloads))
-
-    def _c_read_journal(self, conn, call, args):
-        """The visible journal entries of a page as columns (docs/runtime-requests.md
-        S8): a backlog of small entries read without a record object per entry."""
-        max_bytes = int(args.get("max_bytes", 8 << 20))
-        node = self.node
-
-        def answer(start: int, stop: int) -> dict:
-            entries = node.log.slice(start, stop, max_bytes) if stop > start else []
-            return member_answer(entries, node.machine.verdict, start)
-        return self._applied_range(conn, call, args, "read_journal", answer)
-
-    def _c_entry_rows(self, conn, call, args):
-        """Each entry's journal rows and the effective commits' headers, from the row
-        index (docs/runtime-requests.md S7): planning a backlog without its headers."""
-        def answer(start: int, stop: int) -> dict:
-            self.rows.forget_before(self.node.log.first_index())
-            end, rows, commits = self.rows.rows_of(start, stop)
-            return {"stop": end, "rows": rows, "commits": commits}
-        return self._applied_range(conn, call, args, "entry_rows", answer)
-
-    def _shown(self, start: int, stop: int):
-        """What entries [start, stop) show readers, for the row index."""
-        node = self.node
-        machine = node.machine
-        while start < stop:
-            page = node.log.slice(start, stop, 8 << 20)
-            for entry in page:
-                yield (entry.index, *entry_shows(entry, machine.verdict))
-            start = page[-1].index + 1
-
-    def _applied_range(self, conn, call, args, name: str,
-                       answer: Callable[[int, int], Any]) -> Any:
-        """`answer(start, stop)` for applied entries [start, stop) of this member's log:
-        IndexUnderflow below its first entry, IndexOverflow past what it applied (a new
-        leader waits for what it may already have acknowledged)."""
-        node = self.node
-        start, stop = int(args["start"]), int(args["stop"])
-        if start < 1 or stop < start:
-            raise FarmError(f"{name}({start}, {stop}): need 1 <= start <= stop")
-        first, applied = node.log.first_index(), node.machine.applied
-        if start < first:
-            raise IndexUnderflow(f"entries before {first} are compacted away at node "
-                                 f"{node.id}", first)
-        if stop - 1 > applied:
-            raft = node.core
-            if raft.role is Role.LEADER and not raft.committed_in_term and \
-                    stop - 1 <= raft.last_index:
-                # A new leader learns the commit index when its first entry commits: what
-                # it holds may be acknowledged already (a client reading its own write),
-                # so answer once that is applied here instead of "not there yet".
-                return self.waits.add(
-                    conn, call, args,
-                    lambda: ((True, answer(start, stop))
-                             if node.machine.applied >= stop - 1 else (False, None)),
-                    f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
-            raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
-                                f"entry {stop - 1} is not there yet", applied)
-        return answer(start, stop)
-
-    def _entries(self, start: int, stop: int, max_bytes: int, payloads: bool) -> dict:
-        """The answer to read_entries for applied entries [start, stop)."""
-        if start == stop:
-            return {"entries": [], "verdicts": {}}
-        node = self.node
-        entries = node.log.slice(start, stop, max_bytes)
-        verdicts = {}
-        machine = node.machine
-        for entry in entries:
-            verdict = machine.verdict(entry)
-            if verdict is not True:
-                verdicts[entry.index] = verdict
-        if not payloads:
-            return {"headers": [header_of(described(e, verdicts.get(e.index, True)))
-                                for e in entries]}
-        return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],
-                "verdicts": verdicts}
 
     def _c_subscribe(self, conn, call, args):
         events = set(args.get("events") or EVENTS)
@@ -656,9 +577,7 @@ class Service:
 
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
-        "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
-        "read_entries": _c_read_entries, "entry_rows": _c_entry_rows,
-        "read_journal": _c_read_journal,
+        "log_bounds": _c_log_bounds,
         "subscribe": _c_subscribe, "ping": _c_ping, "read_snapshot": _c_read_snapshot,
     }
 
@@ -688,6 +607,7 @@ class Service:
     def shutdown(self) -> None:
         self.waits.clear()
         self._reads.clear()
+        self.log_calls.close()
 
 
 

@@ -347,30 +347,43 @@ class SegmentedLog:
 
     def read(self, start: int, stop: int, *, max_bytes: int | None = None) -> list[bytes]:
         """The payloads of records [start, stop): at least one when start < stop, then as
-        many as fit in `max_bytes` payload bytes. Costs O(stop - start)."""
+        many as fit in `max_bytes` payload bytes. Costs O(stop - start). Thread-safe:
+        the records are located under the lock, read and checked after it (on
+        duplicated descriptors), so a large read never holds up appends, and a segment
+        compacted away meanwhile is still read whole."""
         if max_bytes is not None:
             _check_int("max_bytes", max_bytes, 0)
         if start > stop:
             raise ValueError(f"read(start={start}, stop={stop}): start is after stop")
-        with self._lock:
-            self._check_usable()
-            self._check_range(start, stop)
+        pieces = []
+        try:
+            with self._lock:
+                self._check_usable()
+                self._check_range(start, stop)
+                position = bisect.bisect_right(self._firsts, start) - 1
+                index, budget = start, max_bytes
+                while index < stop:
+                    segment = self._segments[position]
+                    a = index - segment.first_index
+                    b = min(stop, segment.next_index) - segment.first_index
+                    piece = segment.pin(a, b, budget, not pieces)
+                    if piece is None:
+                        break
+                    pieces.append(piece)
+                    got = len(piece.starts)
+                    index += got
+                    if got < b - a:
+                        break
+                    if budget is not None:
+                        budget -= piece.ends[-1] - piece.starts[0] - record.HEADER_SIZE * got
+                    position += 1
             payloads: list[bytes] = []
-            position = bisect.bisect_right(self._firsts, start) - 1
-            index, budget = start, max_bytes
-            while index < stop:
-                segment = self._segments[position]
-                a = index - segment.first_index
-                b = min(stop, segment.next_index) - segment.first_index
-                got = segment.read(a, b, budget, not payloads)
-                payloads += got
-                index += len(got)
-                if len(got) < b - a:
-                    break
-                if budget is not None:
-                    budget -= sum(map(len, got))
-                position += 1
+            for piece in pieces:
+                payloads += piece.read()
             return payloads
+        finally:
+            for piece in pieces:
+                piece.close()
 
     def read_joined(self, start: int, stop: int, *, max_bytes: int | None = None
                     ) -> tuple[array, bytes]:

@@ -228,18 +228,26 @@ class Segment:
     def _payloads(self, a: int, b: int) -> list[bytes]:
         """Records a..b-1 (a < b), checked (length and CRC): one pread, then
         `record.unframe_many` (no Python step per record)."""
+        return self._piece(a, b, self._fd).read()
+
+    def pin(self, a: int, b: int, max_bytes: int | None, at_least_one: bool
+            ) -> "PinnedRecords | None":
+        """Records a..b-1 as `read` would choose them, to be read later without the
+        log's lock: the file's descriptor is duplicated, so a compaction that closes and
+        deletes this segment meanwhile does not disturb the read. None when no record
+        fits. The caller must `read()` or `close()` the result."""
+        if max_bytes is not None and b > a:
+            b = self._fitting(a, b, max_bytes, at_least_one)
+        if b <= a:
+            return None
+        return self._piece(a, b, os.dup(self._fd), owned=True)
+
+    def _piece(self, a: int, b: int, fd: int, *, owned: bool = False) -> "PinnedRecords":
         offsets = self.offsets
-        base = offsets[a]
-        data = read_exactly(self._fd, self.record_end(b - 1) - base, base)
-        if data is None:
-            raise CorruptLogError(self.path, base, "the file is shorter than the records "
-                                  "indexed when it was opened (truncated by someone else?)")
         ends = offsets[a + 1:b]
         ends.append(self.record_end(b - 1))
-        try:
-            return record.unframe_many(data, base, offsets[a:b], ends)
-        except record.BadRecord as exc:
-            raise CorruptLogError(self.path, exc.offset, exc.reason) from None
+        return PinnedRecords(self.path, fd, offsets[a:b], ends, owned)
+
 
     def truncate(self, count: int, *, durable: bool) -> None:
         """Keep the first `count` records; the cut is fsynced when `durable`."""
@@ -264,3 +272,36 @@ class Segment:
             remove_durably(self.path)
         else:
             os.unlink(self.path)
+
+
+@dataclass
+class PinnedRecords:
+    """Records of one segment, located: their start and end offsets, and a descriptor
+    to read them with (owned: closed by `read` or `close`)."""
+    path: str
+    fd: int
+    starts: array
+    ends: array
+    owned: bool
+
+    def read(self) -> list[bytes]:
+        """The payloads, checked (length and CRC): one pread, then `record.unframe_many`
+        (no Python step per record)."""
+        try:
+            base = self.starts[0]
+            data = read_exactly(self.fd, self.ends[-1] - base, base)
+            if data is None:
+                raise CorruptLogError(self.path, base, "the file is shorter than the "
+                                      "records indexed when it was opened (truncated by "
+                                      "someone else?)")
+            try:
+                return record.unframe_many(data, base, self.starts, self.ends)
+            except record.BadRecord as exc:
+                raise CorruptLogError(self.path, exc.offset, exc.reason) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.owned and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,172 @@
+"""Log reads (read_entries, read_journal, entry_rows, query_snapshot) served by reader
+threads, so that the event loop's turn never grows with a reader's page.
+
+A page costs the loop O(1): it checks the bounds, captures what the page may see (the
+applied index, the state machine's `Verdicts`), and hands the job over; a reader thread
+reads the segments (`DiskStorage.read_applied`), judges the entries, builds and encodes
+the answer frame; the loop queues the finished bytes on the connection.
+
+Bounds and backpressure: at most `threads` pages are being built per node; a connection
+has at most one, and the next one starts only once the bytes of the answers before it
+have left (the connection's output is below `LOW_WATER`), so a slow reader holds one
+page of memory, not a backlog of them. Calls beyond that wait, `waiting_per_connection`
+per connection and `waiting` per node; past those the call is refused with Unavailable
+(retry), so a flood of reads costs a bounded amount of memory and loop time.
+
+Why threads, not a reader process: a page's verdicts come from the state machine, which
+lives in the node process and changes every turn; a process would need it shipped or
+mirrored. Threads share it safely (`machines.Verdicts`), and the work that dominates
+(pread, CRC, msgpack of large buffers) runs in C. The cost is the GIL: a reader thread
+in Python code gives the loop the GIL at each switch interval, which this module lowers
+to `SWITCH_INTERVAL` (benchmarks/read_under_load.py measures the turn times).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from consensus.runtime.errors import FarmError, Unavailable
+
+if TYPE_CHECKING:
+    from consensus.runtime.connection import Connection
+
+log = logging.getLogger("garlicfarm.reads")
+
+#: a connection's next page starts once fewer bytes than this wait to be written
+LOW_WATER = 256 << 10
+#: the GIL switch interval (s) of a node process: a reader thread in Python code hands
+#: the loop the GIL this often (CPython's default, 5 ms, would add up per turn)
+SWITCH_INTERVAL = 0.001
+
+#: builds the answer frame (runs on a reader thread)
+Work = Callable[[], bytes]
+#: the frame of an error for a call (runs on a reader thread)
+Failure = Callable[[FarmError], bytes]
+
+
+@dataclass(slots=True)
+class _Job:
+    conn: "Connection"
+    work: Work
+    failure: Failure
+    frame: bytes = b""
+
+
+class LogReads:
+    """Reader threads and the loop's side of them (`submit`, `pump`: loop thread only)."""
+
+    def __init__(self, *, wake: Callable[[], None], threads: int = 2,
+                 waiting: int = 256, waiting_per_connection: int = 8,
+                 name: str = "reader") -> None:
+        if threads < 1:
+            raise ValueError(f"reader threads: {threads}; need at least 1")
+        self._wake = wake
+        self.threads = threads
+        self.waiting_limit, self.per_connection = waiting, waiting_per_connection
+        self._waiting: deque[_Job] = deque()
+        self._waiting_of: dict["Connection", int] = {}
+        self._busy: set["Connection"] = set()   # connections with a page being built
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._done: deque[_Job] = deque()       # appended by readers, taken by the loop
+        self.served = self.refused = 0
+        if sys.getswitchinterval() > SWITCH_INTERVAL:
+            sys.setswitchinterval(SWITCH_INTERVAL)
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def in_flight(self) -> int:
+        """Pages being built or waiting (the metrics)."""
+        return len(self._busy) + len(self._waiting)
+
+    # -- the loop's side -------------------------------------------------------------------
+    def submit(self, conn: "Connection", work: Work, failure: Failure) -> None:
+        """Build `work`'s frame on a reader thread and queue it on `conn`, after the
+        connection's earlier pages. Unavailable when too many wait."""
+        waiting = self._waiting_of.get(conn, 0)
+        if waiting >= self.per_connection or len(self._waiting) >= self.waiting_limit:
+            self.refused += 1
+            raise Unavailable(f"this member has {len(self._waiting)} log reads waiting "
+                              f"({waiting} of this connection): retry later")
+        self._waiting.append(_Job(conn, work, failure))
+        self._waiting_of[conn] = waiting + 1
+        self._start_waiting()
+
+    def pump(self, reply: Callable[["Connection", bytes], None]) -> bool:
+        """Queue the finished frames on their connections (`reply`) and start the pages
+        that may start now; True when a frame was queued."""
+        delivered = False
+        done = self._done
+        while done:
+            job = done.popleft()
+            self._busy.discard(job.conn)
+            if not job.conn.closed:
+                reply(job.conn, job.frame)
+                delivered = True
+            self.served += 1
+        if self._waiting:
+            self._start_waiting()
+        return delivered
+
+    def _start_waiting(self) -> None:
+        busy = self._busy
+        if len(busy) >= self.threads:
+            return
+        kept: deque[_Job] = deque()
+        waiting, counts = self._waiting, self._waiting_of
+        while waiting:
+            job = waiting.popleft()
+            conn = job.conn
+            if conn.closed:
+                self._forget(conn)
+                continue
+            if len(busy) >= self.threads or conn in busy or len(conn.out) >= LOW_WATER:
+                kept.append(job)
+                continue
+            busy.add(conn)
+            counts[conn] -= 1
+            if not counts[conn]:
+                del counts[conn]
+            self._jobs.put(job)
+        self._waiting = kept
+
+    def _forget(self, conn: "Connection") -> None:
+        count = self._waiting_of.get(conn, 0) - 1
+        if count > 0:
+            self._waiting_of[conn] = count
+        else:
+            self._waiting_of.pop(conn, None)
+
+    def close(self) -> None:
+        """Stop the reader threads (after the pages they are building)."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._waiting.clear()
+        self._waiting_of.clear()
+
+    # -- reader threads -------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job.frame = job.work()
+            except FarmError as exc:
+                job.frame = job.failure(exc)
+            except Exception as exc:    # noqa: BLE001 - answered, logged: the thread goes on
+                log.exception("a log read failed")
+                job.frame = job.failure(FarmError(
+                    f"the member failed to read the log ({type(exc).__name__}: {exc}); "
+                    f"its log says more"))
+            self._done.append(job)
+            self._wake()
