@@ -109,6 +109,11 @@ def test_a_compacted_farm_round_trips_at_the_same_indexes_through_the_command(tm
                 n += 20
                 assert n < 5000, "the farm never compacted its log"
             client.kv_put("k", "v")
+            # the save copies what the follower applied when it began: wait until that
+            # includes the put
+            put = client.last_applied()
+            wait_until(lambda: client.log_bounds(follower)[1] >= put, 20,
+                       message="the follower applying the kv put")
             out, err = io.StringIO(), io.StringIO()
             code = main(["save", backup, "--endpoints", source.endpoints, "--cluster", "east",
                          "--user", source.username, "--password", source.password,
