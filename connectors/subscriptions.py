@@ -18,10 +18,15 @@ trie before our code sees it. So:
   goes over the limit (shutdown of its descriptor: libzmq then drops the pipe and
   frees its subscriptions, iteratively); a socket monitor says when a descriptor
   belongs to a new connection;
-* refusals are counted (`stats`) and logged as one summary per window and reason.
+* refusals are counted (`stats`) and logged as one summary per window and reason;
+* memory goes back: the trie's nodes are small heap blocks that glibc keeps after
+  libzmq frees them, so once a connection that held many subscriptions is gone (its
+  unsubscriptions read), the guard asks glibc to return free memory (malloc_trim).
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import itertools
 import logging
 import os
@@ -40,6 +45,18 @@ HANDSHAKE_BYTES = 512
 LOG_WINDOW = 10.0              # seconds summarised in one refusal log line
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 _monitor_ids = itertools.count()
+TRIM_AFTER = 64     # subscriptions a departed connection held that make a trim worth it
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another libc)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_trim = _malloc_trim()
 
 
 def publisher_maxmsgsize(max_prefix_bytes: int) -> int:
@@ -63,7 +80,8 @@ class SubscriptionLimits:
 
 
 class RefusalLog:
-    """Refusals summed per (reason, peer) and logged once per `window` seconds."""
+    """Refusals summed per (reason, peer) and logged once per `window` seconds (the
+    first after a quiet window at once)."""
 
     def __init__(self, logger: logging.Logger, what: str, window: float = LOG_WINDOW
                  ) -> None:
@@ -71,7 +89,7 @@ class RefusalLog:
         self.what = what
         self.window = window
         self._counts: Counter[tuple[str, str]] = Counter()
-        self._since = time.monotonic()
+        self._since = -window
 
     def add(self, reason: str, peer: str, now: float) -> None:
         self._counts[(reason, peer)] += 1
@@ -81,8 +99,10 @@ class RefusalLog:
         if not self._counts or (not force and now - self._since < self.window):
             return
         for (reason, peer), count in sorted(self._counts.items()):
-            self.logger.warning("%s: refused %d subscription(s) from %s in %.0f s: %s",
-                                self.what, count, peer, now - self._since, reason)
+            self.logger.warning("%s: refused %d subscription(s) from %s in %.0f s: %s "
+                                "(the connection was cut; next summary in %.0f s at most)",
+                                self.what, count, peer, min(now - self._since, self.window),
+                                reason, self.window)
         self._counts.clear()
         self._since = now
 
@@ -98,6 +118,7 @@ class SubscriptionGuard:
         self.refusals = RefusalLog(logger, what)
         self._counts: dict[int, int] = {}     # descriptor -> subscriptions it holds
         self._cut: set[int] = set()           # descriptors cut, until their close
+        self._trim_due = False
         self._sock = sock
         # pyzmq's default address is named after the socket's descriptor, which a
         # socket closed a moment ago (closing is asynchronous) may still hold
@@ -112,10 +133,19 @@ class SubscriptionGuard:
             except zmq.Again:
                 break
             fd = event["value"]
-            self._counts.pop(fd, None)
+            if self._counts.pop(fd, 0) >= TRIM_AFTER or fd in self._cut:
+                self._trim_due = True   # after its unsubscriptions (libzmq's frees)
             if event["event"] != zmq.EVENT_ACCEPTED:
                 self._cut.discard(fd)
         self.refusals.flush(time.monotonic())
+
+    def release_memory(self) -> None:
+        """Give freed heap back to the system if a large holder left (called by the
+        owner after it read the unsubscriptions that follow a departure)."""
+        if self._trim_due and _trim is not None:
+            _trim(0)
+            self.stats["memory_trims"] += 1
+        self._trim_due = False
 
     def admit(self, frame: zmq.Frame) -> bool:
         """Whether subscription message `frame` (b"\\x01"/b"\\x00" + prefix) is within

@@ -389,6 +389,7 @@ class CloneServer:
             try:
                 frame = self.publisher.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
+                self.guard.release_memory()
                 break
             if frame.more or frame.bytes[:1] not in (b"\x00", b"\x01"):
                 while frame.more:   # not a subscription: nothing we read

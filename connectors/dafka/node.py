@@ -376,6 +376,7 @@ class Node:
             try:
                 frame = self.pub.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
+                self.guard.release_memory()
                 return
             if frame.more:   # a peer's multi-frame message: nothing we read
                 while frame.more:

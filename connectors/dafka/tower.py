@@ -172,6 +172,7 @@ class Tower:
             try:
                 frame = self.xpub.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
+                self.guard.release_memory()
                 return
             data = frame.bytes
             if data[:1] not in (b"\x00", b"\x01") or not self.guard.admit(frame):
