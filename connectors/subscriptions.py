@@ -46,6 +46,8 @@ LOG_WINDOW = 10.0              # seconds summarised in one refusal log line
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 _monitor_ids = itertools.count()
 TRIM_AFTER = 64     # subscriptions a departed connection held that make a trim worth it
+TRIM_WINDOW = 2.0   # seconds after such a departure during which the heap is trimmed
+TRIM_EVERY = 0.1    # at most this often (libzmq frees the trie when it gets to it)
 
 
 def _malloc_trim():
@@ -118,7 +120,8 @@ class SubscriptionGuard:
         self.refusals = RefusalLog(logger, what)
         self._counts: dict[int, int] = {}     # descriptor -> subscriptions it holds
         self._cut: set[int] = set()           # descriptors cut, until their close
-        self._trim_due = False
+        self._trim_until = 0.0
+        self._trimmed_at = 0.0
         self._sock = sock
         # pyzmq's default address is named after the socket's descriptor, which a
         # socket closed a moment ago (closing is asynchronous) may still hold
@@ -134,18 +137,24 @@ class SubscriptionGuard:
                 break
             fd = event["value"]
             if self._counts.pop(fd, 0) >= TRIM_AFTER or fd in self._cut:
-                self._trim_due = True   # after its unsubscriptions (libzmq's frees)
+                self._trim_until = time.monotonic() + TRIM_WINDOW
             if event["event"] != zmq.EVENT_ACCEPTED:
                 self._cut.discard(fd)
         self.refusals.flush(time.monotonic())
+        self.release_memory()
 
     def release_memory(self) -> None:
-        """Give freed heap back to the system if a large holder left (called by the
-        owner after it read the unsubscriptions that follow a departure)."""
-        if self._trim_due and _trim is not None:
-            _trim(0)
-            self.stats["memory_trims"] += 1
-        self._trim_due = False
+        """Give freed heap back to the system while a large holder's departure is
+        recent (the owner calls this after its drains and on a timer: libzmq frees the
+        trie when the socket next processes the pipe's end, at no fixed moment)."""
+        now = time.monotonic()
+        if now > self._trim_until or now - self._trimmed_at < TRIM_EVERY or _trim is None:
+            return
+        if not self._sock.closed:
+            self._sock.getsockopt(zmq.EVENTS)   # let libzmq process the pipe's end now
+        _trim(0)
+        self._trimmed_at = now
+        self.stats["memory_trims"] += 1
 
     def admit(self, frame: zmq.Frame) -> bool:
         """Whether subscription message `frame` (b"\\x01"/b"\\x00" + prefix) is within

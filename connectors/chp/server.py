@@ -266,6 +266,7 @@ class CloneServer:
                     if handler is not None:   # may be gone after a state change
                         handler()
                 self._on_timers()
+                self.guard.release_memory()
                 if self._bulk:
                     self._send_bulk()
         except SplitBrain as exc:

@@ -141,6 +141,7 @@ class Node:
                                          limits.max_subscriptions),
             f"dafka {self.ROLE} {self.address}", log, self.stats)
         self._watch(self.guard.monitor, lambda now: self.guard.on_monitor())
+        self.add_timer(0.25, lambda now: self.guard.release_memory())
         self._watch(self.pub, self._drain_subscriptions)
         self.endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.port = int(self.endpoint.rsplit(":", 1)[1])

@@ -138,6 +138,7 @@ class Tower:
                 else:
                     self.guard.on_monitor()
             self.guard.refusals.flush(time.monotonic())
+            self.guard.release_memory()
 
     def _relay_beacons(self) -> None:
         while True:

@@ -19,6 +19,7 @@ import pytest
 import zmq
 
 from connectors.dafka import Tower
+from connectors.dafka.metrics import TowerCollector
 from connectors.dafka.tower import TowerLimits
 from tests.dafka.conftest import FAST
 from tests.dafka.test_processes import read_line
@@ -99,6 +100,8 @@ def test_the_tower_cuts_a_connection_over_its_subscription_count(caplog):
         assert tower.stats["subscriptions_refused_many"] >= 1
         # at most the admitted ones went on to the XSUB: first subscription of each
         assert len(tower._holders) <= limits.max_per_connection
+        metrics = {m.name: m.samples[0].value for m in TowerCollector(tower).collect()}
+        assert metrics["garlicfarm_dafka_tower_subscriber_connections_cut"] == 1
     # one summary line per (reason, peer), not one per refusal
     lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(lines) == 1 and "over 8 on one connection" in lines[0], lines
