@@ -23,11 +23,12 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                       "consensus.runtime.machines"),
     "consensus": ("consensus",),
     "connectors": (),
+    "connectors.subscriptions": (),
     # the shared HTTP endpoint of --metrics (its bounded server, no Raft behind it)
-    "connectors.dafka": ("consensus.wire.errors", "consensus.storage",
-                         "consensus.runtime.http_endpoint"),
-    "connectors.chp": ("consensus.wire.errors", "consensus.storage", "consensus.runtime",
-                       "consensus.raft"),
+    "connectors.dafka": ("connectors.subscriptions", "consensus.wire.errors",
+                         "consensus.storage", "consensus.runtime.http_endpoint"),
+    "connectors.chp": ("connectors.subscriptions", "consensus.wire.errors",
+                       "consensus.storage", "consensus.runtime", "consensus.raft"),
     "pyspark_farm": ("consensus", "connectors"),
     "garlicfarm": ("consensus", "connectors", "pyspark_farm"),
 }

@@ -18,6 +18,7 @@ from typing import Iterable, Iterator, Protocol
 
 import zmq
 
+from connectors.subscriptions import publisher_maxmsgsize
 from consensus.wire.errors import ProtocolError
 
 from . import bulk as bulk_module
@@ -140,6 +141,7 @@ class Agent:
         self.outlets = []
         for server in servers:
             sock = self._socket(zmq.XPUB)
+            sock.maxmsgsize = publisher_maxmsgsize(0)   # the collector's b"" only
             sock.xpub_verbose = 1
             sock.immediate = 1
             sock.sndhwm = MAX_HELD   # a burst waits for a slow server instead of being dropped

@@ -231,6 +231,10 @@ class CloneClient:
             raise ConfigError("--server: name at least one server as HOST:PORT")
         self.servers: list[ServerAddress] = [parse_address(s) for s in servers]
         self.subtree = _bytes(subtree, "subtree")
+        if len(self.subtree) > limits.max_subtree_bytes:
+            raise ConfigError(f"subtree: {len(self.subtree)} bytes, servers refuse a "
+                              f"subscription over {limits.max_subtree_bytes} "
+                              f"(Limits.max_subtree_bytes): subscribe to a shorter prefix")
         if not server_timeout > 0:
             raise ConfigError(f"server_timeout must be positive, got {server_timeout!r}")
         self.server_timeout = server_timeout

@@ -40,6 +40,13 @@ class ServerCollector(Collector):
         for attribute, name, doc in _COUNTERS:
             yield CounterMetricFamily(f"garlicfarm_chp_{name}", doc,
                                       value=getattr(stats, attribute))
+        for key, doc in (("subscriptions_refused_long", "Subscriptions refused for a "
+                          "prefix over max_subtree_bytes (connection cut)."),
+                         ("subscriptions_refused_many", "Subscriptions refused over the "
+                          "per-connection count (connection cut)."),
+                         ("connections_cut", "Subscriber connections cut.")):
+            yield CounterMetricFamily(f"garlicfarm_chp_{key}", doc,
+                                      value=stats.refusals.get(key, 0))
         state = server.state
         states = GaugeMetricFamily("garlicfarm_chp_state", "1 for the server's state.",
                                    labels=["state"])

@@ -118,6 +118,8 @@ class Limits:
     max_body_bytes: int = 16 << 20
     max_bulk_entries: int = 65536     # entries in one KVBULK
     max_bulk_bytes: int = 16 << 20    # one KVBULK column frame (keys, values...); < 2 GiB
+    max_subtree_bytes: int = 4096     # a subscription (subtree prefix) on a publisher
+    max_subscriptions: int = 64       # prefixes one connection holds (a client: 2)
 
     def __post_init__(self) -> None:
         """Checked here, not where a socket option or an Arrow offset overflows later."""

@@ -35,11 +35,14 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import zmq
 
+from connectors.subscriptions import (SubscriptionGuard, SubscriptionLimits,
+                                      publisher_maxmsgsize)
 from consensus.storage import StorageError
 from consensus.wire.errors import ProtocolError
 
@@ -62,6 +65,7 @@ DEFAULT_PORT = 5556          # zguide primary; the backup uses 5566
 DEFAULT_BSTAR_PORTS = {"primary": 5003, "backup": 5004}
 MAX_LOOP_WAIT = 0.1          # seconds: how long stop() may take to be noticed
 PUBLISHER_HWM = 100_000      # messages queued per subscriber before ZeroMQ drops
+SUBSCRIPTION_DRAIN = 10_000  # subscription messages handled per loop turn
 _LOG_FIRST_REJECTS = 10
 
 
@@ -140,6 +144,8 @@ class ServerStats:
     resyncs: int = 0            # snapshots taken from the active while passive
     last_reject: str = ""
     states: list[str] = field(default_factory=list)   # state changes, in order
+    # subscriptions_refused_long / _many, connections_cut (SubscriptionGuard)
+    refusals: Counter = field(default_factory=Counter)
 
 
 class CloneServer:
@@ -154,6 +160,7 @@ class CloneServer:
         self._ctx = context or zmq.Context()
         self._own_ctx = context is None
         self._sockets: list[zmq.Socket] = []
+        self.guard: SubscriptionGuard | None = None
         self.store: MapStore | None = None
         self.map = CloneMap()
         if config.data_dir:
@@ -202,13 +209,22 @@ class CloneServer:
             self.publisher.xpub_verbose = 1
             self.publisher.xpub_verboser = 1    # unsubscriptions too: stats.subscriptions
             self.publisher.sndhwm = cfg.publisher_hwm
+            # it receives subscriptions only: a subtree, HUGZ (see SubscriptionGuard)
+            self.publisher.maxmsgsize = publisher_maxmsgsize(cfg.limits.max_subtree_bytes)
             self.publisher.bind(here.publisher)
+            self.guard = SubscriptionGuard(
+                self.publisher, SubscriptionLimits(cfg.limits.max_subtree_bytes,
+                                                   cfg.limits.max_subscriptions),
+                f"chp server publisher (port {cfg.port + 1})", log, self.stats.refusals)
+            self._poller.register(self.guard.monitor, zmq.POLLIN)
+            self._handlers[self.guard.monitor] = self.guard.on_monitor
             self.collector = self._socket(zmq.SUB, self._on_collector)
             self.collector.rcvhwm = cfg.publisher_hwm
             self.collector.subscribe(b"")
             self.collector.bind(here.collector)
             if self.bstar is not None:
                 self.statepub = self._socket(zmq.PUB)
+                self.statepub.maxmsgsize = publisher_maxmsgsize(0)   # the peer's b""
                 self.statepub.bind(endpoint(cfg.bind, cfg.bstar_port))
                 self.statesub = self._socket(zmq.SUB, self._on_peer_state)
                 self.statesub.subscribe(b"")
@@ -250,6 +266,7 @@ class CloneServer:
                     if handler is not None:   # may be gone after a state change
                         handler()
                 self._on_timers()
+                self.guard.release_memory()
                 if self._bulk:
                     self._send_bulk()
         except SplitBrain as exc:
@@ -368,8 +385,21 @@ class CloneServer:
         return accepted
 
     def _on_subscription(self) -> None:
-        subscribed = [frames[0][:1] == b"\x01" for frames in drain(self.publisher)]
-        self.stats.subscriptions += 2 * sum(subscribed) - len(subscribed)
+        subscribed = []
+        for _ in range(SUBSCRIPTION_DRAIN):
+            try:
+                frame = self.publisher.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                self.guard.release_memory()
+                break
+            if frame.more or frame.bytes[:1] not in (b"\x00", b"\x01"):
+                while frame.more:   # not a subscription: nothing we read
+                    frame = self.publisher.recv(zmq.NOBLOCK, copy=False)
+                self.stats.rejected += 1
+            elif self.guard.admit(frame):
+                subscribed.append(frame.bytes[:1] == b"\x01")
+        self.stats.subscriptions = max(
+            0, self.stats.subscriptions + 2 * sum(subscribed) - len(subscribed))
         if any(subscribed):
             self._send_hugz()
 
@@ -490,6 +520,8 @@ class CloneServer:
                         where, exc, count)
 
     def _close(self) -> None:
+        if self.guard is not None:
+            self.guard.close()
         for sock in self._sockets:
             sock.close(0)
         self._sockets.clear()

@@ -16,6 +16,9 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.config import DafkaConfig
 from connectors.dafka.sockets import iter_messages
+from connectors.subscriptions import publisher_maxmsgsize
+
+BEACON_MAX_BYTES = 4096   # a tower beacon frame: B, a uuid, an endpoint (<= 1024 bytes)
 
 
 @dataclass
@@ -62,8 +65,12 @@ class BeaconChannel:
         self.stats = stats
         self.pub = ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        # the tower sends subscriptions only (``B``), and beacons of a few hundred bytes
+        self.pub.setsockopt(zmq.MAXMSGSIZE, publisher_maxmsgsize(
+            decoder.limits.max_subscription_bytes))
         self.sub = ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, BEACON_MAX_BYTES)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"W")
         self.sub.setsockopt(zmq.SUBSCRIBE, b"B")
         for endpoint in config.tower_pub:

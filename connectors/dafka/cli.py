@@ -61,7 +61,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="tower XPUB endpoint(s), as the C tools (beacon/pub_address)")
     parser.add_argument("--bind", metavar="ENDPOINT",
                         help="this node's publisher (default: loopback when every tower "
-                             "is local, else tcp://*:*)")
+                             "is local, else tcp://*:*); a store binds its writer there "
+                             "and its reader at PORT+1")
     parser.add_argument("--beacon-address", metavar="HOST",
                         help="host this node announces (beacon/address; default: the "
                              "tower uses the address it sees the node connect from)")

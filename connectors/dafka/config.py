@@ -59,6 +59,20 @@ class DafkaConfig:
         local = hosts <= {"127.0.0.1", "localhost", "::1"}
         return "tcp://127.0.0.1:*" if local else "tcp://*:*"
 
+    @property
+    def reader_bind_endpoint(self) -> str:
+        """Where a store's reader binds. A store is two nodes, each with its publisher
+        (as in the C store, whose two bind ports of their own): with a fixed port the
+        writer takes PORT and the reader PORT+1; with ``*`` both take free ports."""
+        endpoint = self.bind_endpoint
+        head, _, port = endpoint.rpartition(":")
+        if not port.isdigit() or int(port) == 0:
+            return endpoint
+        if int(port) >= 65535:
+            raise ConfigError(f"node/bind (--bind) {endpoint!r}: a store binds PORT and "
+                              f"PORT+1; choose a port below 65535")
+        return f"{head}:{int(port) + 1}"
+
     def validate(self) -> "DafkaConfig":
         if not self.tower_sub or not self.tower_pub:
             raise ConfigError("beacon/sub_address and beacon/pub_address (--tower) need "

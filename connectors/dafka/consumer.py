@@ -171,7 +171,6 @@ class Consumer(Node):
     """A Dafka consumer node (see the module docstring)."""
 
     ROLE = "consumer"
-    PUB_TYPE = zmq.XPUB
 
     def __init__(self, config: DafkaConfig, topics: Iterable[str] = (), *,
                  on_record: Callable[[ConsumerRecord], None] | None = None,
@@ -203,7 +202,6 @@ class Consumer(Node):
             commands.append(proto.Command.BULK_RECORDS)
         self.data = self._add_sub([proto.subscription_prefix(c, self.address)
                                    for c in commands], self._drain_data)
-        self._watch(self.pub, self._drain_subscriptions)
         for topic in self._initial_topics:
             self._subscribe(topic)
 
@@ -270,7 +268,7 @@ class Consumer(Node):
                                       list(self.topics) if self.earliest else []))
 
     def _drain_subscriptions(self, now: float) -> None:
-        for msg in self.messages(self.pub):
+        for msg in self.subscriptions():
             if type(msg) is not proto.Subscription:
                 continue
             if msg.command == proto.Command.CONSUMER_HELLO and proto.is_address(msg.topic):

@@ -29,6 +29,13 @@ _READER = (("fetches", "fetches_answered", "FETCHes answered from the store."),
 _TOWER = (("beacons", "beacons_relayed", "Beacons relayed to the nodes."),
           ("dropped_malformed", "beacons_dropped_malformed", "Malformed beacons dropped."),
           ("dropped_unexpected", "beacons_dropped_unexpected", "Other messages dropped."))
+# SubscriptionGuard's counters (docs/operations.md, ZeroMQ sockets facing the network)
+_GUARD = (("subscriptions_refused_long", "subscriptions_refused_long",
+           "Subscriptions refused for a prefix over the limit (connection cut)."),
+          ("subscriptions_refused_many", "subscriptions_refused_many",
+           "Subscriptions refused over the per-connection count (connection cut)."),
+          ("connections_cut", "subscriber_connections_cut",
+           "Subscriber connections cut for refused subscriptions."))
 
 
 def _counters(prefix: str, stats: Counter, table) -> Iterable[Metric]:
@@ -56,6 +63,8 @@ class StoreCollector(Collector):
         store = self.store
         yield from _counters("garlicfarm_dafka_store", store.writer.stats, _WRITER)
         yield from _counters("garlicfarm_dafka_store", store.reader.stats, _READER)
+        yield from _counters("garlicfarm_dafka_store",
+                             store.writer.stats + store.reader.stats, _GUARD)
         heads = store.partitions.heads()
         records = GaugeMetricFamily("garlicfarm_dafka_store_records", "Records held, by "
                                     "subject (head + 1 of each producer's partition).",
@@ -77,7 +86,7 @@ class TowerCollector(Collector):
         self.tower = tower
 
     def collect(self) -> Iterable[Metric]:
-        yield from _counters("garlicfarm_dafka_tower", self.tower.stats, _TOWER)
+        yield from _counters("garlicfarm_dafka_tower", self.tower.stats, _TOWER + _GUARD)
 
 
 def serve(collector: Collector, listen: str) -> HttpEndpoint:

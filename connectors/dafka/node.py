@@ -5,6 +5,11 @@ A node runs either on its own thread (`start`) or, for short-lived clients, insi
 caller's calls (`run_until`). Either way one thread owns the sockets; a zmq.Poller
 wakes it, each ready socket is drained until EAGAIN (bounded per wake-up), and timers
 get the time as an argument.
+
+Bounds on what peers send (docs/operations.md): every node publishes on an XPUB (a PUB
+on the wire, as the C nodes' PUB/XPUB) whose subscriptions are read and bounded by a
+`SubscriptionGuard` (size by ZMQ_MAXMSGSIZE, count per connection); SUBs take frames up
+to the largest the protocol carries (`data_maxmsgsize`).
 """
 from __future__ import annotations
 
@@ -22,11 +27,15 @@ import zmq
 from connectors.dafka import proto
 from connectors.dafka.beacon import BeaconChannel
 from connectors.dafka.config import DafkaConfig
+from consensus.wire.errors import ProtocolError
 from connectors.dafka.sockets import iter_messages
+from connectors.subscriptions import (SubscriptionGuard, SubscriptionLimits,
+                                      publisher_maxmsgsize)
 
 log = logging.getLogger("garlicfarm.dafka.node")
 _NAMESPACE = uuid.UUID("5f1c2a4e-7d1b-4c2e-9a57-6461666b6121")  # garlicfarm/dafka
 _wake_ids = itertools.count()
+DRAIN_SUBSCRIPTIONS = 10_000   # subscription messages handled per wake-up
 
 
 class TowerUnreachable(RuntimeError):
@@ -46,6 +55,12 @@ def deterministic_address(*parts: str) -> str:
     """The same address for the same parts (UUIDv5), e.g. (query id, task partition):
     a replayed Spark task republishes into the same partition."""
     return uuid.uuid5(_NAMESPACE, "\x00".join(parts)).hex.upper()
+
+
+def data_maxmsgsize(limits: proto.Limits) -> int:
+    """ZMQ_MAXMSGSIZE of a SUB that receives Dafka messages: the largest frame any
+    message may carry (a record's content, a bulk answer's records frame, frame 0)."""
+    return max(limits.max_frame_bytes, limits.max_content_bytes, limits.max_bulk_bytes)
 
 
 class FetchFilter:
@@ -70,11 +85,10 @@ class FetchFilter:
 
 
 class Node:
-    """Base class; subclasses set `PUB_TYPE`, create their SUBs in `_setup` and
+    """Base class; subclasses create their SUBs in `_setup` and
     register them with `_add_sub`."""
 
     ROLE = "node"
-    PUB_TYPE = zmq.PUB
 
     def __init__(self, config: DafkaConfig, *, address: str | None = None,
                  limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
@@ -87,6 +101,7 @@ class Node:
         self.stats: Counter[str] = Counter()
         self.ctx = zmq.Context.instance()
         self.pub: zmq.Socket | None = None
+        self.guard: SubscriptionGuard | None = None
         self.port = 0
         self.endpoint = ""
         self.beacon: BeaconChannel | None = None
@@ -109,17 +124,25 @@ class Node:
         """Bind, connect to the towers, set up subclass sockets (no thread yet)."""
         if self.pub is not None:
             return self
-        self.pub = self.ctx.socket(self.PUB_TYPE)
+        limits = self.decoder.limits
+        self.pub = self.ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, self.config.high_watermark)
-        if self.PUB_TYPE == zmq.XPUB:
-            self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.pub.setsockopt(zmq.MAXMSGSIZE, publisher_maxmsgsize(limits.max_subscription_bytes))
         try:
-            self.pub.bind(self.config.bind_endpoint)
+            self.pub.bind(self._bind_endpoint())
         except zmq.ZMQError as exc:
             self.pub.close(0)
             self.pub = None
-            raise OSError(f"node/bind {self.config.bind_endpoint!r}: {exc}") from None
+            raise OSError(f"node/bind {self._bind_endpoint()!r}: {exc}") from None
+        self.guard = SubscriptionGuard(
+            self.pub, SubscriptionLimits(limits.max_subscription_bytes,
+                                         limits.max_subscriptions),
+            f"dafka {self.ROLE} {self.address}", log, self.stats)
+        self._watch(self.guard.monitor, lambda now: self.guard.on_monitor())
+        self.add_timer(0.25, lambda now: self.guard.release_memory())
+        self._watch(self.pub, self._drain_subscriptions)
         self.endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.port = int(self.endpoint.rsplit(":", 1)[1])
         wake = f"inproc://dafka-wake-{id(self)}-{next(_wake_ids)}"
@@ -211,6 +234,8 @@ class Node:
 
     def _close_sockets(self) -> None:
         with self._wake_lock:
+            if self.guard is not None:
+                self.guard.close()
             sockets = [self.pub, self._wake_recv, self._wake_send, *self._subs,
                        *self._extra_sockets()]
             for sock in sockets:
@@ -329,6 +354,7 @@ class Node:
         sub = self.ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.RCVHWM, self.config.high_watermark)
+        sub.setsockopt(zmq.MAXMSGSIZE, data_maxmsgsize(self.decoder.limits))
         for prefix in prefixes:
             sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self._subs.append(sub)
@@ -343,6 +369,42 @@ class Node:
     def messages(self, sock: zmq.Socket) -> Iterator[proto.Message]:
         """The decoded messages waiting on `sock` (garbage dropped and counted)."""
         return iter_messages(sock, self.decoder, self.stats)
+
+    def subscriptions(self) -> Iterator[proto.Subscription]:
+        """The subscriptions waiting on our publisher that the guard admits, decoded
+        (a refused one never reaches the caller; its connection is cut)."""
+        for _ in range(DRAIN_SUBSCRIPTIONS):
+            try:
+                frame = self.pub.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                self.guard.release_memory()
+                return
+            if frame.more:   # a peer's multi-frame message: nothing we read
+                while frame.more:
+                    frame = self.pub.recv(zmq.NOBLOCK, copy=False)
+                self.stats["dropped_unexpected"] += 1
+                continue
+            if not self.guard.admit(frame):
+                continue
+            try:
+                msg = self.decoder.decode([frame.bytes])
+            except ProtocolError:
+                self.stats["dropped_malformed"] += 1
+                continue
+            if type(msg) is proto.Subscription:
+                yield msg
+            else:
+                self.stats["dropped_unexpected"] += 1
+
+    def _drain_subscriptions(self, now: float) -> None:
+        """Subscriptions to our publisher: nothing to do but bound them (subclasses that
+        answer some override this and iterate `subscriptions`)."""
+        for _ in self.subscriptions():
+            pass
+
+    def _bind_endpoint(self) -> str:
+        """Where our publisher binds (node/bind)."""
+        return self.config.bind_endpoint
 
     def drop_unexpected(self) -> None:
         self.stats["dropped_unexpected"] += 1

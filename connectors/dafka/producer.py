@@ -84,7 +84,6 @@ class Producer(Node):
     """A Dafka producer (one partition). See the module docstring."""
 
     ROLE = "producer"
-    PUB_TYPE = zmq.PUB
 
     def __init__(self, config: DafkaConfig, topic: str, *, address: str | None = None,
                  start_sequence: int = 0, settle: float | None = None,

@@ -70,7 +70,6 @@ class StoreClient(Node):
     """Heads and offset ranges straight from the stores (see the module docstring)."""
 
     ROLE = "store-client"
-    PUB_TYPE = zmq.XPUB
 
     def __init__(self, config: DafkaConfig, *, address: str | None = None,
                  limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
@@ -103,10 +102,9 @@ class StoreClient(Node):
             proto.Command.DIRECT_RECORD, proto.Command.DIRECT_HEAD,
             proto.Command.STORE_HELLO, proto.Command.BULK_RECORDS,
             proto.Command.BULK_HEADS)], self._drain_data)
-        self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
-        for msg in self.messages(self.pub):
+        for msg in self.subscriptions():
             if (type(msg) is not proto.Subscription or msg.command is None
                     or not proto.is_address(msg.topic)):
                 continue

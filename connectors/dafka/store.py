@@ -3,7 +3,7 @@
 As in the C code a store is two nodes with distinct addresses and beacons, sharing one
 `PartitionStore` (the storage engine, one log per partition):
 
-* `StoreWriter` (PUB): subscribes ``D``+own address (a separate SUB drained first, so
+* `StoreWriter` (publishes like the C PUB): subscribes ``D``+own address (a separate SUB drained first, so
   FETCH answers win), ``M`` and ``H`` (all topics). HEAD or RECORD ahead of what it has
   -> FETCH (from 0 for an unknown partition); the next record -> stored. Each drain of
   incoming records is one group commit (one fsync per touched partition), then one
@@ -11,7 +11,9 @@ As in the C code a store is two nodes with distinct addresses and beacons, shari
   stored head, and a HEAD the store is not behind re-ACKs it: a producer that
   republishes (the exactly-once sink) or lost an ACK (PUB/SUB drops) is released
   within one HEAD interval. Extra cumulative ACKs are harmless to C producers.
-* `StoreReader` (XPUB, verbose): subscribes ``F``, ``G`` (all) and ``W``+own address.
+  Its publisher binds node/bind (``--bind``).
+* `StoreReader` (XPUB, verbose; binds PORT+1 when node/bind has a fixed PORT, so both
+  halves can bind): subscribes ``F``, ``G`` (all) and ``W``+own address.
   FETCH(seq, count) -> DIRECT-RECORDs seq..seq+count inclusive, only if seq is
   stored; GET-HEADS(T) and CONSUMER-HELLO(subjects) -> one DIRECT-HEAD per stored
   partition whose subject starts with T / a subject; a consumer subscribing to
@@ -94,7 +96,6 @@ class StoreWriter(Node):
     """The writing half of a store (see the module docstring)."""
 
     ROLE = "store-writer"
-    PUB_TYPE = zmq.PUB
 
     def __init__(self, config: DafkaConfig, partitions: PartitionStore, *,
                  address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS
@@ -182,7 +183,6 @@ class StoreReader(Node):
     """The serving half of a store (see the module docstring)."""
 
     ROLE = "store-reader"
-    PUB_TYPE = zmq.XPUB
 
     def __init__(self, config: DafkaConfig, partitions: PartitionStore, writer_address: str,
                  *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS,
@@ -210,6 +210,9 @@ class StoreReader(Node):
         # (requester, subject, partition) -> what is left to send, oldest first
         self.answers: dict[tuple[str, str, str], FetchAnswer | BulkAnswer] = {}
 
+    def _bind_endpoint(self) -> str:
+        return self.config.reader_bind_endpoint
+
     def _setup(self) -> None:
         prefixes = [proto.subscription_prefix(proto.Command.FETCH),
                     proto.subscription_prefix(proto.Command.GET_HEADS)]
@@ -221,10 +224,9 @@ class StoreReader(Node):
         prefixes.append(proto.subscription_prefix(proto.Command.CONSUMER_HELLO,
                                                   self.address))
         self.requests = self._add_sub(prefixes, self._drain_requests)
-        self._watch(self.pub, self._drain_subscriptions)
 
     def _drain_subscriptions(self, now: float) -> None:
-        for msg in self.messages(self.pub):
+        for msg in self.subscriptions():
             if (type(msg) is proto.Subscription and msg.subscribe
                     and msg.command == proto.Command.STORE_HELLO
                     and proto.is_address(msg.topic)):

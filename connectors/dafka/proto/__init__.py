@@ -39,7 +39,8 @@ from __future__ import annotations
 from consensus.wire.errors import ProtocolError
 
 from .messages import (ADDRESS_LENGTH, DEFAULT_LIMITS, FETCH_BLOCK, HEAD_ENTRY_MAX, HEAD_ENTRY_MIN,
-                       MAX_COUNT, MAX_SEQUENCE, MESSAGE_TYPES, PROTOCOL, VERSION, Ack, Beacon,
+                       MAX_COUNT, MAX_SEQUENCE, MAX_SUBSCRIPTION_BYTES, MESSAGE_TYPES, PROTOCOL,
+                       VERSION, Ack, Beacon,
                        BulkFetch, BulkGetHeads, BulkHeads, BulkRecords, Command, ConsumerHello,
                        DirectHead, DirectRecord, Fetch, fetch_count, frame0_prefix, GetHeads, Head,
                        is_address, Limits, Message, pack_sequence, ProtocolMessage, Record,
@@ -50,8 +51,8 @@ from .codec import Decoder, decode, encode, is_host
 from .json_form import from_json, to_json
 
 __all__ = ["ProtocolError", "ADDRESS_LENGTH", "DEFAULT_LIMITS", "FETCH_BLOCK", "HEAD_ENTRY_MAX",
-           "HEAD_ENTRY_MIN", "MAX_COUNT", "MAX_SEQUENCE", "MESSAGE_TYPES", "PROTOCOL", "VERSION",
-           "Ack", "Beacon",
+           "HEAD_ENTRY_MIN", "MAX_COUNT", "MAX_SEQUENCE", "MAX_SUBSCRIPTION_BYTES",
+           "MESSAGE_TYPES", "PROTOCOL", "VERSION", "Ack", "Beacon",
            "BulkFetch", "BulkGetHeads", "BulkHeads", "BulkRecords", "Command", "ConsumerHello",
            "DirectHead", "DirectRecord", "Fetch", "fetch_count", "frame0_prefix", "GetHeads",
            "Head", "is_address", "Limits", "Message", "pack_sequence", "ProtocolMessage", "Record",

@@ -18,6 +18,9 @@ ADDRESS_LENGTH = 32
 FETCH_BLOCK = 100_000          # a FETCH asks for the rest of the current 100000-block
 MAX_SEQUENCE = (1 << 64) - 1   # sequences are u64; 2^64-1 doubles as "before 0"
 MAX_COUNT = (1 << 32) - 1
+# The longest ZeroMQ subscription Dafka uses: a command id and a whole topic (a topic is
+# also sent as a 1-byte-length string, so it has at most 255 bytes).
+MAX_SUBSCRIPTION_BYTES = 1 + 255
 
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -68,6 +71,8 @@ class Limits:
     max_bulk_bytes: int = 128 << 20       # BULK-RECORDS: frame 1 (< 2^31: int32 offsets)
     max_bulk_heads: int = 1 << 16         # BULK-HEADS: (subject, partition, head) entries
     strict_addresses: bool = True         # addresses must be 32 uppercase hex chars
+    max_subscription_bytes: int = MAX_SUBSCRIPTION_BYTES   # a prefix on our publishers
+    max_subscriptions: int = 1024         # prefixes one connection holds on a publisher
 
 
 DEFAULT_LIMITS = Limits()
