@@ -38,6 +38,7 @@ import time
 import urllib.request
 
 from pyspark_farm import LocalFarm, spark_session
+from spark_raft import value_frame        # benchmarks/ is the script's directory
 
 _TURN = re.compile(r"a loop turn took (\d+) ms")
 _METRICS = re.compile(r"metrics on (http://\S+/metrics)")
@@ -47,17 +48,6 @@ _BUCKET = re.compile(r'^garlicfarm_server_loop_turn_duration_seconds_bucket\{le=
 def burn() -> None:
     while True:
         pass
-
-
-def value_frame(spark, rows: int, partitions: int, value_bytes: int):
-    """A cached DataFrame of one binary `value` column (benchmarks/spark_raft.py's)."""
-    hexes = -(-value_bytes // 128)
-    digits = ", ".join(f"sha2(cast(id * {hexes} + {k} as string), 512)" for k in range(hexes))
-    frame = (spark.range(rows, numPartitions=partitions)
-             .selectExpr(f"cast(substr(concat({digits}), 1, {value_bytes}) as binary) as value")
-             .cache())
-    assert frame.count() == rows
-    return frame
 
 
 def write_journal(farm: LocalFarm, rows: int, per_entry: int, value_bytes: int) -> None:

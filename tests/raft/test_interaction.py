@@ -241,16 +241,21 @@ def _cases(text: str) -> list[tuple[list[str], str, str]]:
     return cases
 
 
-@pytest.mark.parametrize("path", sorted(TESTDATA.glob("*.txt")), ids=lambda p: p.stem)
-def test_interaction(path: Path):
-    script = Script()
+def check_script(path: Path, run) -> None:
+    """Run each step of a data-driven file through `run(command) -> output` and compare
+    with the file (REWRITE=1: write the actual output into it instead)."""
     rewrite = bool(os.environ.get("REWRITE"))
     written = []
     for comments, command, expected in _cases(path.read_text()):
-        actual = script.run(command)
+        actual = run(command)
         written.append("\n".join([*comments, command, "----", actual]) + "\n")
         if not rewrite:
             assert actual == expected, f"{path.name}: {command}\n--- expected\n{expected}\n" \
                                        f"--- actual\n{actual}"
     if rewrite:
         path.write_text("\n".join(written))
+
+
+@pytest.mark.parametrize("path", sorted(TESTDATA.glob("*.txt")), ids=lambda p: p.stem)
+def test_interaction(path: Path):
+    check_script(path, Script().run)

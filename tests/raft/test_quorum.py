@@ -13,7 +13,6 @@ into the files.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from consensus.raft import Configuration
 from consensus.raft.progress import Progress
 from consensus.raft.tracker import ProgressTracker
-from tests.raft.test_interaction import _cases
+from tests.raft.test_interaction import check_script
 
 TABLES = Path(__file__).parent / "testdata" / "quorum"
 ME = 1
@@ -68,13 +67,4 @@ def run(command: str) -> str:
 
 @pytest.mark.parametrize("path", sorted(TABLES.glob("*.txt")), ids=lambda p: p.stem)
 def test_quorum_table(path: Path):
-    rewrite = bool(os.environ.get("REWRITE"))
-    written = []
-    for comments, command, expected in _cases(path.read_text()):
-        actual = run(command)
-        written.append("\n".join([*comments, command, "----", actual]) + "\n")
-        if not rewrite:
-            assert actual == expected, f"{path.name}: {command}: expected {expected}, " \
-                                       f"got {actual}"
-    if rewrite:
-        path.write_text("\n".join(written))
+    check_script(path, run)
