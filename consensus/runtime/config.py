@@ -104,6 +104,7 @@ class NodeConfig:
     metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
     metrics_tls_cert: str | None = None         #: with metrics_tls_key: /metrics over HTTPS
     metrics_tls_key: str | None = None
+    consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
@@ -134,6 +135,9 @@ class NodeConfig:
         for name, minimum in (("status_interval", 0.05), ("tick", 0.001)):
             if getattr(self, name) < minimum:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"must be at least {minimum}")
+        if not 1.0 <= self.consumer_expiry <= 366 * 86400.0:
+            raise ConfigError("--consumer-expiry", f"{self.consumer_expiry!r}: give seconds "
+                              "from 1 to 31622400 (366 days)")
         for name in ("snapshot_interval", "retain_entries", "election_ticks", "segment_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")

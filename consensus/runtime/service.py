@@ -625,12 +625,20 @@ class Service:
         return {"node": self.node.id, "role": self.node.core.role.value, "leader": leader,
                 "term": term}
 
+    def _c_consumer_position(self, conn, call, args):
+        """A reader's committed position, kept by the leader (consumers.py); answered
+        with its lag."""
+        if self.node.core.role is not Role.LEADER:
+            raise self.not_leader()
+        return self.node.consumers.report(args.get("name"), args.get("position"))
+
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "query_snapshot": _c_query_snapshot, "log_bounds": _c_log_bounds,
         "read_entries": _c_read_entries, "entry_rows": _c_entry_rows,
         "read_journal": _c_read_journal,
         "subscribe": _c_subscribe, "ping": _c_ping,
+        "consumer_position": _c_consumer_position,
     }
 
     # -- time ----------------------------------------------------------------------------------
