@@ -2,7 +2,12 @@
 
 Each committed micro-batch tells the farm's leader where the query is (`consumerName`,
 the next index it reads); the leader counts its lag in entries and rows for `garlicfarm
-status` and the nodes' metrics. The Python Data Source API gives a source no query id, so
+status` and the nodes' metrics. Spark tells a source that a batch committed twice: in
+`latestOffset(start)` of the next trigger (`start` is the end of the last batch, done and
+in the commit log) and in `commit(end)`, which Spark calls only once the next batch is
+planned (late: a caught-up query would show its last batch as lag for ever). Both report,
+once per new position; an unchanged one again every `HEARTBEAT` seconds, so an idle
+query stays listed (and does not expire) while it runs. The Python Data Source API gives a source no query id, so
 a query without `consumerName` gets a name of its own when its stream reader is made
 (once per run of the query, in the driver's source process), as Kafka's source makes its
 group id (``spark-kafka-source-<uuid>-...``): stable for the run, new after a restart.
@@ -24,6 +29,7 @@ log = logging.getLogger("pyspark_farm.consumer")
 
 MAX_NAME_CHARS = 200
 WARN_EVERY = 60.0
+HEARTBEAT = 30.0
 #: Kafka's source metrics (ReportsSourceMetrics), here in entries
 BEHIND_KEYS = ("avgOffsetsBehindLatest", "maxOffsetsBehindLatest", "minOffsetsBehindLatest")
 
@@ -47,12 +53,19 @@ class ConsumerReport:
         self.name = name or generated_name()
         self.last: dict | None = None       #: the leader's answer: lag_entries, lag_rows
         self._warned = float("-inf")
+        self._reported: tuple[int, float] | None = None     # (position, when)
 
     def committed(self, client: "FarmClient", end: int) -> None:
-        """The query committed up to `end` (the next index it reads)."""
+        """The query committed up to `end` (the next index it reads): tell the farm,
+        unless it was told so less than HEARTBEAT seconds ago."""
         from consensus.runtime import FarmError
+        now = time.monotonic()
+        if self._reported is not None and self._reported[0] == end \
+                and now - self._reported[1] < HEARTBEAT:
+            return
         try:
             self.last = client.report_consumer(self.name, end)
+            self._reported = (end, now)
         except FarmError as exc:
             now = time.monotonic()
             if now - self._warned >= WARN_EVERY:

@@ -119,7 +119,9 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
         options (docs/compatibility.md)."""
         if start is None:
             start = self.next_start()
-        return offset_json(self.next_end(index_of(start, "start offset"), limit))
+        begin = index_of(start, "start offset")
+        self.consumer.committed(self.client(), begin)   # the batch that ended there is done
+        return offset_json(self.next_end(begin, limit))
 
     def reportLatestOffset(self) -> dict:
         self._latest = log_end(self.client())
