@@ -31,8 +31,8 @@ from .row_index import entry_shows
 MAX_CONSUMERS = 1000
 MAX_NAME_CHARS = 200
 DEFAULT_EXPIRY = 86400.0
-#: entries whose rows one refresh counts at most: a few µs each, on the node's event loop
-COUNTED_PER_REFRESH = 1 << 15
+#: entries whose rows one refresh counts at most: 5-10 µs each, on the node's event loop
+COUNTED_PER_REFRESH = 1 << 13
 #: entries the tally spans at most (8 bytes each): farther behind, rows lag is unknown
 MAX_TALLY_ENTRIES = 1 << 23
 
