@@ -40,14 +40,17 @@ class LocalFarm:
     address or name the executors dial, e.g. ``spark.conf.get("spark.driver.host")``;
     defaults to `host`). Authentication is always on (a generated password unless one is
     given); `tls` (default: on unless `host` is loopback) makes a private CA and node
-    certificate, and `options` then carries the CA as PEM text (`tls.ca`)."""
+    certificate, and `options` then carries the CA as PEM text (`tls.ca`). Each node
+    serves Prometheus metrics on a loopback port (`metrics_port(node_id)`; `metrics=False`
+    turns them off)."""
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, *,
                  cluster: str = "farm", username: str = "spark", password: str | None = None,
                  wire: str = "garlicfarm", observers: int = 0, fsync: str = "batch",
                  leader_timeout: float = 30.0, extra_args: Sequence[str] = (),
                  host: str = "127.0.0.1", advertise: str | None = None,
-                 tls: bool | None = None, **cluster_options: Any) -> None:
+                 tls: bool | None = None, metrics: bool = True,
+                 **cluster_options: Any) -> None:
         if nodes < 1:
             raise ValueError("LocalFarm needs nodes >= 1")
         if host in WILDCARDS and not advertise:
@@ -69,7 +72,8 @@ class LocalFarm:
         self._settings: dict[str, Any] = dict(
             nodes=nodes, data_dir=None if data_dir is None else str(data_dir), wire=wire,
             cluster=cluster, username=username, password=self.password, fsync=fsync,
-            observers=observers, extra_args=tuple(extra_args), **cluster_options)
+            observers=observers, extra_args=tuple(extra_args), metrics=metrics,
+            **cluster_options)
         self._cluster: "LocalCluster | None" = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -180,3 +184,8 @@ class LocalFarm:
 
     def endpoint_of(self, node_id: int) -> str:
         return self.cluster.endpoint_of(node_id)
+
+    def metrics_port(self, node_id: int) -> int:
+        """Where `node_id` serves its Prometheus metrics since its last start:
+        ``http://127.0.0.1:PORT/metrics``."""
+        return self.cluster.metrics_port(node_id)

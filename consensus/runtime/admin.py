@@ -116,6 +116,13 @@ def render_status(console: Console, view: Mapping[str, Any], now_ms: int,
                        "uptime", "log size"))
     if publisher is not None:
         console.print("* the publisher (the member with the most recent best status)")
+    consumers = view.get("consumers") or []
+    if consumers:
+        print_table(console, "consumers (reported to the leader at each committed batch)",
+                    ["consumer", "position", "lag entries", "lag rows", "last seen"],
+                    ([c.get("name"), c.get("position"), c.get("lag_entries"),
+                      c.get("lag_rows"), _seconds(c.get("seen_age"))] for c in consumers),
+                    right=("position", "lag entries", "lag rows", "last seen"))
     for problem in farm_problems(view, {r.id: Health(r.reachable, r.problem) for r in rows}):
         console.print(f"unhealthy: {problem}", markup=False)
 

@@ -522,6 +522,12 @@ class FarmClient:
         return self._call("query_snapshot", {"index": int(index), "query": bytes(query)},
                           leader=False, endpoint=endpoint)
 
+    def report_consumer(self, name: str, position: int) -> dict:
+        """Tell the leader that consumer `name` has committed up to `position` (the next
+        index it reads); its lag as the leader counts it: {"name", "position",
+        "lag_entries", "lag_rows" (None: not counted yet), "seen_age"}."""
+        return self._call("consumer_position", {"name": str(name), "position": int(position)})
+
     def ping(self, endpoint: str | None = None) -> dict:
         """One member's view: {"node", "role", "leader", "term"} (any member by default)."""
         return self._call("ping", leader=False,
@@ -543,7 +549,7 @@ class FarmClient:
                 lag[node_id] = max(0, commit - int(member.status.get("raft", {}).get("commit", 0)))
         return FarmStatus(view["cluster"], cluster.leader_id, cluster.term, commit,
                           view["publisher"], cluster.members, lag, view.get("leader_since"),
-                          view.get("election_timeout"))
+                          view.get("election_timeout"), list(view.get("consumers") or ()))
 
     def update_voters(self, add: dict[int, str] | None = None, remove: Sequence[int] = (),
                       *, timeout: float | None = None) -> None:

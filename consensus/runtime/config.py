@@ -105,6 +105,7 @@ class NodeConfig:
     metrics: str | None = None                  #: HOST:PORT of /metrics (Prometheus)
     metrics_tls_cert: str | None = None         #: with metrics_tls_key: /metrics over HTTPS
     metrics_tls_key: str | None = None
+    consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
@@ -139,6 +140,9 @@ class NodeConfig:
                 or not 1 <= self.max_connections <= 1_000_000:
             raise ConfigError("--max-connections", f"must be a whole number from 1 to "
                               f"1000000 (client connections), got {self.max_connections!r}")
+        if not 1.0 <= self.consumer_expiry <= 366 * 86400.0:
+            raise ConfigError("--consumer-expiry", f"{self.consumer_expiry!r}: give seconds "
+                              "from 1 to 31622400 (366 days)")
         for name in ("snapshot_interval", "retain_entries", "election_ticks", "segment_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -31,6 +32,7 @@ from consensus.runtime.errors import FarmError, Unavailable
 from consensus.runtime.security import WILDCARDS
 
 STOP_GRACE = 10.0
+METRICS_LINE = re.compile(rb"metrics on https?://[^\s/]+:(\d+)/metrics")
 
 
 class LocalCluster:
@@ -40,12 +42,15 @@ class LocalCluster:
                  status_interval: float = 2.0,
                  peer_address: Callable[[int, int, str], str] | None = None,
                  host: str = "127.0.0.1", advertise: str | None = None,
-                 client_options: Mapping[str, Any] | None = None) -> None:
+                 client_options: Mapping[str, Any] | None = None,
+                 metrics: bool = False) -> None:
         """`peer_address(source, target, target_endpoint)`, when given, is asked at every
         (re)start of `source` where it must dial `target` (e.g. a fault proxy).
         `host`: the address the nodes listen on; `advertise`: the one their endpoints
         name (peers and clients dial it; needed when `host` is a wildcard).
-        `client_options`: FarmClient arguments of `client()` (e.g. TLS settings)."""
+        `client_options`: FarmClient arguments of `client()` (e.g. TLS settings).
+        `metrics`: each node serves Prometheus metrics on a free loopback port
+        (`metrics_port`)."""
         if nodes < 1:
             raise ValueError("a LocalCluster needs at least one node")
         if advertise is None and host in WILDCARDS:
@@ -58,6 +63,8 @@ class LocalCluster:
         self.password = password if password is not None else secrets.token_hex(12)
         self.extra_args = list(extra_args)
         self.status_interval = status_interval
+        self.metrics = metrics
+        self._log_starts: dict[int, int] = {}   # node id -> its log's size at its last start
         self.peer_address = peer_address
         self._temp = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="garlicfarm-")
@@ -253,6 +260,23 @@ class LocalCluster:
         if self._temp:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def metrics_port(self, node_id: int, timeout: float = 10.0) -> int:
+        """The loopback port of `node_id`'s Prometheus metrics (since its last start), from
+        the line the node logs when it serves them."""
+        if not self.metrics:
+            raise ValueError("this LocalCluster runs without metrics: pass metrics=True")
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log_path(node_id), "rb") as f:
+                f.seek(self._log_starts[node_id])
+                found = METRICS_LINE.search(f.read())
+            if found is not None:
+                return int(found.group(1))
+            if not self.running(node_id) or time.monotonic() >= deadline:
+                raise Unavailable(f"node {node_id} logged no metrics address "
+                                  f"({self.log_path(node_id)})\n{self.describe_nodes()}")
+            time.sleep(0.02)
+
     # -- processes -----------------------------------------------------------------------------
     def _load_ports(self) -> dict[int, int]:
         try:
@@ -286,7 +310,8 @@ class LocalCluster:
         return ["--id", str(node_id), "--listen", self.endpoint_of(node_id),
                 "--data-dir", self.node_dir(node_id), "--cluster", self.cluster,
                 "--wire", self.wire, "--credentials", self._credentials_file(),
-                "--fsync", self.fsync, "--status-interval", str(self.status_interval)]
+                "--fsync", self.fsync, "--status-interval", str(self.status_interval),
+                *(["--metrics", "127.0.0.1:0"] if self.metrics else [])]
 
     def _credentials_file(self) -> str:
         """The farm's ``user:password`` in a file only this user can read, for the nodes'
@@ -330,6 +355,7 @@ class LocalCluster:
         log = self._logs.get(node_id)
         if log is None:
             log = self._logs[node_id] = open(self.log_path(node_id), "ab")
+        self._log_starts[node_id] = log.tell()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._procs[node_id] = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                                 stderr=subprocess.STDOUT, env=env,

@@ -187,6 +187,8 @@ class MembershipCalls:
         view["self"] = mine = self.node.status()
         view["leader_since"] = mine.get("leaderSince")
         view["election_timeout"] = self.node.config.election_ticks * self.node.config.tick
+        if self.node.core.role is Role.LEADER:
+            view["consumers"] = self.node.consumers.view()
         return view
 
     def _leader(self):

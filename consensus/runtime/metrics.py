@@ -16,7 +16,7 @@ Names follow etcd's where one applies (``etcd_server_has_leader`` ->
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
@@ -28,6 +28,7 @@ from consensus.runtime.http_endpoint import HttpEndpoint, serve_metrics
 if TYPE_CHECKING:
     import ssl
 
+    from consensus.runtime.consumers import ConsumerLag
     from consensus.runtime.node import FarmNode
 
 #: etcd's disk buckets: 1 ms to 8 s, doubling
@@ -218,6 +219,33 @@ class NodeCollector(Collector):
                      "too many waited (a counter).", reads.refused)
         yield _gauge("garlicfarm_server_uptime_seconds", "Seconds since the node "
                      "started.", node.uptime())
+        yield from consumer_families(*node.consumers.current())
+
+
+def consumer_families(lags: "Iterable[ConsumerLag]", now: float) -> Iterator[Metric]:
+    """The readers' positions and lag (at the leader; refreshed every second)."""
+    families = {
+        "position": GaugeMetricFamily("garlicfarm_consumer_position", "The next index each "
+                                      "consumer reads (its last committed end).",
+                                      labels=["consumer"]),
+        "lag_entries": GaugeMetricFamily("garlicfarm_consumer_lag_entries", "Entries "
+                                         "between each consumer's position and the end of "
+                                         "the applied log.", labels=["consumer"]),
+        "lag_rows": GaugeMetricFamily("garlicfarm_consumer_lag_rows", "Rows those entries "
+                                      "show readers (absent while not counted yet).",
+                                      labels=["consumer"]),
+        "seen": GaugeMetricFamily("garlicfarm_consumer_last_seen_seconds", "Seconds since "
+                                  "each consumer last reported (it expires after "
+                                  "--consumer-expiry).", labels=["consumer"]),
+    }
+    for lag in lags:
+        label = [lag.name]
+        families["position"].add_metric(label, lag.position)
+        families["lag_entries"].add_metric(label, lag.lag_entries)
+        if lag.lag_rows is not None:
+            families["lag_rows"].add_metric(label, lag.lag_rows)
+        families["seen"].add_metric(label, max(0.0, now - lag.seen))
+    yield from families.values()
 
 
 def serve_node_metrics(node: "FarmNode", listen: str,

@@ -33,6 +33,7 @@ from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftEr
                             Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.admission import AdmissionLimits
 from consensus.runtime.config import NodeConfig
+from consensus.runtime.consumers import ConsumerBook, counted_rows
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.metrics import NodeObserver
 from consensus.runtime.node_view import NodeView
@@ -47,6 +48,7 @@ log = logging.getLogger("garlicfarm.node")
 
 MAX_CATCH_UP_TICKS = 1000
 SLOW_TURN = 0.1             #: log loop turns slower than this (seconds)
+CONSUMERS_REFRESH = 1.0     #: seconds between counts of the consumers' lag (leader)
 
 
 class TickClock:
@@ -143,6 +145,10 @@ class FarmNode:
             on_refused=self.observer.connection_refused)
         self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
+        self.consumers = ConsumerBook(
+            counted_rows(self.raft.log_view, lambda entry: self.machine.verdict(entry)),
+            lambda: (self.raft.log_view.first_index(), self.machine.applied + 1),
+            expiry=config.consumer_expiry)
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,
             read_applied=self.storage.read_applied,
@@ -150,7 +156,8 @@ class FarmNode:
             snapshots=SnapshotView(self.storage.snapshots),
             latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
             address_of=self.address_of, learn_address=self.learn_address,
-            status=self.status_dict, proposals_dropped=self.observer.proposals_dropped))
+            status=self.status_dict, proposals_dropped=self.observer.proposals_dropped,
+            consumers=self.consumers))
         self._inbox: list[Message] = []
         self._client_inbox: list = []
         self._stop = threading.Event()
@@ -231,6 +238,7 @@ class FarmNode:
                  config.wire, config.fsync, "observer" if config.observer else "voter")
         self._warn_if_exposed()
         next_status = time.monotonic() + min(config.status_interval, 0.5)
+        next_consumers = time.monotonic() + CONSUMERS_REFRESH
         raft, transport, service, driver = self.raft, self.transport, self.service, self.driver
         clock = self.clock
         clock.start()
@@ -260,6 +268,10 @@ class FarmNode:
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()
+                if now >= next_consumers:
+                    next_consumers = now + CONSUMERS_REFRESH
+                    if raft.role is Role.LEADER:
+                        self.consumers.lags()
                 transport.end_turn(raft.term)
                 took = time.monotonic() - transport.woke
                 self.observer.turn(took)
@@ -391,6 +403,8 @@ class FarmNode:
                 log.info("node %d: leader is now %s (term %d)", self.id, soft.leader_id,
                          soft.term)
             self.service.publish_event("leader-changed", {})
+        if old is not None and old.role is Role.LEADER and soft.role is not Role.LEADER:
+            self.consumers.clear()
         if soft.role is Role.LEADER and (old is None or old.role is not Role.LEADER):
             self._leader_since_ms = int(time.time() * 1000)
             self.service.on_became_leader()

@@ -13,6 +13,7 @@ from consensus.raft.progress import Progress
 
 if TYPE_CHECKING:
     from consensus.runtime.config import NodeConfig
+    from consensus.runtime.consumers import ConsumerBook
     from consensus.runtime.disk_storage import SnapshotView
     from consensus.runtime.machines import FarmStateMachine
     from consensus.runtime.transport import Transport
@@ -73,3 +74,4 @@ class NodeView:
     learn_address: Callable[[int, str], None]
     status: Callable[[], dict]                      #: this node's status (role, commit, ...)
     proposals_dropped: Callable[[int], None]        #: the metrics: proposals refused
+    consumers: "ConsumerBook"                       #: readers' positions (at the leader)

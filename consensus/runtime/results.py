@@ -135,6 +135,8 @@ class FarmStatus:
     lag: dict[int, int]         #: commit index - member's match (or status commit)
     leader_since_ms: int | None = None  #: the leader's wall clock when it was elected
     election_timeout: float | None = None   #: seconds (the leader's setting)
+    #: readers' positions and lag, at the leader (consumers.ConsumerLag.to_dict each)
+    consumers: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """JSON-ready (member ids become strings, as JSON object keys must)."""

@@ -575,10 +575,18 @@ class Service:
                           data=chunk.data)
         return answer
 
+    def _c_consumer_position(self, conn, call, args):
+        """A reader's committed position, kept by the leader (consumers.py); answered
+        with its lag."""
+        if self.node.core.role is not Role.LEADER:
+            raise self.not_leader()
+        return self.node.consumers.report(args.get("name"), args.get("position"))
+
     _CALLS: dict[str, Callable[..., Any]] = {
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "log_bounds": _c_log_bounds,
         "subscribe": _c_subscribe, "ping": _c_ping, "read_snapshot": _c_read_snapshot,
+        "consumer_position": _c_consumer_position,
     }
 
     # -- time ----------------------------------------------------------------------------------

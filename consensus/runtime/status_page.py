@@ -10,7 +10,8 @@ leader changes it saw. The server answers ``/`` (the farms), ``/farm/NAME`` (a p
 farm: members with role, health (unreachable: the leader has not heard from it within
 the election timeout, or its endpoint does not answer a ping), the age of the leader's
 last acknowledgement, term, commit and applied index, lag, last status entry, publisher;
-recent leader changes, timed by the leader's election) and ``/api/farm/NAME`` (that page's JSON, which the page fetches
+the consumers' positions and lag; recent leader changes, timed by the leader's
+election) and ``/api/farm/NAME`` (that page's JSON, which the page fetches
 every second: no reload, plain HTML and JavaScript, no build step). The exposure rule
 is `http_endpoint`'s: loopback, or the farm's credentials as HTTP Basic authentication;
 ``--serve-tls-cert/--serve-tls-key`` serve it over HTTPS only.
@@ -140,6 +141,7 @@ class FarmPoller:
         doc.update(cluster=view.get("cluster"), leader=view.get("leader_id"),
                    term=view.get("term"), commit=view.get("commit_index"),
                    publisher=view.get("publisher"),
+                   consumers=list(view.get("consumers") or []),
                    problems=farm_problems(view, {m["id"]: Health(m["reachable"], m["problem"])
                                                  for m in doc["members"]}),
                    age=None if fetched is None else round(time.time() - fetched, 1))
@@ -270,6 +272,9 @@ commit <span id="commit">?</span> &middot; publisher <span id="publisher">?</spa
 <table id="members"><thead><tr><th>id</th><th>endpoint</th><th>role</th><th>health</th>
 <th>last ack</th><th>term</th><th>commit</th><th>applied</th><th>match</th><th>lag</th>
 <th>last status</th><th>publisher</th></tr></thead><tbody></tbody></table>
+<h2>consumers</h2>
+<table id="consumers"><thead><tr><th>consumer</th><th>position</th><th>lag entries</th>
+<th>lag rows</th><th>last seen</th></tr></thead><tbody></tbody></table>
 <h2>recent leader changes</h2><ul id="changes"></ul>
 <p class="muted"><a href="/">all farms</a></p>
 <script>
@@ -300,6 +305,15 @@ function render(doc) {
      show(m.applied), show(m.match), show(m.lag), ago(m.status_age),
      m.publisher ? "yes" : ""].forEach(v => cell(row, v));
     body.appendChild(row);
+  }
+  const consumers = document.querySelector("#consumers tbody");
+  consumers.replaceChildren();
+  for (const c of doc.consumers || []) {
+    const row = document.createElement("tr");
+    row.dataset.consumer = c.name;
+    [c.name, show(c.position), show(c.lag_entries), show(c.lag_rows),
+     show(c.seen_age) + " s ago"].forEach(v => cell(row, v));
+    consumers.appendChild(row);
   }
   const problems = document.getElementById("problems");
   problems.replaceChildren();

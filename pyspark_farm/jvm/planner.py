@@ -190,6 +190,9 @@ class Planner:
                 field(request, "start", dict), field(request, "end", dict))),
             "commit": lambda: reader.commit(checked(field(request, "end", dict))),
             "reportLatestOffset": reader.reportLatestOffset,
+            "metrics": lambda: reader.metrics(
+                None if request.get("consumed") is None
+                else checked(field(request, "consumed", dict))),
         }
         if op not in calls:
             raise ProtocolError(f"unknown op {op!r}; a stream takes open, "

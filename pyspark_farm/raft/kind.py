@@ -14,6 +14,7 @@ from ..log_access import READ_FROM
 from ..offsets import OffsetSpec, offset_spec_parser
 from ..options import Option, OptionSet, choice, integer
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
+from .consumer import consumer_name
 from .rows import RAFT_COLUMNS_DDL
 from .sink import COMPRESSIONS, RaftSinkBackend
 from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader
@@ -33,6 +34,9 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
                "appended at or after it"),
     Option("minPartitions", integer(1), 1, doc="Spark tasks per micro-batch, at least"),
     Option("readFrom", choice(*READ_FROM), "any", doc="which members serve the reads"),
+    Option("consumerName", consumer_name, None,
+           doc="streams: the name the farm shows this query's position and lag under "
+               "(default: generated when the query starts)"),
 )) + READ_OPTIONS
 
 SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
@@ -66,6 +70,7 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
                       values["maxTriggerDelay"]),
         fail_on_data_loss=values["failOnDataLoss"], min_partitions=values["minPartitions"],
         read_from=values["readFrom"], value_format=values["valueFormat"],
+        consumer_name=values["consumerName"],
         schema=arrow_schema(schema_),
         value_schema=arrow_schema(value_columns) if len(value_columns) else None)
 

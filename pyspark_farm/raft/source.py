@@ -26,6 +26,7 @@ from ..connection import FarmClientOptions
 from ..log_access import LogPartition, LogPlanner, PieceReader, first_index, log_end
 from ..offsets import OffsetSpec, index_of, offset_json
 from ..value_formats import value_decoder
+from .consumer import ConsumerReport, behind_latest
 from .rows import RowBatchBuilder, payload_chunks
 from .timestamps import index_at_time
 
@@ -48,6 +49,7 @@ class RaftSourceSettings:
     value_schema: pa.Schema | None  # the decoded value columns (json, msgpack, arrow)
     starting_ms: int | None = None  # startingTimestamp: replaces `starting`
     ending_ms: int | None = None    # endingTimestamp (batch reads): replaces `ending`
+    consumer_name: str | None = None    # consumerName (streams): None, a generated one
 
     def start_in(self, client: "FarmClient", first: int, end: int) -> int:
         """The first index to read of a log holding [first, end)."""
@@ -93,6 +95,8 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
     def __init__(self, settings: RaftSourceSettings) -> None:
         self.settings = settings
         self._initial: dict | None = None
+        self.consumer = ConsumerReport(settings.consumer_name)
+        self._latest: int | None = None
 
     def initialOffset(self) -> dict:
         """Where a new query starts; the same each time this reader is asked (PySpark
@@ -115,10 +119,19 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
         options (docs/compatibility.md)."""
         if start is None:
             start = self.next_start()
-        return offset_json(self.next_end(index_of(start, "start offset"), limit))
+        begin = index_of(start, "start offset")
+        self.consumer.committed(self.client(), begin)   # the batch that ended there is done
+        return offset_json(self.next_end(begin, limit))
 
     def reportLatestOffset(self) -> dict:
-        return offset_json(log_end(self.client()))
+        self._latest = log_end(self.client())
+        return offset_json(self._latest)
+
+    def metrics(self, consumed: dict | None) -> dict[str, str]:
+        """Kafka's source metrics in entries (the JVM reader's ReportsSourceMetrics):
+        the latest offset Spark last saw minus `consumed`."""
+        return behind_latest(None if consumed is None else index_of(consumed, "consumed"),
+                             self._latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         planned = self.plan_batch(index_of(start, "start offset"),
@@ -131,6 +144,7 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
 
     def commit(self, end: dict) -> None:
         self.forget_sizes()
+        self.consumer.committed(self.client(), index_of(end, "end offset"))
 
     def stop(self) -> None:
         self.close()

@@ -2,6 +2,7 @@ package garlicfarm.spark;
 
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Optional;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
@@ -13,6 +14,7 @@ import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReadMinRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
@@ -30,7 +32,7 @@ import garlicfarm.spark.wire.FarmSettings;
  * from the executors' columnar readers.
  */
 final class RaftMicroBatchStream implements MicroBatchStream, SupportsAdmissionControl,
-    SupportsTriggerAvailableNow {
+    SupportsTriggerAvailableNow, ReportsSourceMetrics {
   private final StructType columns;
   private final Map<String, String> options;
   private final FarmSettings settings;
@@ -131,6 +133,23 @@ final class RaftMicroBatchStream implements MicroBatchStream, SupportsAdmissionC
   @Override
   public void commit(Offset end) {
     planner().request("commit", Map.of("end", ((RaftOffset) end).value));
+  }
+
+  /**
+   * Kafka's avg/max/minOffsetsBehindLatest, in entries (log indexes, this source's offsets):
+   * the latest offset Spark last saw minus the one the batch consumed, as the planner
+   * works them out.
+   */
+  @Override
+  public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    Map<String, Object> fields = new HashMap<>();
+    latestConsumedOffset.ifPresent(
+        offset -> fields.put("consumed", RaftOffset.parse(offset.json()).value));
+    Map<String, String> metrics = new HashMap<>();
+    for (Map.Entry<String, JsonNode> entry : planner().request("metrics", fields).properties()) {
+      metrics.put(entry.getKey(), entry.getValue().asText());
+    }
+    return metrics;
   }
 
   @Override
