@@ -101,3 +101,52 @@ def test_the_wire_mappings_build_core_messages_by_keyword(module):
         and (node.func.attr if isinstance(node.func, ast.Attribute)
              else getattr(node.func, "id", None)) in CORE and node.args)
     assert not positional, f"core messages built positionally: {', '.join(positional)}"
+
+
+def _pull_frame(status, entries, configuration=None) -> bytes:
+    """A PullEntriesResponse (or, with `configuration`, a PullSnapshotResponse) frame
+    built by hand: header, then the msgpack body in the table's order."""
+    import msgpack
+
+    from consensus.runtime.extensions import ExtType
+    body = [10, 3, configuration, 0, b"s", True] if configuration is not None \
+        else [status, 11, entries, 1, 12]
+    kind = ExtType.PULL_SNAPSHOT_RESPONSE if configuration is not None \
+        else ExtType.PULL_ENTRIES_RESPONSE
+    packed = msgpack.packb(body, use_bin_type=True)
+    return bytes([kind]) + (1).to_bytes(4, "big") + (4).to_bytes(4, "big") + \
+        (3).to_bytes(8, "big") + len(packed).to_bytes(4, "big") + packed
+
+
+@pytest.mark.parametrize("frame, field", [
+    (_pull_frame(7, []), "status"),
+    (_pull_frame(0, [[3, 99, b"x"]]), "entries[0]"),
+    (_pull_frame(0, [[3, 1]]), "entries[0]"),
+    (_pull_frame(0, None, configuration=b"not json"), "configuration"),
+], ids=["status", "entry type", "entry shape", "configuration"])
+def test_a_core_message_s_frame_with_a_bad_wire_form_names_the_field(frame, field):
+    from consensus.runtime.extensions import GARLICFARM_REGISTRY
+    from consensus.wire.errors import InvalidField
+    from consensus.wire.jraft import JRaftDecoder
+    with pytest.raises(InvalidField) as info:
+        JRaftDecoder(registry=GARLICFARM_REGISTRY).feed(frame)
+    assert info.value.field == field
+
+
+def test_a_frame_decodes_to_the_core_message_itself():
+    from consensus.raft import Entry, EntryType, PullStatus
+    from consensus.runtime.extensions import GARLICFARM_REGISTRY
+    from consensus.wire.jraft import JRaftDecoder
+    [message] = JRaftDecoder(registry=GARLICFARM_REGISTRY).feed(_pull_frame(2, [[3, 6, b""]]))
+    assert message == messages.PullEntriesResponse(
+        term=3, source=1, destination=4, status=PullStatus.INDEX_UNDERFLOW, index=11,
+        entries=[Entry(3, 11, EntryType.NOOP, b"")], min_index=1, commit=12)
+
+
+def test_a_wire_body_must_place_every_field_of_the_message_once():
+    """A field added to a core message without a place on the wire fails at import."""
+    from consensus.runtime.extensions import ExtensionCodec, ExtType
+    for body in ((("ctx", bytes),), (("ctx", bytes), ("lease", bool), ("ctx", bytes)),
+                 (("ctx", bytes), ("lease", bool), ("index", int))):
+        with pytest.raises(ValueError, match="ReadIndexRequest's wire body"):
+            ExtensionCodec(messages.ReadIndexRequest, ExtType.READ_INDEX_REQUEST, "R", body)
