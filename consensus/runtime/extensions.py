@@ -9,9 +9,14 @@ same authenticated connection, registered in `GARLICFARM_REGISTRY` (a copy of
   TransferVoteRequest (45-byte request header) and PreVoteResponse (26-byte response).
 * 0x24-0x35 share one *extension shape*: ``type u8 | source i32 | destination i32 |
   term i64 | bodySize i32 | body`` (21-byte header), the body being a msgpack array of
-  the message's fields in declaration order. `ExtensionCodec` checks bodySize against
-  the limits before buffering, and every field's type after decoding; a bad frame raises
-  a `ProtocolError` naming the field.
+  the message's body fields in wire order. `ExtensionCodec` checks bodySize against the
+  limits before buffering, and every field's type after decoding; a bad frame raises a
+  `ProtocolError` naming the field.
+* The Raft messages among them (reads, observer pulls) are consensus.raft's dataclasses
+  themselves, defined once: `RAFT_CODECS` gives each its type byte, its inspector name
+  and its body (the fields after the header, in wire order, with their kinds). The
+  client's messages (`Hello` ... `EventMessage`) exist only on this wire, as
+  `ExtensionMessage` subclasses.
 
 Responses of JRaft types are paired with their requests by order on a connection (JRaft
 has no correlation ids); extension messages carry what they need (ctx, ids) and may come
@@ -22,10 +27,14 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import msgpack
 
+from consensus.raft import (Configuration, Entry, EntryType, PullEntries, PullEntriesResponse,
+                            PullSnapshot, PullSnapshotResponse, PullStatus, ReadIndexRequest,
+                            ReadIndexResponse)
+from consensus.raft.errors import ConfigurationError
 from consensus.wire.errors import InvalidField, LimitExceeded
 from consensus.wire.jraft import (DEFAULT_LIMITS, REGISTRY, REQUEST_CODEC, RESPONSE_CODEC,
                                   JRaftDecoder, JRaftLimits, MessageCodec, MessageRegistry)
@@ -61,16 +70,27 @@ def _bad(field: str, reason: str, offset: int | None = None) -> InvalidField:
     return InvalidField(field, reason, protocol=PROTOCOL, offset=offset)
 
 
-# Field kinds: a Python type, a tuple of types, or one of these markers.
+# Field kinds: a Python type, a tuple of types, ANY, or a `Shaped` kind.
 ANY = object()          #: any msgpack value (maps, lists: checked by the consumer)
 OPT_INT = (int, type(None))
+_HEADER = ("term", "source", "destination")     #: the fields every frame's header carries
+
+
+@dataclass(frozen=True, slots=True)
+class Shaped:
+    """A field whose wire value differs from its value in the message: `wire` is the
+    kind checked on arrival, `to_wire(value)` writes it, `from_wire(value, body)` reads it
+    back (`body`: the frame's fields by name, as on the wire), raising InvalidField."""
+    wire: Any
+    to_wire: Callable[[Any], Any]
+    from_wire: Callable[[Any, dict], Any]
 
 
 @dataclass(frozen=True, slots=True)
 class ExtensionMessage:
-    """Base: the header fields. Subclasses declare their body fields, in wire order, and
-    ``TYPE`` / ``NAME`` / ``KINDS`` (one kind per body field). The Raft messages among
-    them (`...Frame`) are the wire forms of consensus.raft's messages (jraft_mapping)."""
+    """Base of the client's messages, which exist only on this wire: the header fields.
+    Subclasses declare their body fields, in wire order, and ``TYPE`` / ``NAME`` /
+    ``KINDS`` (one kind per body field)."""
     source: int
     destination: int
     term: int
@@ -82,69 +102,6 @@ class ExtensionMessage:
     @property
     def message_type(self) -> int:
         return self.TYPE
-
-
-@dataclass(frozen=True, slots=True)
-class ReadIndexRequestFrame(ExtensionMessage):
-    ctx: bytes
-    lease: bool
-    TYPE = ExtType.READ_INDEX_REQUEST
-    NAME = "ReadIndexRequest"
-    KINDS = (bytes, bool)
-
-
-@dataclass(frozen=True, slots=True)
-class ReadIndexResponseFrame(ExtensionMessage):
-    ctx: bytes
-    index: int
-    success: bool
-    TYPE = ExtType.READ_INDEX_RESPONSE
-    NAME = "ReadIndexResponse"
-    KINDS = (bytes, int, bool)
-
-
-@dataclass(frozen=True, slots=True)
-class PullEntriesRequestFrame(ExtensionMessage):
-    index: int
-    max_entries: int
-    max_bytes: int
-    TYPE = ExtType.PULL_ENTRIES_REQUEST
-    NAME = "PullEntriesRequest"
-    KINDS = (int, int, int)
-
-
-@dataclass(frozen=True, slots=True)
-class PullEntriesResponseFrame(ExtensionMessage):
-    status: int
-    index: int
-    entries: list          #: [[term, entry type, data], ...] from `index` on
-    min_index: int
-    commit: int
-    TYPE = ExtType.PULL_ENTRIES_RESPONSE
-    NAME = "PullEntriesResponse"
-    KINDS = (int, int, list, int, int)
-
-
-@dataclass(frozen=True, slots=True)
-class PullSnapshotRequestFrame(ExtensionMessage):
-    snapshot_index: int
-    offset: int
-    TYPE = ExtType.PULL_SNAPSHOT_REQUEST
-    NAME = "PullSnapshotRequest"
-    KINDS = (int, int)
-
-
-@dataclass(frozen=True, slots=True)
-class PullSnapshotResponseFrame(ExtensionMessage):
-    snapshot_index: int
-    snapshot_term: int
-    configuration: bytes    #: Configuration.encode()
-    offset: int
-    data: bytes
-    done: bool
-    TYPE = ExtType.PULL_SNAPSHOT_RESPONSE
-    NAME = "PullSnapshotResponse"
-    KINDS = (int, int, bytes, int, bytes, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,15 +180,11 @@ class EventMessage(ExtensionMessage):
     KINDS = (str, OPT_INT, dict)
 
 
-EXTENSION_CLASSES: tuple[type[ExtensionMessage], ...] = (
-    ReadIndexRequestFrame, ReadIndexResponseFrame, PullEntriesRequestFrame,
-    PullEntriesResponseFrame, PullSnapshotRequestFrame, PullSnapshotResponseFrame, Hello, Welcome,
-    Call, Reply, WriteResult, EventMessage)
-
-
 def _checker(kind: Any) -> tuple[tuple[type, ...], bool] | None:
-    """(types isinstance must accept, whether bool is refused) for a field kind; None
-    for ANY."""
+    """(types isinstance must accept, whether bool is refused) for a field's wire kind;
+    None for ANY."""
+    if isinstance(kind, Shaped):
+        kind = kind.wire
     if kind is ANY:
         return None
     types = kind if isinstance(kind, tuple) else (kind,)
@@ -248,15 +201,36 @@ def _check_kind(name: str, kind: Any, value: Any) -> None:
 
 
 class ExtensionCodec(MessageCodec):
-    """The extension shape for one message class (see the module docstring)."""
+    """The extension shape for one message class (see the module docstring): `body` is
+    its fields after the header, in wire order, each with its kind. Messages are built
+    by keyword, so the class's own field order does not matter; the class alone says
+    the type byte (`typed_by_class`)."""
     head_size = _HEAD.size
+    typed_by_class = True
 
-    def __init__(self, cls: type[ExtensionMessage]) -> None:
+    def __init__(self, cls: type, type_byte: ExtType, name: str,
+                 body: tuple[tuple[str, Any], ...]) -> None:
+        names = tuple(n for n, _ in body)
+        own = {f.name for f in fields(cls)} - set(_HEADER)
+        if set(names) != own or len(names) != len(own):
+            raise ValueError(f"{cls.__name__}'s wire body must name each of its fields "
+                             f"after the header once: {sorted(own)}, not {list(names)}")
         self.message_class = cls
-        self._names = [f.name for f in fields(cls)][3:]
-        self._checks = [(i, name, *check) for i, (name, kind) in
-                        enumerate(zip(self._names, cls.KINDS))
+        self.type_byte = type_byte
+        self.name = name
+        self.body = body
+        self._names = names
+        self._checks = [(i, n, *check) for i, (n, kind) in enumerate(body)
                         if (check := _checker(kind)) is not None]
+        self._shaped = [(i, n, kind) for i, (n, kind) in enumerate(body)
+                        if isinstance(kind, Shaped)]
+
+    @classmethod
+    def of(cls, message_class: type[ExtensionMessage]) -> "ExtensionCodec":
+        """The codec of a client message (`ExtensionMessage` subclass)."""
+        names = [f.name for f in fields(message_class)][3:]
+        return cls(message_class, message_class.TYPE, message_class.NAME,
+                   tuple(zip(names, message_class.KINDS)))
 
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int:
         return self.size_at(head, 0, limits)
@@ -270,7 +244,7 @@ class ExtensionCodec(MessageCodec):
                                 f"{limits.max_log_data_size}", protocol=PROTOCOL, offset=17)
         return self.head_size + size
 
-    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> ExtensionMessage:
+    def decode(self, frame: bytes, message_type: int, limits: JRaftLimits) -> Any:
         _, source, destination, term, _size = _HEAD.unpack_from(frame)
         try:
             body = msgpack.unpackb(memoryview(frame)[self.head_size:], raw=False,
@@ -284,38 +258,56 @@ class ExtensionCodec(MessageCodec):
             value = body[i]
             if not isinstance(value, types) or (no_bool and value.__class__ is bool):
                 raise _bad(name, f"{value!r} is not the field's type")
-        return self.message_class(source, destination, term, *body)
+        return self._build(source, destination, term, body)
 
-    def encode(self, message: ExtensionMessage) -> bytes:
-        body = msgpack.packb([getattr(message, n) for n in self._names], use_bin_type=True)
-        return _HEAD.pack(message.TYPE, message.source, message.destination, message.term,
+    def _build(self, source: int, destination: int, term: int, body: list) -> Any:
+        values = dict(zip(self._names, body))
+        if self._shaped:
+            wire = dict(values)
+            for i, name, kind in self._shaped:
+                values[name] = kind.from_wire(body[i], wire)
+        return self.message_class(source=source, destination=destination, term=term,
+                                  **values)
+
+    def _wire_values(self, message: Any) -> list:
+        values = [getattr(message, n) for n in self._names]
+        for i, _, kind in self._shaped:
+            values[i] = kind.to_wire(values[i])
+        return values
+
+    def encode(self, message: Any) -> bytes:
+        body = msgpack.packb(self._wire_values(message), use_bin_type=True)
+        return _HEAD.pack(self.type_byte, message.source, message.destination, message.term,
                           len(body)) + body
 
-    def fields_to_json(self, message: ExtensionMessage) -> dict:
+    def fields_to_json(self, message: Any) -> dict:
         out: dict[str, Any] = {"source": message.source, "destination": message.destination,
                                "term": message.term}
-        for name in self._names:
-            value = getattr(message, name)
+        for name, value in zip(self._names, self._wire_values(message)):
             out[_JSON_NAMES.get(name, name)] = \
                 value.hex() if isinstance(value, bytes) else _to_json_value(value)
         return out
 
-    def fields_from_json(self, obj: dict, message_type: int) -> ExtensionMessage:
+    def fields_from_json(self, obj: dict, message_type: int) -> Any:
         try:
             values = [obj[_JSON_NAMES.get(name, name)]
                       for name in ("source", "destination", "term", *self._names)]
         except KeyError as exc:
             raise _bad(str(exc.args[0]), "missing") from None
-        for i, (name, kind) in enumerate(zip(self._names, self.message_class.KINDS)):
-            if kind is bytes and isinstance(values[3 + i], str):
+        head, body = values[:3], values[3:]
+        for i, (name, kind) in enumerate(self.body):
+            wire_kind = kind.wire if isinstance(kind, Shaped) else kind
+            if wire_kind is bytes and isinstance(body[i], str):
                 try:
-                    values[3 + i] = bytes.fromhex(values[3 + i])
+                    body[i] = bytes.fromhex(body[i])
                 except ValueError:
                     raise _bad(name, "not hex") from None
-            elif kind is not bytes:
-                values[3 + i] = _from_json_value(values[3 + i], name)
-            _check_kind(name, kind, values[3 + i])
-        return self.message_class(*values)
+            elif wire_kind is not bytes:
+                body[i] = _from_json_value(body[i], name)
+            _check_kind(name, kind, body[i])
+        for name, value in zip(("source", "destination", "term"), head):
+            _check_kind(name, int, value)
+        return self._build(*head, body)
 
 
 #: fields whose JSON key differs ("message" names the message type in the inspector's JSON)
@@ -356,14 +348,80 @@ def write_result_frame(source: int, term: int, request_id: bytes, index: int,
     return _HEAD.pack(ExtType.WRITE_RESULT, source, 0, term, len(body)) + body
 
 
+# -- the Raft messages on this wire: consensus.raft's dataclasses, encoded as they are -----
+
+def _pull_status(value: int, body: dict) -> PullStatus:
+    try:
+        return PullStatus(value)
+    except ValueError:
+        raise _bad("status", f"{value} is not a pull status") from None
+
+
+_ENTRY_TYPES = {t.value: t for t in EntryType}
+
+
+def _entries_to_wire(entries: Any) -> list:
+    return [[e.term, int(e.type), e.data] for e in entries]
+
+
+def _entries_from_wire(items: list, body: dict) -> list[Entry]:
+    """[[term, entry type, data], ...], the first at the frame's `index`."""
+    first, out = body["index"], []
+    for i, item in enumerate(items):
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
+                and item[1] in _ENTRY_TYPES and isinstance(item[2], bytes)):
+            raise _bad(f"entries[{i}]", "must be [term, entry type, data]")
+        out.append(Entry(item[0], first + i, _ENTRY_TYPES[item[1]], item[2]))
+    return out
+
+
+def _configuration_from_wire(data: bytes, body: dict) -> Configuration:
+    try:
+        return Configuration.decode(data)
+    except ConfigurationError as exc:
+        raise _bad("configuration", str(exc)) from None
+
+
+STATUS = Shaped(int, int, _pull_status)                 #: a PullStatus as its number
+ENTRIES = Shaped(list, _entries_to_wire, _entries_from_wire)
+CONFIGURATION = Shaped(bytes, Configuration.encode, _configuration_from_wire)  #: its JSON
+BLOB = Shaped(bytes, bytes, lambda value, body: value)  #: any bytes-like, sent as bytes
+
+#: core message class -> its codec: type byte, inspector name, body in wire order
+RAFT_CODECS: dict[type, ExtensionCodec] = {codec.message_class: codec for codec in (
+    ExtensionCodec(ReadIndexRequest, ExtType.READ_INDEX_REQUEST, "ReadIndexRequest",
+                   (("ctx", bytes), ("lease", bool))),
+    ExtensionCodec(ReadIndexResponse, ExtType.READ_INDEX_RESPONSE, "ReadIndexResponse",
+                   (("ctx", bytes), ("index", int), ("success", bool))),
+    ExtensionCodec(PullEntries, ExtType.PULL_ENTRIES_REQUEST, "PullEntriesRequest",
+                   (("index", int), ("max_entries", int), ("max_bytes", int))),
+    ExtensionCodec(PullEntriesResponse, ExtType.PULL_ENTRIES_RESPONSE, "PullEntriesResponse",
+                   (("status", STATUS), ("index", int), ("entries", ENTRIES),
+                    ("min_index", int), ("commit", int))),
+    ExtensionCodec(PullSnapshot, ExtType.PULL_SNAPSHOT_REQUEST, "PullSnapshotRequest",
+                   (("snapshot_index", int), ("offset", int))),
+    ExtensionCodec(PullSnapshotResponse, ExtType.PULL_SNAPSHOT_RESPONSE,
+                   "PullSnapshotResponse",
+                   (("snapshot_index", int), ("snapshot_term", int),
+                    ("configuration", CONFIGURATION), ("offset", int), ("data", BLOB),
+                    ("done", bool))),
+)}
+
+#: every extension-shaped frame (0x24-0x35), in type order
+EXTENSION_CODECS: tuple[ExtensionCodec, ...] = tuple(sorted(
+    (*RAFT_CODECS.values(),
+     *map(ExtensionCodec.of, (Hello, Welcome, Call, Reply, WriteResult, EventMessage))),
+    key=lambda codec: codec.type_byte))
+
+
 def _build_registry() -> MessageRegistry:
     registry = REGISTRY.copy()
     registry.register(ExtType.PRE_VOTE_REQUEST, "PreVoteRequest", REQUEST_CODEC)
     registry.register(ExtType.PRE_VOTE_RESPONSE, "PreVoteResponse", RESPONSE_CODEC)
     registry.register(ExtType.TIMEOUT_NOW_REQUEST, "TimeoutNowRequest", REQUEST_CODEC)
     registry.register(ExtType.TRANSFER_VOTE_REQUEST, "TransferVoteRequest", REQUEST_CODEC)
-    for cls in EXTENSION_CLASSES:
-        registry.register(cls.TYPE, cls.NAME, ExtensionCodec(cls))
+    for codec in EXTENSION_CODECS:
+        registry.register(codec.type_byte, codec.name, codec)
     return registry
 
 

@@ -24,14 +24,14 @@ docs/protocol.md for the table; the main points:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration, Entry,
                             EntryType, InstallSnapshot, InstallSnapshotResponse,
                             JoinClusterRequest, JoinClusterResponse, LeaveClusterRequest,
                             LeaveClusterResponse, PullEntries, PullEntriesResponse,
-                            PullSnapshot, PullSnapshotResponse, PullStatus, ReadIndexRequest,
+                            PullSnapshot, PullSnapshotResponse, ReadIndexRequest,
                             ReadIndexResponse, RequestVote, RequestVoteResponse,
                             SyncLogRequest, SyncLogResponse, TimeoutNow)
 from consensus.raft.errors import ConfigurationError
@@ -47,7 +47,6 @@ from consensus.wire.jraft import (ENTRY_HEAD, REQUEST_HEAD, RESPONSE_LAYOUT,
 
 EXT_SERVER_ID = -1
 EXT_PREFIX = "gf:"
-_ENTRY_TYPES = {t.value: t for t in EntryType}
 
 # -- entries ------------------------------------------------------------------------------
 
@@ -236,8 +235,9 @@ class ResponseSlot:
 # -- the registry: each core message once, with its wire types and mapping ---------------------
 #
 # A new message: its dataclass in consensus/raft/messages.py (and in `RaftMessage`), its
-# wire shape (a JRaft type byte, or an `extensions.ExtensionMessage` subclass and an
-# ExtType), and one registration here (`_register`, `_paired_response`, `_same_fields`).
+# wire shape (a JRaft type byte, or an extension type byte with its body in
+# `extensions.RAFT_CODECS`), and one registration here (`_register`, `_paired_response`,
+# `_as_is`).
 # The transport routes by the `Route` of each type byte (docs/development.md).
 
 class Route(enum.Enum):
@@ -274,7 +274,9 @@ class Mapping:
     is_answer: bool
 
 
-WireMessage = Union[JRaftMessage, ext.ExtensionMessage]
+#: what crosses the Garlic Farm wire: JRaft's messages, and the core messages the
+#: extension codec carries as they are
+WireMessage = Union[JRaftMessage, RaftMessage]
 _BY_CORE: dict[type, Mapping] = {}
 _BY_TYPE: dict[int, tuple[Mapping, WireType]] = {}
 _EXTENSION_TYPES = frozenset(ExtType)
@@ -483,42 +485,22 @@ _paired_response(SyncLogResponse, MessageType.SYNC_LOG_RESPONSE, "accepted", "ne
 _paired_response(LeaveClusterResponse, MessageType.LEAVE_CLUSTER_RESPONSE, "accepted")
 
 
-# extensions: reads and observer pulls, one extension frame each
-def _same_fields(core: type, frame: type[ext.ExtensionMessage], how: Route,
-                 to_frame: Callable[[Any], dict] | None = None,
-                 from_frame: Callable[[Any], dict] | None = None) -> None:
-    """Register a core message carried by an extension frame of the same field names;
-    `to_frame` / `from_frame` convert the fields whose wire form differs."""
-    names = [f.name for f in fields(frame)][3:]
-
-    def to_wire_(msg, extensions: bool):
-        values = {name: getattr(msg, name) for name in names}
-        if to_frame is not None:
-            values.update(to_frame(msg))
-        return frame(**_head(msg), **values), None
-
-    def from_wire_(wire, echo):
-        values = {name: getattr(wire, name) for name in names}
-        if from_frame is not None:
-            values.update(from_frame(wire))
-        return core(**_core_head(wire), **values)
-
-    _register(core, (WireType(frame.TYPE, how),), to_wire_, from_wire_)
+# extensions: reads and observer pulls, each carried as it is by its extension frame
+def _as_is(core: type, how: Route) -> None:
+    """Register a core message the extension codec encodes and decodes itself
+    (`extensions.RAFT_CODECS`: its type byte and body); not on the plain JRaft wire."""
+    _register(core, (WireType(ext.RAFT_CODECS[core].type_byte, how),),
+              lambda msg, extensions: (msg, None) if extensions else None,
+              lambda wire, echo: wire)
 
 
-_same_fields(ReadIndexRequest, ext.ReadIndexRequestFrame, Route.PEER_REQUEST)
-_same_fields(ReadIndexResponse, ext.ReadIndexResponseFrame, Route.PEER_ANSWER)
-_same_fields(PullEntries, ext.PullEntriesRequestFrame, Route.PEER_REQUEST)
-_same_fields(PullEntriesResponse, ext.PullEntriesResponseFrame, Route.PEER_ANSWER,
-             lambda msg: {"status": int(msg.status),
-                          "entries": [[e.term, int(e.type), e.data] for e in msg.entries]},
-             lambda wire: {"status": _pull_status(wire.status),
-                           "entries": _pulled_entries(wire.entries, wire.index)})
-_same_fields(PullSnapshot, ext.PullSnapshotRequestFrame, Route.PEER_REQUEST)
-_same_fields(PullSnapshotResponse, ext.PullSnapshotResponseFrame, Route.PEER_ANSWER,
-             lambda msg: {"configuration": msg.configuration.encode(),
-                          "data": bytes(msg.data)},
-             lambda wire: {"configuration": _snapshot_configuration(wire.configuration)})
+_as_is(ReadIndexRequest, Route.PEER_REQUEST)
+_as_is(ReadIndexResponse, Route.PEER_ANSWER)
+_as_is(PullEntries, Route.PEER_REQUEST)
+_as_is(PullEntriesResponse, Route.PEER_ANSWER)
+_as_is(PullSnapshot, Route.PEER_REQUEST)
+_as_is(PullSnapshotResponse, Route.PEER_ANSWER)
+_CARRIED_AS_IS = frozenset(ext.RAFT_CODECS)
 
 
 # -- the converters ---------------------------------------------------------------------------
@@ -527,14 +509,17 @@ def to_wire(msg: RaftMessage, extensions: bool) -> tuple[WireMessage, Echo | Non
     """A core message as a wire message and, for a paired request, its Echo; None when
     this wire cannot carry it (an extension on the plain JRaft wire)."""
     mapped = _BY_CORE[type(msg)].to_wire(msg, extensions)
-    if not extensions and mapped[0].message_type in _EXTENSION_TYPES:
+    if mapped is None or (not extensions and mapped[0].message_type in _EXTENSION_TYPES):
         return None
     return mapped
 
 
 def from_wire(wire: WireMessage, echo: Echo | None = None) -> RaftMessage:
     """The core message of a wire message (a paired response: with its request's Echo,
-    see `response_from_wire`)."""
+    see `response_from_wire`). The extension codec decodes reads and pulls to the core
+    messages themselves."""
+    if wire.__class__ in _CARRIED_AS_IS:
+        return wire
     found = _BY_TYPE.get(wire.message_type)
     if found is None:
         raise InvalidField("messageType", f"{wire.message_type} is not a Raft message",
@@ -599,32 +584,6 @@ FIFO_RESPONSES = frozenset(RESPONSE_OF.values())
 def _single_payload(wire: RaftRequest):
     check_shape(wire)
     return wire.entries[0].payload()
-
-
-def _snapshot_configuration(data: bytes) -> Configuration:
-    try:
-        return Configuration.decode(data)
-    except ConfigurationError as exc:
-        raise InvalidField("configuration", str(exc), protocol=ext.PROTOCOL) from None
-
-
-def _pull_status(value: int) -> PullStatus:
-    try:
-        return PullStatus(value)
-    except ValueError:
-        raise InvalidField("status", f"{value} is not a pull status",
-                           protocol=ext.PROTOCOL) from None
-
-
-def _pulled_entries(items: list, first: int) -> list[Entry]:
-    out = []
-    for i, item in enumerate(items):
-        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
-                and item[1] in _ENTRY_TYPES and isinstance(item[2], bytes)):
-            raise InvalidField(f"entries[{i}]", "must be [term, entry type, data]",
-                               protocol=ext.PROTOCOL)
-        out.append(Entry(item[0], first + i, _ENTRY_TYPES[item[1]], item[2]))
-    return out
 
 
 __all__ = ["Echo", "ResponseSlot", "Route", "WireType", "Mapping", "WireMessage", "to_wire",

@@ -86,6 +86,11 @@ def entry_from_bytes(term: int, index: int, data: bytes) -> Entry:
     return Entry(term, index, EntryType.APPLICATION, data)
 
 
+def _name(event) -> str:
+    """A packet's protocol name (a CorruptPacket: the name of the packet it was)."""
+    return (event.marker if isinstance(event, mk.CorruptPacket) else event.MARKER).wire_name
+
+
 def _lsn(index: int) -> int:
     return index - 1
 
@@ -153,7 +158,7 @@ class MarkerWire:
         t = self.t
         if state.peer_id is None:
             if not isinstance(packet, mk.ConnectRequest):
-                raise ProtocolError("marker", f"{type(packet).__name__} before ConnectRequest")
+                raise ProtocolError("marker", f"{packet.MARKER.wire_name} before ConnectRequest")
             accepted = self.accept_peer(conn, packet.node_id)
             if accepted and not t.verified_peer(conn, packet.node_id):
                 accepted = False
@@ -188,13 +193,15 @@ class MarkerWire:
             entries = [entry_from_bytes(e.term, prev + 1 + i, e.data)
                        for i, e in enumerate(packet.entries)]
             message: Message = AppendEntries(
-                packet.term, packet.leader_id, me, prev,
-                packet.prev_log_term if prev > 0 else 0, entries, packet.leader_commit + 1)
+                term=packet.term, source=packet.leader_id, destination=me, prev_log_index=prev,
+                prev_log_term=packet.prev_log_term if prev > 0 else 0, entries=entries,
+                commit=packet.leader_commit + 1)
             self._slot(conn, _A, (prev + 1, len(entries)), message)
         elif isinstance(packet, mk.RequestVoteRequest):
             last = packet.last_log_index + 1
-            message = RequestVote(packet.candidate_term, packet.candidate_id, me, last,
-                                  packet.last_log_term if last > 0 else 0)
+            message = RequestVote(term=packet.candidate_term, source=packet.candidate_id,
+                                  destination=me, last_log_index=last,
+                                  last_log_term=packet.last_log_term if last > 0 else 0)
             self._slot(conn, _V, None, message)
         elif isinstance(packet, mk.InstallSnapshotRequest):
             state.snapshot = [packet.term, packet.leader_id, packet.last_index + 1,
@@ -203,7 +210,7 @@ class MarkerWire:
         elif isinstance(packet, mk.InstallSnapshotChunkRequest):
             self._chunk_in(conn, state, packet.chunk)
         else:
-            raise ProtocolError("marker", f"{type(packet).__name__} is not a request")
+            raise ProtocolError("marker", f"{packet.MARKER.wire_name} is not a request")
 
     def _chunk_in(self, conn: Connection, state: _Incoming, chunk: bytes) -> None:
         snap = state.snapshot
@@ -224,8 +231,10 @@ class MarkerWire:
             snap[4] = config
             chunk = chunk[4 + size:]
         done = not chunk
-        message = InstallSnapshot(term, leader, self.t.node_id, index, last_term, config,
-                                  offset, chunk, done, 0)
+        message = InstallSnapshot(term=term, source=leader, destination=self.t.node_id,
+                                  snapshot_index=index, snapshot_term=last_term,
+                                  configuration=config, offset=offset, data=chunk, done=done,
+                                  commit=0)
         snap[5] = offset + len(chunk)
         self._slot(conn, _B, None, message)
         if done:
@@ -244,7 +253,7 @@ class MarkerWire:
         state: _Outgoing = self._state(conn)
         t = self.t
         if not state.inflight:
-            raise ProtocolError("marker", f"{type(packet).__name__} answers no request")
+            raise ProtocolError("marker", f"{_name(packet)} answers no request")
         if isinstance(packet, (mk.CorruptPacket, mk.RetransmitRequest)):
             sent = state.inflight.popleft()
             what = "our request arrived corrupt" if isinstance(packet, mk.RetransmitRequest) \
@@ -263,32 +272,37 @@ class MarkerWire:
     def _core_answer(self, conn: Connection, echo: _Echo, packet) -> Message | None:
         me, peer = self.t.node_id, conn.peer_id
         request = echo.message
-        if echo.kind == _A and isinstance(packet, mk.AppendEntriesResponse):
+        if echo.kind == _A and isinstance(packet, mk.AppendEntriesResponsePacket):
             first = request.prev_log_index + 1
             count = len(request.entries)
             next_index = first + count if packet.success else max(1, first - 1)
-            return AppendEntriesResponse(packet.term, peer, me, packet.success, next_index,
-                                         first, count, request.ctx)
-        if echo.kind == _V and isinstance(packet, mk.RequestVoteResponse):
-            return RequestVoteResponse(packet.current_term, peer, me, packet.vote_granted)
+            return AppendEntriesResponse(term=packet.term, source=peer, destination=me,
+                                         success=packet.success, next_index=next_index,
+                                         log_index=first, entry_count=count, ctx=request.ctx)
+        if echo.kind == _V and isinstance(packet, mk.RequestVoteResponsePacket):
+            return RequestVoteResponse(term=packet.current_term, source=peer, destination=me,
+                                       granted=packet.vote_granted)
         if echo.kind in (_S, _B):
             request: InstallSnapshot
             end = request.offset + len(request.data)
             if isinstance(packet, mk.InstallSnapshotChunkResponse):
                 if not echo.answer:
                     return None
-                return InstallSnapshotResponse(request.term, peer, me, True, end,
-                                               request.snapshot_index)
-            if isinstance(packet, mk.InstallSnapshotResponse):
+                return InstallSnapshotResponse(term=request.term, source=peer, destination=me,
+                                               success=True, next_offset=end,
+                                               snapshot_index=request.snapshot_index)
+            if isinstance(packet, mk.InstallSnapshotResponsePacket):
                 state: _Outgoing = self._state(conn)
                 finished = echo.answer and request.done
                 if not finished:        # a refusal: forget the rest of this snapshot
                     state.queue = deque(item for item in state.queue
                                         if item[1].kind not in (_S, _B))
-                return InstallSnapshotResponse(packet.current_term, peer, me, finished,
-                                               end if finished else 0, request.snapshot_index,
+                return InstallSnapshotResponse(term=packet.current_term, source=peer,
+                                               destination=me, success=finished,
+                                               next_offset=end if finished else 0,
+                                               snapshot_index=request.snapshot_index,
                                                done=finished)
-        raise ProtocolError("marker", f"{type(packet).__name__} does not answer a {echo.kind}")
+        raise ProtocolError("marker", f"{_name(packet)} does not answer a {echo.kind}")
 
     # -- bytes out -----------------------------------------------------------------------------
     def send(self, conn: Connection, msg: Message) -> bool:
@@ -314,22 +328,24 @@ class MarkerWire:
         if t is AppendEntries:
             prev = msg.prev_log_index
             entries = tuple(mk.LogEntry(e.term, entry_bytes(e)) for e in msg.entries)
-            packet = mk.AppendEntriesRequest(_lsn(msg.commit), msg.term,
-                                             _log_term(prev, msg.prev_log_term), _lsn(prev),
-                                             msg.source, entries)
+            packet = mk.AppendEntriesRequest(
+                leader_commit=_lsn(msg.commit), term=msg.term,
+                prev_log_term=_log_term(prev, msg.prev_log_term), prev_log_index=_lsn(prev),
+                leader_id=msg.source, entries=entries)
             return [(mk.encode(packet), _Echo(_A, msg))]
         if t is RequestVote and not msg.pre_vote:
-            packet = mk.RequestVoteRequest(msg.source, msg.term,
-                                           _log_term(msg.last_log_index, msg.last_log_term),
-                                           _lsn(msg.last_log_index))
+            packet = mk.RequestVoteRequest(
+                candidate_id=msg.source, candidate_term=msg.term,
+                last_log_term=_log_term(msg.last_log_index, msg.last_log_term),
+                last_log_index=_lsn(msg.last_log_index))
             return [(mk.encode(packet), _Echo(_V, msg))]
         if t is InstallSnapshot:
             out = []
             data = msg.data
             if msg.offset == 0:
                 out.append((mk.encode(mk.InstallSnapshotRequest(
-                    msg.term, msg.source, _lsn(msg.snapshot_index), max(1, msg.snapshot_term))),
-                    _Echo(_S, msg, answer=False)))
+                    term=msg.term, leader_id=msg.source, last_index=_lsn(msg.snapshot_index),
+                    last_term=max(1, msg.snapshot_term))), _Echo(_S, msg, answer=False)))
                 config = msg.configuration.encode()
                 data = _U32.pack(len(config)) + config + data
             if data or msg.offset == 0:
@@ -342,24 +358,26 @@ class MarkerWire:
 
     def respond(self, slot: ResponseSlot, msg: Message) -> None:
         if isinstance(msg, AppendEntriesResponse):
-            packet = mk.AppendEntriesResponse(msg.success, max(1, msg.term))
+            packet = mk.AppendEntriesResponsePacket(success=msg.success, term=max(1, msg.term))
         elif isinstance(msg, RequestVoteResponse):
-            packet = mk.RequestVoteResponse(max(1, msg.term), msg.granted)
+            packet = mk.RequestVoteResponsePacket(current_term=max(1, msg.term),
+                                                  vote_granted=msg.granted)
         elif isinstance(msg, InstallSnapshotResponse) and msg.success and not msg.done:
             packet = mk.InstallSnapshotChunkResponse()
         else:
-            packet = mk.InstallSnapshotResponse(max(1, msg.term))
+            packet = mk.InstallSnapshotResponsePacket(current_term=max(1, msg.term))
         slot.data = mk.encode(packet)
 
     def refuse(self, slot: ResponseSlot, term: int) -> None:
         kind = slot.key[0]
         term = max(1, term)
         if kind == _A:
-            slot.data = mk.encode(mk.AppendEntriesResponse(False, term))
+            slot.data = mk.encode(mk.AppendEntriesResponsePacket(success=False, term=term))
         elif kind == _V:
-            slot.data = mk.encode(mk.RequestVoteResponse(term, False))
+            slot.data = mk.encode(mk.RequestVoteResponsePacket(current_term=term,
+                                                               vote_granted=False))
         else:
-            slot.data = mk.encode(mk.InstallSnapshotResponse(term))
+            slot.data = mk.encode(mk.InstallSnapshotResponsePacket(current_term=term))
 
     def matches(self, slot: ResponseSlot, msg: Message, rtype: int, key) -> bool:
         kind, key = slot.key

@@ -112,8 +112,9 @@ Message = Union[RaftRequest, RaftResponse]
 
 
 class Framed(Protocol):
-    """What any registered codec's message offers (JRaft's, or an extension's): the type
-    byte `encode` looks its codec up by."""
+    """What a registered codec's message offers: the type byte `encode` looks its codec
+    up by (JRaft's messages, whose shapes several types share). A codec whose class is
+    its type's alone (`MessageCodec.typed_by_class`) carries messages without it."""
 
     @property
     def message_type(self) -> int: ...
@@ -125,10 +126,12 @@ class Framed(Protocol):
 class MessageCodec(ABC):
     """How one shape of message is laid out. A stream decoder first collects `head_size`
     bytes (type byte included), asks `frame_size` for the whole length (which must check
-    it against the limits), then hands the complete frame to `decode`. A message object
-    needs a ``message_type`` attribute so `encode` can find its codec."""
+    it against the limits), then hands the complete frame to `decode`. `encode` finds a
+    message's codec by its ``message_type`` attribute, or by its class alone when the
+    codec is `typed_by_class` (its class is carried by its type byte only)."""
     head_size: int
     message_class: type
+    typed_by_class: bool = False
 
     @abstractmethod
     def frame_size(self, head: bytes, limits: JRaftLimits) -> int: ...
@@ -268,16 +271,21 @@ class MessageRegistry:
     def __init__(self) -> None:
         self._by_byte: dict[int, Registration] = {}
         self._by_name: dict[str, Registration] = {}
+        self._by_class: dict[type, Registration] = {}   #: codecs `typed_by_class`
 
     def register(self, message_type: int, name: str, codec: MessageCodec) -> None:
         if not 0 <= message_type <= 255:
             raise ValueError(f"message type {message_type} does not fit the type byte (0..255)")
         new = Registration(message_type, name, codec)
-        for existing in (self._by_byte.get(message_type), self._by_name.get(name)):
+        by_class = codec.message_class if codec.typed_by_class else None
+        for existing in (self._by_byte.get(message_type), self._by_name.get(name),
+                         self._by_class.get(by_class)):
             if existing is not None and existing != new:
                 raise ValueError(f"cannot register {name} as type {message_type}: "
                                  f"{existing.name} is type {existing.message_type}")
         self._by_byte[message_type] = self._by_name[name] = new
+        if by_class is not None:
+            self._by_class[by_class] = new
 
     def lookup(self, type_byte: int) -> Registration:
         try:
@@ -285,6 +293,17 @@ class MessageRegistry:
         except KeyError:
             raise error(UnknownMessageType, "messageType",
                         f"no message type {type_byte} is registered", 0) from None
+
+    def of(self, message: Any) -> Registration:
+        """The registration `message` is encoded by: its class's, or its type byte's."""
+        found = self._by_class.get(message.__class__)
+        if found is not None:
+            return found
+        message_type = getattr(message, "message_type", None)
+        if message_type is None:
+            raise error(InvalidField, "messageType", f"a {type(message).__name__} is not a "
+                        f"message of this wire")
+        return self.lookup(message_type)
 
     def named(self, name: Any) -> Registration:
         try:
@@ -314,7 +333,7 @@ for _type in MessageType:
 def encode(message: Framed, registry: MessageRegistry = REGISTRY) -> bytes:
     """The wire bytes of one message. Raises `ProtocolError` naming a field that does not
     fit its wire type, or a message class that does not match its type's shape."""
-    registration = registry.lookup(message.message_type)
+    registration = registry.of(message)
     if not isinstance(message, registration.codec.message_class):
         raise error(InvalidField, "messageType", f"{registration.name} is sent as a "
                     f"{registration.codec.message_class.__name__}, "
@@ -556,7 +575,7 @@ def _at_stream_offset(exc: ProtocolError, start: int) -> ProtocolError:
 
 def to_json(message: Framed, registry: MessageRegistry = REGISTRY) -> dict:
     """``{"message": name, ...fields}``; bytes are lowercase hex."""
-    registration = registry.lookup(message.message_type)
+    registration = registry.of(message)
     return {"message": registration.name, **registration.codec.fields_to_json(message)}
 
 

@@ -73,6 +73,11 @@ class Marker(enum.IntEnum):
     INSTALL_SNAPSHOT_CHUNK_RESPONSE = 0x62  # 'b'
     RETRANSMIT_REQUEST = 0x52               # 'R' (sent by the receiver of a corrupt packet)
 
+    @property
+    def wire_name(self) -> str:
+        """The packet's name in the protocol, JSON and messages: ``AppendEntriesResponse``."""
+        return "".join(part.title() for part in self.name.split("_"))
+
 
 # ---------------------------------------------------------------------------------------
 # Field kinds: one place that knows each wire type, its range and how to explain a bad one.
@@ -125,7 +130,11 @@ def _check(kind: Any, value: Any, name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Messages (fields in wire order; JSON keys are the camelCase field names).
+# Messages (fields in wire order; JSON keys are the camelCase field names). Each is this
+# wire's own record: its fields are not the Raft core's (no destination, Lsn indexes, a
+# response without the index it answers). Their names are the protocol's (`Marker.
+# wire_name`), but for the three responses whose protocol names are the core's messages
+# (consensus.raft.messages): those carry TaskFlux's class suffix, ``...ResponsePacket``.
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
@@ -151,7 +160,7 @@ class AppendEntriesRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendEntriesResponse:
+class AppendEntriesResponsePacket:
     """``a``: success first, then term (the document has them the other way round)."""
     MARKER: ClassVar[Marker] = Marker.APPEND_ENTRIES_RESPONSE
     success: bool = _wire(BOOL)
@@ -187,7 +196,7 @@ class RequestVoteRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestVoteResponse:
+class RequestVoteResponsePacket:
     """``v``."""
     MARKER: ClassVar[Marker] = Marker.REQUEST_VOTE_RESPONSE
     current_term: int = _wire(TERM)
@@ -205,7 +214,7 @@ class InstallSnapshotRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class InstallSnapshotResponse:
+class InstallSnapshotResponsePacket:
     """``s``: sent once, at the end of a snapshot transfer or to refuse it."""
     MARKER: ClassVar[Marker] = Marker.INSTALL_SNAPSHOT_RESPONSE
     current_term: int = _wire(TERM)
@@ -234,9 +243,9 @@ class RetransmitRequest:
     MARKER: ClassVar[Marker] = Marker.RETRANSMIT_REQUEST
 
 
-Packet = Union[AppendEntriesRequest, AppendEntriesResponse, ConnectRequest, ConnectResponse,
-               RequestVoteRequest, RequestVoteResponse, InstallSnapshotRequest,
-               InstallSnapshotResponse, InstallSnapshotChunkRequest,
+Packet = Union[AppendEntriesRequest, AppendEntriesResponsePacket, ConnectRequest,
+               ConnectResponse, RequestVoteRequest, RequestVoteResponsePacket,
+               InstallSnapshotRequest, InstallSnapshotResponsePacket, InstallSnapshotChunkRequest,
                InstallSnapshotChunkResponse, RetransmitRequest]
 PACKET_TYPES: tuple[type, ...] = Packet.__args__  # type: ignore[attr-defined]
 TYPE_OF_MARKER: dict[int, type] = {cls.MARKER: cls for cls in PACKET_TYPES}
@@ -387,7 +396,7 @@ def decode(data: bytes, limits: MarkerLimits = MarkerLimits()) -> Packet:
         _raise_truncated(data, 0, 0, limits)
     if len(data) > length:
         raise InvalidField("packet", f"{len(data) - length} bytes follow the "
-                           f"{TYPE_OF_MARKER[data[0]].__name__}; expected one packet",
+                           f"{Marker(data[0]).wire_name}; expected one packet",
                            protocol=PROTOCOL, offset=length)
     event = _decode_frame(data if type(data) is bytes else bytes(data), 0, limits)
     if isinstance(event, CorruptPacket):
@@ -518,7 +527,7 @@ def _raise_truncated(buf: Any, pos: int, base: int, limits: MarkerLimits) -> Non
     else:
         cut = "entries"
     of = f"{have} of {length}" if length is not None else f"{have}"
-    raise Truncated(cut, f"the input ends inside the {TYPE_OF_MARKER[marker].__name__} "
+    raise Truncated(cut, f"the input ends inside the {Marker(marker).wire_name} "
                     f"({of} bytes)", protocol=PROTOCOL, offset=base + pos + have)
 
 
@@ -601,7 +610,7 @@ def _decode_append(packet: bytes, origin: int, limits: MarkerLimits) -> AppendEn
 
 def to_json(packet: Packet) -> dict[str, Any]:
     """A JSON-ready dict of `packet`; `from_json` is its inverse."""
-    out: dict[str, Any] = {"message": type(packet).__name__}
+    out: dict[str, Any] = {"message": packet.MARKER.wire_name}
     for name, kind in _wire_fields(type(packet)):
         value = getattr(packet, name)
         if kind is BYTES:
@@ -619,10 +628,10 @@ def from_json(obj: dict[str, Any]) -> Packet:
     if not isinstance(obj, dict):
         raise InvalidField("message", "expected a JSON object", protocol=PROTOCOL)
     name = obj.get("message")
-    cls = next((c for c in PACKET_TYPES if c.__name__ == name), None)
+    cls = next((c for c in PACKET_TYPES if c.MARKER.wire_name == name), None)
     if cls is None:
         raise InvalidField("message", f"unknown message {name!r}; expected one of "
-                           + ", ".join(c.__name__ for c in PACKET_TYPES), protocol=PROTOCOL)
+                           + ", ".join(c.MARKER.wire_name for c in PACKET_TYPES), protocol=PROTOCOL)
     wire = {camel(n): (n, k) for n, k in _wire_fields(cls)}
     optional = {"checksumOk"} if cls is ConnectRequest else set()
     _check_keys(set(obj) - {"message"}, set(wire), optional, "")

@@ -60,7 +60,7 @@ def _vector(message: ext.ExtensionMessage, direction: str) -> dict:
 
 def build() -> dict:
     """The file's content, from the Python side as it is now."""
-    shape = [int(cls.TYPE) for cls in ext.EXTENSION_CLASSES]
+    shape = [int(codec.type_byte) for codec in ext.EXTENSION_CODECS]
     return {
         "about": "written by tests/jvm/test_wire_vectors.py from consensus/runtime "
                  "(extensions.py, errors.py); read by the JVM reader's JUnit tests",

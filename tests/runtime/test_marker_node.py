@@ -90,15 +90,15 @@ def test_a_corrupt_request_is_asked_for_again_and_applied_intact(lonely):
     peer.send(flip(append, len(append) - 20))       # a flipped byte inside the entry
     assert peer.next() == mk.RetransmitRequest()
     peer.send(append)
-    assert peer.next() == mk.AppendEntriesResponse(True, 50)
+    assert peer.next() == mk.AppendEntriesResponsePacket(success=True, term=50)
     commit = mk.encode(mk.AppendEntriesRequest(0, 50, 50, 0, 2, ()))
     peer.send(commit)                               # leaderCommit = Lsn 0 = index 1
-    assert peer.next() == mk.AppendEntriesResponse(True, 50)
+    assert peer.next() == mk.AppendEntriesResponsePacket(success=True, term=50)
     with lonely.client(endpoints=lonely.endpoint_of(1)) as client:
         record = wait_until(lambda: _read(client, lonely), 10)
     assert record.records == [b"delivered intact"] and record.term == 50
     peer.send(mk.encode(mk.RetransmitRequest()))   # TaskFlux asks for the last answer
-    assert peer.next() == mk.AppendEntriesResponse(True, 50)
+    assert peer.next() == mk.AppendEntriesResponsePacket(success=True, term=50)
     peer.close()
 
 
@@ -125,7 +125,8 @@ def test_the_node_sends_again_what_arrived_corrupt():
             assert isinstance(vote, mk.RequestVoteRequest) and vote.candidate_id == 1
             peer.send(mk.encode(mk.RetransmitRequest()))        # "your V arrived corrupt"
             assert peer.next() == vote                             # sent again, intact
-            answer = mk.encode(mk.RequestVoteResponse(vote.candidate_term, True))
+            answer = mk.encode(mk.RequestVoteResponsePacket(current_term=vote.candidate_term,
+                                                            vote_granted=True))
             peer.send(flip(answer, 3))                             # our answer corrupt
             assert peer.next() == vote                             # the node asks again
             peer.send(answer)

@@ -174,7 +174,9 @@ def test_extension_frames_round_trip_in_any_chunking():
     frames = [ext.Hello(0, 0, 0, b"client", 1),
               ext.Call(0, 0, 0, 7, "query", {"query": b"\x01", "n": [1, 2]}),
               ext.WriteResult(1, 0, 3, b"rid", 10, 3, 0, [True, 10, False], "", {}),
-              ext.PullEntriesResponseFrame(2, 3, 4, 0, 5, [[4, 1, b"x"]], 1, 5)]
+              PullEntriesResponse(term=4, source=2, destination=3, status=PullStatus.SUCCESS,
+                                  index=5, entries=[Entry(4, 5, EntryType.APPLICATION, b"x")],
+                                  min_index=1, commit=5)]
     data = b"".join(encode(f, ext.GARLICFARM_REGISTRY) for f in frames)
     decoder = JRaftDecoder(registry=ext.GARLICFARM_REGISTRY)
     out = []
@@ -358,10 +360,11 @@ def test_every_core_message_crosses_the_garlicfarm_wire_unchanged():
         if echo is not None:
             echoes[echo.response_type] = echo
         decoded = JRaftDecoder(registry=registry).feed(encode(wire, registry))[0]
-        route = jm.route(decoded.message_type)
-        paired = route.route is jm.Route.PAIRED_RESPONSE
+        type_byte = registry.of(decoded).message_type
+        assert type_byte == registry.of(wire).message_type
+        paired = jm.route(type_byte).route is jm.Route.PAIRED_RESPONSE
         assert (jm.fifo_response_type(msg) is not None) == paired
-        back = jm.from_wire(decoded, echoes[decoded.message_type] if paired else None)
+        back = jm.from_wire(decoded, echoes[type_byte] if paired else None)
         if isinstance(msg, AppendEntries):
             msg = dataclasses.replace(msg, ctx=0)   # the stamp stays in the leader's Echo
         assert back == msg, type(msg).__name__

@@ -363,7 +363,7 @@ def test_invalid_fields_after_a_good_crc_are_named_and_fatal(override, field_nam
     (m.RequestVoteRequest(0, 0, 1, -1), "candidateTerm"),
     (m.InstallSnapshotRequest(1, 0, -2, 1), "lastIndex"),
     (m.InstallSnapshotRequest(1, 0, 0, 2**63), "lastTerm"),
-    (m.AppendEntriesResponse(1, 1), "success"),
+    (m.AppendEntriesResponsePacket(success=1, term=1), "success"),
     (m.InstallSnapshotChunkRequest("text"), "chunk"),
     (m.AppendEntriesRequest(0, 1, 1, 0, 0, [m.LogEntry(0, b"")]), "entries[0].term"),
     (m.AppendEntriesRequest(0, 1, 1, 0, 0, [b"raw"]), "entries[0]"),
