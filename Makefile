@@ -5,14 +5,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.garlicfarm-installed
 
-.PHONY: test demo install bench soak clean jar
+.PHONY: test demo install bench soak clean jar jars dist
 
 install: $(STAMP)
 
-$(STAMP): setup.py
+$(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# A plain editable install: setup.py's package_dir {"": "."} makes setuptools put the
+	# A plain editable install: pyproject.toml's package-dir {"": "."} makes setuptools put the
 	# checkout on sys.path (a .pth file), so Spark's lookup of `pyspark_*` modules
 	# (pkgutil.iter_modules) finds pyspark_farm from any directory (docs/development.md).
 	# [spark]: PySpark 4.x and pandas < 3, which the runtime provides elsewhere;
@@ -29,6 +29,32 @@ $(JAR): $(STAMP) jvm/build.sh $(shell find jvm/src -type f 2>/dev/null)
 
 jar: $(JAR)
 
+# The jars of every Spark line the wheel carries (pyspark_farm.compat.TESTED_PYSPARK), each
+# built by jvm/build.sh against a venv holding that line's PySpark (.venv-pysparkX.Y, made
+# when missing; tests/compat/test_oldest_pyspark.py uses the same venvs). The oldest line's
+# venv runs the oldest declared Python (3.10) when this machine has one.
+SPARK_LINES := 4.0 4.1 4.2 4.3
+JVM_SOURCES := jvm/build.sh $(shell find jvm/src -type f 2>/dev/null)
+JARS := $(foreach line,$(SPARK_LINES),pyspark_farm/jvm/garlicfarm-spark-$(line).jar)
+OLDEST_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10.*/bin/python) \
+                             $(shell command -v python3.10) $(PYTHON))
+
+.venv-pyspark%/bin/python:
+	$(if $(filter 4.0,$*),$(OLDEST_PYTHON),$(PYTHON)) -m venv .venv-pyspark$*
+	.venv-pyspark$*/bin/python -m pip install --quiet 'pyspark==$*.*'
+
+pyspark_farm/jvm/garlicfarm-spark-%.jar: .venv-pyspark%/bin/python $(JVM_SOURCES)
+	jvm/build.sh $(abspath .venv-pyspark$*/bin/python) $(abspath $@)
+
+jars: $(JARS)
+
+# dist/: the sdist and the wheel (built from the sdist), both with every line's jar and
+# reproducible (build_support/garlicfarm_build.py): the entries carry the last commit's time.
+dist: $(STAMP) $(JARS)
+	rm -rf dist
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 315532800) \
+	  $(BIN)/python -m build --outdir dist .
+
 test: $(STAMP) $(JAR)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -36,4 +62,4 @@ demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/garlicfarm demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -18,13 +18,18 @@ Options given on the command line win over the file.
 from __future__ import annotations
 
 import os
-import tomllib
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from consensus.runtime.errors import ConfigError
 from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's origin, a dependency there (pyproject.toml)
+    import tomli as tomllib
 
 WIRES = ("garlicfarm", "marker", "jraft")
 
