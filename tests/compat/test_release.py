@@ -153,6 +153,10 @@ def installed(request, dist, tmp_path_factory) -> tuple[str, Path]:
     made = run(INSTALLS[line](), "-m", "venv", venv)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
+    # a current pip builds PySpark's sdist into a cached wheel (an old one installs it by
+    # setup.py each time, minutes for 4.0)
+    upgraded = run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    assert upgraded.returncode == 0, upgraded.stderr[-3000:]
     done = run(python, "-m", "pip", "install", "--quiet", f"pyspark=={line}.*",
                wheel_of(dist), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
