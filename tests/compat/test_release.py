@@ -153,12 +153,13 @@ def installed(request, dist, tmp_path_factory) -> tuple[str, Path]:
     made = run(INSTALLS[line](), "-m", "venv", venv)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
+    env = venvs.clean_env(python)   # no PYTHONPATH: pip would count what it names as installed
     # a current pip builds PySpark's sdist into a cached wheel (an old one installs it by
     # setup.py each time, minutes for 4.0)
-    upgraded = run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    upgraded = run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", env=env)
     assert upgraded.returncode == 0, upgraded.stderr[-3000:]
     done = run(python, "-m", "pip", "install", "--quiet", f"pyspark=={line}.*",
-               wheel_of(dist), timeout=900)
+               wheel_of(dist), env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return line, python
 
