@@ -56,7 +56,8 @@ def missing_jar_message(line: str | None = None) -> str | None:
     held = ", ".join(packaged_lines()) or "none"
     if line not in TESTED_PYSPARK:
         whose = " (the PySpark installed here)" if line == installed_line() else ""
-        return (f"garlicfarm's JVM reader has no jar for Spark {line}{whose}: this garlicfarm is built for Spark {', '.join(TESTED_PYSPARK)} "
+        return (f"garlicfarm's JVM reader has no jar for Spark {line}{whose}: this "
+                f"garlicfarm is built for Spark {', '.join(TESTED_PYSPARK)} "
                 f"(jars here: {held}). Install a garlicfarm release that supports {line}, "
                 f"run PySpark {TESTED_PYSPARK[-1]}, {_NO_JAR}")
     if _CHECKOUT.is_file():
