@@ -5,14 +5,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.garlicfarm-installed
 
-.PHONY: test demo install bench soak clean jar
+.PHONY: test demo install bench soak clean jar jars dist
 
 install: $(STAMP)
 
-$(STAMP): setup.py
+$(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# A plain editable install: setup.py's package_dir {"": "."} makes setuptools put the
+	# A plain editable install: pyproject.toml's package-dir {"": "."} makes setuptools put the
 	# checkout on sys.path (a .pth file), so Spark's lookup of `pyspark_*` modules
 	# (pkgutil.iter_modules) finds pyspark_farm from any directory (docs/development.md).
 	# [spark]: PySpark 4.x and pandas < 3, which the runtime provides elsewhere;
@@ -29,6 +29,18 @@ $(JAR): jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
 
 jar: $(JAR)
 
+# The jars of every Spark line the wheel carries (pyspark_farm.compat.TESTED_PYSPARK): the
+# Maven build above copies its one jar under each line's name.
+jars: $(JAR)
+
+# dist/: the sdist and the wheel (built from the sdist), both with every line's jar and
+# reproducible (build_support/garlicfarm_build.py): the entries carry the last commit's time.
+dist: $(STAMP) $(JAR)
+	rm -rf dist
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 315532800) \
+	  $(BIN)/python -m build --outdir dist .
+
+# every line's jar: the release check (tests/compat/test_release.py) builds dist/ with them
 test: $(STAMP) $(JAR)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -36,4 +48,4 @@ demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/garlicfarm demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache jvm/target
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache jvm/target

@@ -7,6 +7,7 @@ import sys
 
 from consensus.cli import SUBCOMMANDS as RUNTIME_SUBCOMMANDS
 from consensus.cli import dispatch
+from garlicfarm import __version__
 
 # name -> (module, one-line help). Modules own their argument parsing.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -16,11 +17,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dafka": ("connectors.dafka.cli", "Dafka tower, store, produce, consume"),
     "chp": ("connectors.chp.cli", "CHP server, get, set, watch"),
     "demo": ("pyspark_farm.demo", "stream through an embedded local farm with Spark"),
+    "jar": ("garlicfarm.jar", "print the JVM reader's jar path (spark-submit --jars)"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch("garlicfarm", SUBCOMMANDS, sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"garlicfarm {__version__}")
+        return 0
+    return dispatch("garlicfarm", SUBCOMMANDS, argv)
 
 
 if __name__ == "__main__":

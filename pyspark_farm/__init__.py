@@ -3,7 +3,8 @@
 Spark finds `DefaultSource` in modules named `pyspark_*` on its own, so after
 `pip install garlicfarm`, `spark.readStream.format("garlicfarm")` works with no
 `spark.dataSource.register(...)` call. Options: docs/options.md; the sink's guarantee:
-docs/exactly-once.md.
+docs/exactly-once.md. `configure_spark(SparkSession.builder)` adds the JVM reader's jar
+(`format("garlicfarm-columnar")`, docs/jvm-reader.md) for the installed PySpark.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .compat import PYSPARK_VERSION  # first: one clear error without a supporte
 from .datasource import GarlicFarmDataSource
 from .errors import (DataLossError, EnvironmentSetupError, GarlicFarmSparkError, OptionError,
                      SchemaError, UnsupportedPySparkError)
+from .jvm import configure_spark
 from .local_farm import LocalFarm
 from .session import spark_session
 
@@ -18,5 +20,5 @@ from .session import spark_session
 DefaultSource = GarlicFarmDataSource
 
 __all__ = ["DefaultSource", "GarlicFarmDataSource", "LocalFarm", "spark_session",
-           "GarlicFarmSparkError", "OptionError", "SchemaError", "DataLossError",
+           "configure_spark", "GarlicFarmSparkError", "OptionError", "SchemaError", "DataLossError",
            "EnvironmentSetupError", "UnsupportedPySparkError", "PYSPARK_VERSION"]

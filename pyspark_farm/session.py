@@ -69,24 +69,25 @@ def ensure_java() -> str:
 def spark_session(app_name: str = "garlicfarm", master: str = "local[2]", *,
                   conf: dict[str, Any] | None = None) -> "SparkSession":
     """A SparkSession (the active one if there is one) ready for the garlicfarm source, and
-    for its JVM reader (`format("garlicfarm-columnar")`) when its jar is built: the jar is
-    added to `spark.jars` (after any given)."""
+    for its JVM reader (`format("garlicfarm-columnar")`): the installed PySpark's jar is
+    added to `spark.jars` (after any given) as `configure_spark` adds it. Where this
+    installation has no such jar, `format("garlicfarm-columnar")` fails naming the fix."""
     ensure_java()
     ensure_worker_python()
     from pyspark.sql import SparkSession
 
-    from .jvm import jar_file
+    from .jvm import guard_missing_jar, jar_file, missing_jar_message, with_reader_jar
     settings: dict[str, Any] = {PUSHDOWN_CONF: "true", "spark.ui.showConsoleProgress": "false"}
     if master.startswith("local"):
         settings["spark.sql.shuffle.partitions"] = "4"
     settings.update(conf or {})
-    jars = [j for j in str(settings.get("spark.jars", "")).split(",") if j]
-    jar = jar_file()
-    if jar.is_file() and str(jar) not in jars:
-        settings["spark.jars"] = ",".join(jars + [str(jar)])
+    if missing_jar_message() is None:   # the jar configure_spark adds, by the same checks
+        settings["spark.jars"] = with_reader_jar(str(settings.get("spark.jars", "")),
+                                                 str(jar_file()))
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():
         builder = builder.config(key, str(value))
     session = builder.getOrCreate()
     session.conf.set(PUSHDOWN_CONF, str(settings[PUSHDOWN_CONF]).lower())
+    guard_missing_jar(session)   # garlicfarm-columnar without its jar: an error naming the fix
     return session

@@ -40,7 +40,7 @@ def require_module(name: str, extra: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError:
-        _missing(f"Python module {name} is not installed (setup.py's [{extra}] extra)")
+        _missing(f"Python module {name} is not installed (pyproject.toml's [{extra}] extra)")
 
 
 def logged_url(log_path: str | Path, pattern: str, timeout: float = 15.0) -> str:

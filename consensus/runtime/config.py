@@ -19,7 +19,7 @@ Options given on the command line win over the file.
 from __future__ import annotations
 
 import os
-import tomllib
+import sys
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -28,6 +28,11 @@ from consensus.runtime.errors import ConfigError
 from consensus.runtime.log_format import LOG_FORMATS
 from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's origin, a dependency there (pyproject.toml)
+    import tomli as tomllib
 
 if TYPE_CHECKING:
     import ssl

@@ -1,6 +1,7 @@
 """The Spark smoke suite (tests/spark/test_smoke.py) and the JVM reader's tests
 (tests/spark/test_columnar_source.py, with its jar built for that PySpark) on the oldest
-supported PySpark, in a venv of its own: `pip install 'pyspark==4.0.*' -e '.[spark,tls]'`
+supported PySpark with the oldest declared Python (3.10, `venvs.oldest_python`), in a venv
+of its own: `pip install 'pyspark==4.0.*' -e '.[spark,tls]'`
 plus pytest (tls: a test reads a TLS farm), made by this test when missing (about 450 MB
 downloaded once; then reused while it still holds PySpark 4.0 and this checkout).
 `GARLICFARM_OLDEST_VENV` names another place for it.
@@ -18,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.compat import venvs
+
 ROOT = Path(__file__).resolve().parents[2]
 OLDEST = "4.0"
 VERSIONS = [OLDEST] + [v.strip() for v in os.environ.get("GARLICFARM_SMOKE_PYSPARK", "")
                        .split(",") if v.strip() and v.strip() != OLDEST]
-PROBE = ("import pyspark, pyspark_farm, pytest, pytest_timeout, cryptography; "
-         "print(pyspark.__version__); print(pyspark_farm.__file__)")
+PROBE = ("import sys, pyspark, pyspark_farm, pytest, pytest_timeout, cryptography; "
+         "print(pyspark.__version__); print(pyspark_farm.__file__); "
+         "print('%d.%d' % sys.version_info[:2])")
 
 
 def _probe(python: Path) -> list[str] | None:
@@ -34,10 +38,10 @@ def _probe(python: Path) -> list[str] | None:
     return done.stdout.split() if done.returncode == 0 else None
 
 
-def _ready(python: Path, version: str) -> bool:
+def _ready(python: Path, version: str, interpreter: str) -> bool:
     found = _probe(python)
     return bool(found) and found[0].startswith(version + ".") and \
-        Path(found[1]).resolve().is_relative_to(ROOT)
+        Path(found[1]).resolve().is_relative_to(ROOT) and found[2] == interpreter
 
 
 def _venv(version: str) -> Path:
@@ -51,9 +55,12 @@ def oldest_python(request) -> Path:
     version: str = request.param
     venv = _venv(version)
     python = venv / "bin" / "python"
-    if not _ready(python, version):
-        if not python.exists():
-            made = subprocess.run([sys.executable, "-m", "venv", str(venv)],
+    # the oldest PySpark on the oldest Python; the others on this one (4.3 needs 3.11)
+    base = venvs.oldest_python() if version == OLDEST else sys.executable
+    interpreter = venvs.python_version(base)
+    if not _ready(python, version, interpreter):
+        if not python.exists() or venvs.python_version(str(python)) != interpreter:
+            made = subprocess.run([base, "-m", "venv", "--clear", str(venv)],
                                   capture_output=True, text=True, timeout=120, check=False)
             assert made.returncode == 0, made.stderr
         installed = subprocess.run(
@@ -62,7 +69,7 @@ def oldest_python(request) -> Path:
             capture_output=True, text=True, timeout=900, check=False)
         assert installed.returncode == 0, installed.stderr[-3000:]
     found = _probe(python)
-    assert found and found[0].startswith(version + "."), found
+    assert found and found[0].startswith(version + ".") and found[2] == interpreter, found
     return python
 
 

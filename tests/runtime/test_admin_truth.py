@@ -16,10 +16,10 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
+from consensus.runtime.config import tomllib  # tomli on Python 3.10
 from consensus.runtime import LocalCluster
 from tests.support import free_port, wait_until
 

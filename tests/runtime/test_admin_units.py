@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 import io
 import json
-import tomllib
 
 import pytest
 
+from consensus.runtime.config import tomllib  # tomli on Python 3.10
 from consensus.runtime import ClusterView, FarmStatus, MemberView
 from consensus.runtime.admin import (build_parser, command_main, member_rows, render_status,
                                      status_document)
