@@ -20,6 +20,7 @@ import pytest
 from consensus.runtime import FarmError, IndexUnderflow, LocalCluster
 from consensus.runtime.disk_storage import DiskStorage
 from consensus.raft import CompactedError, Configuration, Entry, EntryType, Snapshot
+from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,7 +124,9 @@ def _reader(farm, endpoint: str, seen: dict, errors: list, stop: threading.Event
 
 
 def _hammer(farm, endpoints: list[str], kinds_by_reader: list[tuple[str, ...]],
-            seconds: float) -> tuple[_Writer, list[dict], list, list]:
+            seconds: float, until=None) -> tuple[_Writer, list[dict], list, list]:
+    """Writer and readers for `seconds`, or (`until(underflows)`) until the condition the
+    test needs has happened, with a deadline."""
     writer = _Writer(farm)
     stop = threading.Event()
     seen = [dict() for _ in kinds_by_reader]
@@ -134,8 +137,14 @@ def _hammer(farm, endpoints: list[str], kinds_by_reader: list[tuple[str, ...]],
     writer.start()
     for reader in readers:
         reader.start()
-    time.sleep(seconds)          # the load's duration, not a wait for a condition
-    stop.set()
+    try:
+        if until is None:
+            time.sleep(seconds)      # the load's duration, not a wait for a condition
+        else:
+            wait_until(lambda: until(underflows), 90, interval=0.2,
+                       message="the condition the readers must meet")
+    finally:
+        stop.set()
     for reader in readers:
         reader.join(60)
     writer.stop.set()
@@ -175,11 +184,14 @@ def test_compaction_during_reads_answers_underflow_never_wrong_entries():
             written = _write_backlog(client, 60_000)
             first_before = client.log_bounds()[0]
         offsets = {1: _log_size(farm, 1)}
-        writer, seen, _, underflows = _hammer(
-            farm, [farm.endpoint_of(1)], [("headers",), ("entries",), ("journal",)], 4.0)
+        with farm.client(timeout=30) as watcher:
+            # until the node compacted and a reader met a compacted range (certain, not
+            # hoped for within a fixed time)
+            writer, seen, _, underflows = _hammer(
+                farm, [farm.endpoint_of(1)], [("headers",), ("entries",), ("journal",)], 4.0,
+                until=lambda met: bool(met) and watcher.log_bounds()[0] > first_before)
+            first_after = watcher.log_bounds()[0]
         written.update(writer.written)
-        with farm.client(timeout=30) as client:
-            first_after = client.log_bounds()[0]
         assert first_after > first_before, "no compaction happened during the reads"
         assert underflows, "no read met a compacted range"
         for collected in seen:
