@@ -34,18 +34,15 @@ def honest_login(endpoint: str, password: str, username: str = "farm",
     return True
 
 
-class PasswordFlood:
-    """`threads` threads logging in to `endpoint` with a wrong password until stopped."""
+class _Threads:
+    """`threads` threads running `_run` from the block's start to its end."""
 
-    def __init__(self, endpoint: str, threads: int = 50, username: str = "farm") -> None:
-        self.endpoint, self.username = endpoint, username
-        self.attempts = 0
-        self.other_errors: list[str] = []
+    def __init__(self, threads: int, name: str) -> None:
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"flood-{i}")
+        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"{name}-{i}")
                          for i in range(threads)]
 
-    def __enter__(self) -> "PasswordFlood":
+    def __enter__(self):
         for thread in self._threads:
             thread.start()
         return self
@@ -54,6 +51,19 @@ class PasswordFlood:
         self._stop.set()
         for thread in self._threads:
             thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class PasswordFlood(_Threads):
+    """`threads` threads logging in to `endpoint` with a wrong password until stopped."""
+
+    def __init__(self, endpoint: str, threads: int = 50, username: str = "farm") -> None:
+        super().__init__(threads, "flood")
+        self.endpoint, self.username = endpoint, username
+        self.attempts = 0
+        self.other_errors: list[str] = []
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -144,7 +154,7 @@ class HonestLogins:
             self._stop.wait(self.pause)
 
 
-class ImpatientFlood:
+class ImpatientFlood(_Threads):
     """`threads` threads sending a wrong request 2 and hanging up without waiting for
     the answer (the tarpit cannot slow them: only the gate's CPU pacing bounds them)."""
 
@@ -156,21 +166,9 @@ class ImpatientFlood:
                f"Authorization: {AUTH}\r\n\r\n").encode()
 
     def __init__(self, endpoint: str, threads: int = 50) -> None:
+        super().__init__(threads, "impatient")
         self.address = split_endpoint(endpoint)
         self.sent = 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True)
-                         for _ in range(threads)]
-
-    def __enter__(self) -> "ImpatientFlood":
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
