@@ -28,6 +28,7 @@ from consensus.wire.handshake import handshake_path
 
 SLOW_BYTE_EVERY = 1.0       #: seconds between two bytes of a slowloris connection
 READ_PAGE = 4 << 20         #: bytes per read_entries page of the read-back
+LOGIN_TIMEOUT = 6.0         #: a wrong login waits for its refusal (the tarpit holds it)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ class Flood:
         backoff = Backoff(0.05, 1.0)
         while not self._stop.is_set():
             try:
-                dialed = dial(self.endpoint, security, timeout=2.0)
+                # longer than the node's longest tarpit (4 s): each login gets its 401
+                dialed = dial(self.endpoint, security, timeout=LOGIN_TIMEOUT)
             except AuthenticationError:
                 self.counts.add(refused_logins=1)
                 backoff.reset()
