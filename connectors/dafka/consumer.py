@@ -52,6 +52,7 @@ from connectors.dafka.sockets import Run, Runs, drain_runs
 BULK_WINDOW = 65536          # records one BULK-FETCH asks for
 BULK_BYTES = 64 << 20        # payload bytes one BULK-FETCH asks for (the store's cap)
 BULK_SILENCE = 1.0           # seconds without a slice before a gap is FETCHed anew
+BULK_SILENCE_MAX = 16.0      # the silence allowed doubles per unanswered ask, up to this
 
 
 class ConsumerRecord(NamedTuple):
@@ -191,6 +192,8 @@ class Consumer(Node):
         self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
         # (subject, partition) -> (store reader, end of the request, last slice at)
         self._bulk_asked: dict[tuple[str, str], tuple[str, int, float]] = {}
+        # (subject, partition) -> asks in a row that went silent (the backoff's exponent)
+        self._bulk_silent: dict[tuple[str, str], int] = {}
         self._ready: deque[ConsumerRecord] = deque()
         self._ready_cond = threading.Condition()
         self._paused = False
@@ -200,6 +203,7 @@ class Consumer(Node):
                     proto.Command.STORE_HELLO]
         if self.bulk:
             commands.append(proto.Command.BULK_RECORDS)
+            self.add_timer(BULK_SILENCE / 2, self._ask_again_after_silence)
         self.data = self._add_sub([proto.subscription_prefix(c, self.address)
                                    for c in commands], self._drain_data)
         for topic in self._initial_topics:
@@ -381,6 +385,24 @@ class Consumer(Node):
         self._bulk_asked[(subject, address)] = (reader, seq + BULK_WINDOW, now)
         self.stats["bulk_fetches"] += 1
 
+    def _ask_again_after_silence(self, now: float) -> None:
+        """A bulk answer whose slices stopped (one lost to a reconnect or a full queue,
+        with no producer's HEAD to reveal the gap) is asked again from where delivery
+        stands, after a silence that doubles per silent ask in a row."""
+        if self._paused:     # we are not reading: the answer's slices wait in our queue
+            for key, (reader, end, _) in self._bulk_asked.items():
+                self._bulk_asked[key] = (reader, end, now)
+            return
+        for key, (_, _, at) in list(self._bulk_asked.items()):
+            silent = self._bulk_silent.get(key, 0)
+            if now - at < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
+                continue
+            del self._bulk_asked[key]
+            self._bulk_silent[key] = silent + 1
+            self.stats["bulk_silences"] += 1
+            cursor = self.tracker.cursors.get(key)
+            self._fetch(*key, cursor.last + 1 if cursor is not None else 0, now)
+
     def _on_bulk(self, msg: proto.BulkRecords, delivered: list[ConsumerRecord],
                  fetches: dict[tuple[str, str], int], now: float) -> None:
         """One slice of a BULK-FETCH answer: its records, then what the answer's end
@@ -391,6 +413,7 @@ class Consumer(Node):
         asked = self._bulk_asked.get(key)
         if asked is not None and asked[0] == msg.address:
             self._bulk_asked[key] = (asked[0], asked[1], now)
+            self._bulk_silent.pop(key, None)
         count = msg.count
         if count:
             data, base = msg.content, 4 * count

@@ -38,6 +38,31 @@ def test_bulk_catch_up_crosses_fetch_windows_without_a_producer(config, nodes, t
     assert consumer.stats["bulk_fetches"] >= count // BULK_WINDOW
 
 
+def test_a_lost_slice_of_a_bulk_answer_is_asked_again(config, nodes, tmp_path):
+    """Without a producer no HEAD reveals the gap a lost slice leaves (a reconnect after
+    missed beacons on a loaded machine loses one): the consumer's silence timer must."""
+    count = BULK_WINDOW + 1000
+    address = stored(tmp_path / "db", count)
+    store = Store(config, tmp_path / "db")
+    send, dropped = store.reader._send_bulk, []
+
+    def lose_first_last_slice(answer, lengths, data):
+        # the loss made certain: the first answer's final slice never leaves the store
+        if not dropped and len(lengths) and answer.next + len(lengths) >= answer.stop:
+            dropped.append(answer.next)
+            return
+        send(answer, lengths, data)
+
+    store.reader._send_bulk = lose_first_last_slice
+    nodes(store)
+    consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), [TOPIC]))
+    got = collect(consumer, count, timeout=30)
+    assert len(dropped) == 1 and 0 < dropped[0] < BULK_WINDOW
+    assert offsets(got) == list(range(count))
+    assert got[-1].partition == address
+    assert consumer.stats["bulk_silences"] >= 1 and consumer.stats["fetches"] == 0
+
+
 def test_a_store_without_the_extension_is_read_by_plain_fetch(config, nodes, tmp_path):
     stored(tmp_path / "db", 5000)
     nodes(Store(config, tmp_path / "db", bulk=False))
