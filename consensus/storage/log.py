@@ -24,14 +24,15 @@ from itertools import accumulate
 from typing import Iterable, Iterator, Sequence
 
 from consensus.storage import record
-from consensus.storage.errors import (CompactedIndexError, FutureIndexError, LogClosedError,
-                                      LogFailedError, RecordTooLargeError)
+from consensus.storage.errors import (CompactedIndexError, CorruptLogError, FutureIndexError,
+                                      LogClosedError, LogFailedError, RecordTooLargeError)
 from consensus.storage.files import DirectoryLock
 from consensus.storage.policy import FsyncPolicy
 from consensus.storage.recovery import RecordHeads, RecoveryReport, recover
-from consensus.storage.segment import FLAG_RESET, HEADER_SIZE, Segment
+from consensus.storage.segment import FLAG_RESET, HEADER_SIZE, PinnedRecords, Segment
 
 Payload = bytes | bytearray | memoryview
+READ_ATTEMPTS = 3   #: reads off the lock that a truncation may void, the last one under it
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class SegmentedLog:
         self._disk = threading.Condition(threading.Lock())
         self._disk_busy = False
         self._writes = 0  # sequence number of the latest append call that wrote
+        self._cuts = 0    # truncations that shortened a file: a read spanning one is redone
         self._durable_writes = 0  # every append call <= this is durable
         self._durable_index = self._last()
         self._records = 0
@@ -355,28 +357,60 @@ class SegmentedLog:
             _check_int("max_bytes", max_bytes, 0)
         if start > stop:
             raise ValueError(f"read(start={start}, stop={stop}): start is after stop")
-        pieces = []
-        try:
+        # Read off the lock, then check no truncation cut a file meanwhile (its bytes may
+        # be short, or rewritten by later appends); such a read is redone, the last time
+        # under the lock, so a reader always gets records the log held at one moment.
+        for attempt in range(READ_ATTEMPTS):
+            locked = attempt == READ_ATTEMPTS - 1
             with self._lock:
-                self._check_usable()
-                self._check_range(start, stop)
-                position = bisect.bisect_right(self._firsts, start) - 1
-                index, budget = start, max_bytes
-                while index < stop:
-                    segment = self._segments[position]
-                    a = index - segment.first_index
-                    b = min(stop, segment.next_index) - segment.first_index
-                    piece = segment.pin(a, b, budget, not pieces)
-                    if piece is None:
-                        break
-                    pieces.append(piece)
-                    got = len(piece.starts)
-                    index += got
-                    if got < b - a:
-                        break
-                    if budget is not None:
-                        budget -= piece.ends[-1] - piece.starts[0] - record.HEADER_SIZE * got
-                    position += 1
+                cuts, pieces = self._cuts, self._pin(start, stop, max_bytes)
+                if locked:
+                    return self._read_pieces(pieces)
+            try:
+                payloads = self._read_pieces(pieces)
+            except CorruptLogError:
+                with self._lock:
+                    if self._cuts == cuts:
+                        raise
+                continue
+            with self._lock:
+                if self._cuts == cuts:
+                    return payloads
+        raise AssertionError("unreachable: the last attempt reads under the lock")
+
+    def _pin(self, start: int, stop: int, max_bytes: int | None) -> list[PinnedRecords]:
+        """Locate records [start, stop) as `read` chooses them (under _lock)."""
+        self._check_usable()
+        self._check_range(start, stop)
+        pieces: list[PinnedRecords] = []
+        try:
+            position = bisect.bisect_right(self._firsts, start) - 1
+            index, budget = start, max_bytes
+            while index < stop:
+                segment = self._segments[position]
+                a = index - segment.first_index
+                b = min(stop, segment.next_index) - segment.first_index
+                piece = segment.pin(a, b, budget, not pieces)
+                if piece is None:
+                    break
+                pieces.append(piece)
+                got = len(piece.starts)
+                index += got
+                if got < b - a:
+                    break
+                if budget is not None:
+                    budget -= piece.ends[-1] - piece.starts[0] - record.HEADER_SIZE * got
+                position += 1
+        except BaseException:
+            for piece in pieces:
+                piece.close()
+            raise
+        return pieces
+
+    @staticmethod
+    def _read_pieces(pieces: list[PinnedRecords]) -> list[bytes]:
+        """The pinned records' payloads, checked; the pins are closed either way."""
+        try:
             payloads: list[bytes] = []
             for piece in pieces:
                 payloads += piece.read()
@@ -416,6 +450,7 @@ class SegmentedLog:
                 self._segments.pop().remove(durable=durable)  # newest first
                 self._firsts.pop()
             active = self._segments[-1]
+            self._cuts += 1
             active.truncate(index + 1 - active.first_index, durable=durable)
             self._now_durable(fsyncs=durable)
 

@@ -110,14 +110,48 @@ def test_readers_truncation_and_appends_interleave_safely(tmp_path):
                 log.truncate_after(max(log.first_index - 1, last - 5))
                 log.compact_before(last - 100)
 
-        readers = threading.Thread(target=lambda: run_threads(1, reader))
+        reader_errors: list[BaseException] = []
+
+        def read_until_stopped() -> None:
+            try:
+                run_threads(1, reader)
+            except BaseException as exc:   # asserted in the test thread below
+                reader_errors.append(exc)
+
+        readers = threading.Thread(target=read_until_stopped)
         readers.start()
         try:
             run_threads(4, lambda n: appender(n) if n < 3 else truncator(n))
         finally:
             stop.set()
             readers.join(timeout=60)
+        assert not readers.is_alive() and reader_errors == []
         shown = all_records(log)
         first = log.first_index
     with SegmentedLog.open(tmp_path / "log") as log:
         assert log.first_index == first and all_records(log) == shown
+
+
+def test_a_read_that_a_truncation_overtakes_is_redone(tmp_path, monkeypatch):
+    """A read locates its records under the lock and reads them after it: a truncation
+    and new appends in between (made certain here, at the read's pread) must not turn
+    into a corrupt-log error or a mix of old and new bytes, but a read done again."""
+    from consensus.storage import segment
+
+    with SegmentedLog.open(tmp_path / "log", fsync="never") as log:
+        for i in range(1, 11):
+            log.append(b"old-%d" % i)
+        real_read, cut = segment.read_exactly, []
+
+        def overtaken(fd, size, offset):
+            if not cut:
+                cut.append(True)
+                log.truncate_after(6)
+                for i in range(7, 11):
+                    log.append(b"a longer new record %d" % i)
+            return real_read(fd, size, offset)
+
+        monkeypatch.setattr(segment, "read_exactly", overtaken)
+        got = log.read(5, 11)
+    assert cut == [True]
+    assert got == [b"old-5", b"old-6"] + [b"a longer new record %d" % i for i in range(7, 11)]
