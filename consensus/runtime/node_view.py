@@ -75,3 +75,5 @@ class NodeView:
     status: Callable[[], dict]                      #: this node's status (role, commit, ...)
     proposals_dropped: Callable[[int], None]        #: the metrics: proposals refused
     consumers: "ConsumerBook"                       #: readers' positions (at the leader)
+    #: the node's view of every partition it hosts (role, term, leader, commit, ...)
+    partitions: Callable[[], list[dict]] = lambda: []

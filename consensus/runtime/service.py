@@ -543,6 +543,10 @@ class Service:
         self._subscribers.add(conn)
         return {"node": self.node.id, "events": sorted(events)}
 
+    def _c_partitions(self, conn, call, args):
+        """This node's live view of every partition (Raft group) it hosts."""
+        return {"node": self.node.id, "partitions": self.node.partitions()}
+
     def _c_ping(self, conn, call, args):
         leader, term = self.leader_and_term()
         return {"node": self.node.id, "role": self.node.core.role.value, "leader": leader,
@@ -586,6 +590,7 @@ class Service:
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "log_bounds": _c_log_bounds,
         "subscribe": _c_subscribe, "ping": _c_ping, "read_snapshot": _c_read_snapshot,
+        "partitions": _c_partitions,
         "consumer_position": _c_consumer_position,
     }
 
