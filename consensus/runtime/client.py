@@ -87,9 +87,8 @@ class FarmClient:
         them (logged as a warning). `tls_cert`/`tls_key`: our client certificate (nodes
         with a tls-ca require one). `dial_timeout`: a call that could connect to no
         member for that long fails then, not at `timeout` (etcdctl's --dial-timeout).
-        `partition`: the Raft group (partition) every call of this client addresses, 0
-        by default (a farm of one partition has only 0); its leader is found as the
-        farm's is. A member that does not host it refuses it (ConfigError)."""
+        `partition`: the partition (Raft group) every call addresses (ConfigError if
+        unhosted)."""
         if wire != "garlicfarm":
             raise ConfigError("wire", "clients always speak the Garlic Farm handshake and its "
                               "extensions; the node's --wire only concerns its peers")
@@ -534,9 +533,7 @@ class FarmClient:
         return self._call("consumer_position", {"name": str(name), "position": int(position)})
 
     def partitions(self, endpoint: str | None = None) -> dict:
-        """A member's live view of every partition it hosts (any member, or `endpoint`):
-        ``{"node": id, "partitions": [{"partition", "role", "term", "leader", "commit",
-        "last", "applied", ...}, ...]}``."""
+        """A member's live view of every partition it hosts: {"node", "partitions"}."""
         return self._call("partitions", leader=False, endpoint=endpoint)
 
     def ping(self, endpoint: str | None = None) -> dict:
