@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 
+from consensus.runtime.errors import ConfigError, ErrorCode
+from consensus.runtime.extensions import Reply, encode
+
 MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine, threads
 
 
@@ -33,11 +36,20 @@ class GroupSet:
     def describe(self) -> str:
         return "partition 0 only" if self.count == 1 else f"partitions 0..{self.count - 1}"
 
+    def unhosted(self, group: int, node_id: int) -> str:
+        return f"partition {group} is not hosted by node {node_id} (it hosts " \
+            f"{self.describe()})"
+
+    def refusal(self, group: int, node_id: int) -> bytes:
+        """The Reply (call 0, FAILED) a client gets for a partition not hosted here."""
+        return encode(Reply(node_id, 0, 0, 0, int(ErrorCode.FAILED), None,
+                            f"{self.unhosted(group, node_id)}; choose a partition below "
+                            f"{self.count}", {"partition": group, "partitions": self.count}))
+
 
 def check_partitions(value: object, option: str = "--partitions") -> int:
     """A partition count from the CLI, a config file or code, or a ConfigError naming
     the option."""
-    from consensus.runtime.errors import ConfigError
     if isinstance(value, bool) or not isinstance(value, int) \
             or not 1 <= value <= MAX_PARTITIONS:
         raise ConfigError(option, f"must be a whole number from 1 to {MAX_PARTITIONS} "
@@ -48,7 +60,6 @@ def check_partitions(value: object, option: str = "--partitions") -> int:
 def check_partition(value: object, partitions: int | None = None,
                     option: str = "partition") -> int:
     """A partition a client addresses (below `partitions` when known)."""
-    from consensus.runtime.errors import ConfigError
     limit = partitions if partitions is not None else MAX_PARTITIONS
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
         raise ConfigError(option, f"must be a whole number from 0 to {limit - 1}, "

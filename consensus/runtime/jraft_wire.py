@@ -69,7 +69,8 @@ class JRaftWire:
         for registration, frame in decoder.split(data):
             kind = registration.message_type
             if kind == ExtType.GROUP_SELECT and self.extensions:
-                t.select_in(conn, registration.codec.decode(frame, kind, limits).group)
+                select = registration.codec.decode(frame, kind, limits)
+                t.select_in(conn, select.group, select.source)
                 if conn.closed:
                     return
                 continue

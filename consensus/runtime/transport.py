@@ -37,8 +37,6 @@ from consensus.runtime.budget import (CLIENT_QUANTUM, CLIENT_READ_PER_TURN,
                                       Trust, jraft_limits)
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
-from consensus.runtime.errors import ErrorCode
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, Reply
 from consensus.runtime.gate import Gate
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.jraft_wire import JRaftWire
@@ -46,7 +44,7 @@ from consensus.runtime.log_summary import LogSummary
 from consensus.runtime.peer_hosts import PeerHosts
 from consensus.runtime.security import Security, split_endpoint
 from consensus.wire.errors import ProtocolError
-from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse, encode
+from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse
 
 log = logging.getLogger("garlicfarm.transport")
 
@@ -388,26 +386,23 @@ class Transport:
             if conn.trust is Trust.CLIENT and self.verified_peer(conn, peer_id):
                 self.promote(conn, peer_id)
 
-    def select_in(self, conn: Connection, group: int) -> None:
+    def select_in(self, conn: Connection, group: int, source: int = 0) -> None:
         """A GroupSelect arrived: the frames that follow on `conn` belong to `group`. A
         group this node does not host is refused: a client gets an error naming the
-        groups hosted (then the connection closes), a peer's connection closes with a
-        warning (rate-limited per address): its --partitions differs from ours."""
+        groups hosted (then the connection closes), a node's connection (`source`, the
+        sender's id) closes with a warning (rate-limited per address): its --partitions
+        differs from ours."""
         if group in self.groups:
             conn.in_group = group
             return
         self.on_bad_input("unknown_group")
-        text = (f"partition {group} is not hosted by node {self.node_id} (it hosts "
-                f"{self.groups.describe()})")
-        if conn.trust is Trust.PEER:
-            self.bad_groups.note(_host_of(conn.label), f"closing {conn.label}: {text}; "
-                                 f"give every node of the farm the same --partitions")
+        text = self.groups.unhosted(group, self.node_id)
+        if conn.trust is Trust.PEER or source > 0:
+            self.bad_groups.note(_host_of(conn.label), f"closing the connection of node "
+                                 f"{source or conn.peer_id} ({conn.label}): {text}; give "
+                                 f"every node of the farm the same --partitions")
         else:
-            detail = {"partition": group, "partitions": len(self.groups)}
-            self.reply(conn, encode(Reply(self.node_id, 0, 0, 0, int(ErrorCode.FAILED),
-                                          None, text + "; choose a partition below "
-                                          f"{len(self.groups)}", detail),
-                                    GARLICFARM_REGISTRY))
+            self.reply(conn, self.groups.refusal(group, self.node_id))
             self.bad_groups.note(_host_of(conn.label), f"refused {conn.label}: {text}")
             try:
                 conn.flush()

@@ -127,3 +127,25 @@ def test_status_names_each_partitions_leader_and_the_balancer_spreads_them_again
             assert row["leader"] in (1, 2, 3) and row["term"] >= 1 and row["commit"] >= 1
             assert row["lag"] >= 0 and set(row["applied"]) <= {"1", "2", "3"}
         assert sum(doc["leaders"].values()) == PARTITIONS
+
+
+def test_a_node_started_with_fewer_partitions_refuses_its_peers_frames_and_says_why():
+    """Node 3 restarted with --partitions 1 among nodes of 3: it closes the connections
+    that carry partitions 1 and 2, and its log names the option to fix; partition 0
+    still works on every node."""
+    with LocalCluster(nodes=3, partitions=3) as farm:
+        for p in range(3):
+            farm.wait_for_leader(timeout=15, partition=p)
+        farm.stop(3)
+        args = farm._args[3]
+        args[args.index("--partitions") + 1] = "1"
+        farm.restart(3)
+
+        def warned():
+            with open(farm.log_path(3), encoding="utf-8") as f:
+                return [line for line in f if "is not hosted by node 3" in line]
+        lines = wait_until(warned, timeout=15, interval=0.1, message="node 3's warning")
+        assert "give every node of the farm the same --partitions" in lines[0], lines[0]
+        assert "(it hosts partition 0 only)" in lines[0], lines[0]
+        with farm.client(endpoints=farm.endpoint_of(3), timeout=10) as client:
+            assert client.ping()["node"] == 3
