@@ -103,8 +103,9 @@ def throughput(partitions: int, seconds: float, clients: int) -> dict:
                     if part["role"] == "leader":
                         leaders[part["partition"]] = node
     entries = sum(r[0] for r in results)
-    return {"partitions": partitions, "entries_s": entries / seconds,
-            "records_s": entries * len(RECORDS) / seconds,
+    return {"partitions": partitions, "writers": clients * partitions,
+            "entries_s": round(entries / seconds),
+            "records_s": round(entries * len(RECORDS) / seconds),
             "errors": sum(r[1] for r in results),
             "node_cpu_s": {n: round(c, 2) for n, c in cpu.items()},
             "leaders": leaders}
@@ -129,13 +130,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", default="1,3,6")
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--clients", type=int, default=16,
-                        help="closed-loop writers per partition (one process each)")
+    parser.add_argument("--clients", type=int, default=24,
+                        help="closed-loop writers in all, shared evenly by the partitions "
+                        "(one client process per partition)")
     parser.add_argument("--idle", default="1,10,100",
                         help="groups per node for the idle cost ('' to skip)")
     args = parser.parse_args()
     for p in [int(x) for x in args.partitions.split(",") if x]:
-        print(throughput(p, args.seconds, args.clients), flush=True)
+        print(throughput(p, args.seconds, max(1, args.clients // p)), flush=True)
     for g in [int(x) for x in args.idle.split(",") if x]:
         print(idle(g), flush=True)
 

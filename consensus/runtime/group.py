@@ -28,6 +28,7 @@ from consensus.storage import FsyncPolicy
 if TYPE_CHECKING:
     from consensus.runtime.config import NodeConfig
     from consensus.runtime.connection import Connection
+    from consensus.runtime.log_reads import LogReads
     from consensus.runtime.metrics import NodeObserver
     from consensus.runtime.transport import Transport
 
@@ -108,6 +109,7 @@ class Group:
                  addresses: dict[int, str], address_of: Callable[[int], str | None],
                  learn_address: Callable[[int, str], None],
                  partitions: Callable[[], list[dict]] = lambda: [],
+                 reads: "LogReads | None" = None,
                  app_factory: Callable[[], StateMachine] | None = None) -> None:
         self.group = group
         self.config = config
@@ -146,7 +148,7 @@ class Group:
             latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
             address_of=address_of, learn_address=learn_address,
             status=self.status_dict, proposals_dropped=observer.proposals_dropped,
-            consumers=self.consumers, partitions=partitions))
+            consumers=self.consumers, partitions=partitions, reads=reads))
         self.inbox: list[Message] = []
         self.client_inbox: list = []
         self.soft: SoftState | None = None

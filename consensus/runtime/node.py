@@ -41,6 +41,7 @@ from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.disk_storage import SyncThread
 from consensus.runtime.group import Group, TurnTicks
+from consensus.runtime.log_reads import LogReads
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
 from consensus.runtime.status import status_json
@@ -107,15 +108,18 @@ class FarmNode:
         self.clock = TickClock(config.tick)
         self._ticks = TurnTicks()
         self.syncer = SyncThread(self.transport.wake, self.observer.fsynced)
+        self.reads = LogReads(wake=self.transport.wake)    # the groups' log pages
         try:
             for group in self.partitions:
                 self.groups.append(Group(
                     group, config, transport=self.transport, observer=self.observer,
                     syncer=self.syncer, ticks=self._ticks, addresses=self.addresses,
                     address_of=self.address_of, learn_address=self.learn_address,
-                    partitions=self.partitions_view, app_factory=app_factory))
+                    partitions=self.partitions_view, reads=self.reads,
+                    app_factory=app_factory))
         except BaseException:
             self._close_groups()
+            self.reads.close()
             self.transport.shutdown()
             raise
         self.balancer = Balancer(self.id, [g.raft for g in self.groups]) \
@@ -272,6 +276,7 @@ class FarmNode:
     def _shutdown(self) -> None:
         for group in self.groups:
             group.service.shutdown()
+        self.reads.close()
         self.transport.shutdown()
         self._close_groups()
         log.info("node %d stopped", self.id)
