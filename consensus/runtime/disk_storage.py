@@ -428,13 +428,17 @@ class SyncThread:
     group of the node: `start(storage)` asks for one, `done(storage)` says whether it
     finished, `wake` is called when a round ends. The storages asked for while a round
     runs are synced together in the next one, so a loop turn costs one round of fsyncs
-    (one per group that appended) on one thread, however many groups there are. A failed
+    (one per group that appended) on one thread, however many groups there are. A new
+    term or vote given with the request is saved in the round too, after the log's
+    fsync (the order the Ready driver keeps), so that elections in many groups at once
+    do not fsync their hard states one by one on the loop thread. A failed
     fsync leaves the log unusable (what reached the disk is unknown): `done()` raises
     it, and the node stops."""
 
     def __init__(self, wake, observe: Callable[[float], None]) -> None:
         self.wake, self.observe = wake, observe
-        self._wanted: dict[int, DiskStorage] = {}   # asked for, not started
+        # asked for, not started: storage, and the hard state to save after its fsync
+        self._wanted: dict[int, tuple[DiskStorage, HardState | None]] = {}
         self._pending: set[int] = set()             # asked for, not finished
         self._error: BaseException | None = None
         self._closing = False
@@ -442,9 +446,9 @@ class SyncThread:
         self._thread = threading.Thread(target=self._run, daemon=True, name="fsync")
         self._thread.start()
 
-    def start(self, storage: DiskStorage) -> None:
+    def start(self, storage: DiskStorage, hard: HardState | None = None) -> None:
         with self._cond:
-            self._wanted[id(storage)] = storage
+            self._wanted[id(storage)] = (storage, hard)
             self._pending.add(id(storage))
             self._cond.notify()
 
@@ -463,10 +467,12 @@ class SyncThread:
                     return
                 batch, self._wanted = self._wanted, {}
             try:
-                for storage in batch.values():
+                for storage, hard in batch.values():
                     started = time.perf_counter()
                     storage.sync()
                     self.observe(time.perf_counter() - started)
+                    if hard is not None:    # the driver's own save then finds it saved
+                        storage.save_hard_state(hard, urgent=True)
             except BaseException as exc:    # handed to the loop thread
                 self._error = exc
             with self._cond:
@@ -500,6 +506,8 @@ class SyncedDisk:
         self.fsyncs = fsyncs
         self._appended = observer.appended
         self._syncer = syncer       #: shared by the node's groups (closed by the node)
+        #: a new term or vote of the Ready being persisted (`expect`), saved by the syncer
+        self._hard: HardState | None = None
 
     def write(self, rd: Ready) -> bool:
         if rd.snapshot is not None:
@@ -511,9 +519,14 @@ class SyncedDisk:
         self._appended(time.perf_counter() - started)
         return truncated
 
+    def expect(self, rd: Ready) -> None:
+        """The Ready the driver persists next: its new term or vote goes with its sync."""
+        self._hard = rd.hard_state if rd.term_or_vote_changed else None
+
     def start_sync(self) -> bool:
         if self.fsyncs:
-            self._syncer.start(self.storage)
+            hard, self._hard = self._hard, None
+            self._syncer.start(self.storage, hard)
             return True
         self.storage.sync()
         return False

@@ -225,6 +225,7 @@ class Group:
     # -- the Ready driver's application side (consensus.raft.driver) ------------------------
     def on_ready(self, rd: Ready) -> None:
         self.transport.handed_out(rd.send_after_persist, self.group)
+        self.disk.expect(rd)
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
 
