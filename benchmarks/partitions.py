@@ -9,7 +9,7 @@ partitions spread the leaders' work but cannot exceed the machine: read the figu
 with `nproc` in mind.
 
     PYTHONPATH=$PWD python benchmarks/partitions.py [--partitions 1,3,6] [--seconds 8]
-        [--idle 1,10,100]
+        [--idle 1,10,100] [--tick 0.01]
 """
 from __future__ import annotations
 
@@ -111,9 +111,9 @@ def throughput(partitions: int, seconds: float, clients: int) -> dict:
             "leaders": leaders}
 
 
-def idle(groups: int, seconds: float = 5.0) -> dict:
-    with LocalCluster(nodes=3, partitions=groups, username="farm",
-                      status_interval=5.0) as farm:
+def idle(groups: int, seconds: float = 5.0, tick: float = 0.01) -> dict:
+    with LocalCluster(nodes=3, partitions=groups, username="farm", status_interval=5.0,
+                      extra_args=["--tick", str(tick)]) as farm:
         wait_all_led(farm, groups)
         time.sleep(3.0)
         before = node_cpu(farm)
@@ -121,7 +121,7 @@ def idle(groups: int, seconds: float = 5.0) -> dict:
         cpu = {n: c - before[n] for n, c in node_cpu(farm).items()}
         rss = {n: psutil.Process(farm.pid(n)).memory_info().rss for n in farm.node_ids}
         threads = {n: psutil.Process(farm.pid(n)).num_threads() for n in farm.node_ids}
-    return {"groups": groups, "cpu_per_node": round(sum(cpu.values()) / 3 / seconds, 3),
+    return {"groups": groups, "tick": tick, "cpu_per_node": round(sum(cpu.values()) / 3 / seconds, 3),
             "rss_mib_per_node": round(sum(rss.values()) / 3 / 2**20, 1),
             "threads_per_node": max(threads.values())}
 
@@ -135,11 +135,13 @@ def main() -> None:
                         "(one client process per partition)")
     parser.add_argument("--idle", default="1,10,100",
                         help="groups per node for the idle cost ('' to skip)")
+    parser.add_argument("--tick", type=float, default=0.01,
+                        help="the nodes' --tick in the idle cases (heartbeats every 10 ticks)")
     args = parser.parse_args()
     for p in [int(x) for x in args.partitions.split(",") if x]:
         print(throughput(p, args.seconds, max(1, args.clients // p)), flush=True)
     for g in [int(x) for x in args.idle.split(",") if x]:
-        print(idle(g), flush=True)
+        print(idle(g, tick=args.tick), flush=True)
 
 
 if __name__ == "__main__":
