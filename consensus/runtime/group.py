@@ -164,8 +164,10 @@ class Group:
 
     # -- the loop ---------------------------------------------------------------------------
     def busy(self) -> bool:
-        """Is there work for this group's turn without waiting for sockets?"""
-        return bool(self.inbox or self.client_inbox) or self.driver.busy()
+        """Is there work for this group's turn without waiting for sockets? (Without it
+        and without ticks due, the node skips the group's turn.)"""
+        return bool(self.inbox or self.client_inbox) or self.service.has_pending \
+            or self.driver.busy()
 
     def first_campaign(self, rank: int) -> None:
         """A brand-new farm elects at once: the voter of the initial configuration at

@@ -230,8 +230,10 @@ class FarmNode:
                 # never judged by a clock that lags (docs/raft-core.md).
                 ticks.now = clock.due()
                 now = time.monotonic()
-                for group in groups:
-                    group.turn(now)
+                for group in groups:        # an idle group's turn waits for its ticks
+                    if ticks.now or group.busy():
+                        group.turn(now)
+                self.reads.pump(transport.reply)    # pages of groups that skipped
                 if self.balancer is not None and ticks.now:
                     self.balancer.tick(now)
                 if now >= next_status:

@@ -257,6 +257,11 @@ class Service:
         """An entry of the node's own (its status), answered to nobody."""
         self._pending.append(_Proposal(data, False))
 
+    @property
+    def has_pending(self) -> bool:
+        """Writes wait for the next `propose_pending`."""
+        return bool(self._pending)
+
     def propose_pending(self) -> None:
         """Every write of the turn in one `propose_many`; commands get the leader's
         clock (envelope.stamp), the same for all of them."""
