@@ -49,7 +49,7 @@ class LocalFarm:
                  wire: str = "garlicfarm", observers: int = 0, fsync: str = "batch",
                  leader_timeout: float = 30.0, extra_args: Sequence[str] = (),
                  host: str = "127.0.0.1", advertise: str | None = None,
-                 tls: bool | None = None, metrics: bool = True,
+                 tls: bool | None = None, metrics: bool = True, partitions: int = 1,
                  **cluster_options: Any) -> None:
         if nodes < 1:
             raise ValueError("LocalFarm needs nodes >= 1")
@@ -65,6 +65,7 @@ class LocalFarm:
         self._certificates: "FarmCertificates | None" = None
         self._certificates_temp: str | None = None
         self.nodes = nodes
+        self.partitions = partitions        #: Raft groups per node (`--partitions`)
         self.cluster_name = cluster
         self.username = username
         self.password = password or secrets.token_hex(16)   # safe on any command line
@@ -73,7 +74,7 @@ class LocalFarm:
             nodes=nodes, data_dir=None if data_dir is None else str(data_dir), wire=wire,
             cluster=cluster, username=username, password=self.password, fsync=fsync,
             observers=observers, extra_args=tuple(extra_args), metrics=metrics,
-            **cluster_options)
+            partitions=partitions, **cluster_options)
         self._cluster: "LocalCluster | None" = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -92,7 +93,8 @@ class LocalFarm:
         self._cluster = cluster
         atexit.register(self.close)
         try:
-            cluster.wait_for_leader(timeout=self.leader_timeout)
+            for partition in range(self.partitions):
+                cluster.wait_for_leader(timeout=self.leader_timeout, partition=partition)
         except BaseException:
             self.close()
             raise
@@ -171,8 +173,9 @@ class LocalFarm:
         """Start a stopped or killed node again, on its port and data dir."""
         self.cluster.restart(node_id)
 
-    def wait_for_leader(self, timeout: float | None = None) -> int:
-        return self.cluster.wait_for_leader(timeout=timeout or self.leader_timeout)
+    def wait_for_leader(self, timeout: float | None = None, *, partition: int = 0) -> int:
+        return self.cluster.wait_for_leader(timeout=timeout or self.leader_timeout,
+                                            partition=partition)
 
     @property
     def node_ids(self) -> list[int]:

@@ -36,6 +36,7 @@ from consensus.runtime.farm_file import cmd_config
 from consensus.runtime.farm_target import FarmTarget, connection_parser, parse_node_id, \
     resolve_connection, split_endpoints
 from consensus.runtime.health import Health, farm_problems, judge, probe_endpoints
+from consensus.runtime.partition_status import collect_partitions, partitions_document
 from consensus.runtime.suggest import SuggestingParser
 
 COMMANDS = ("status", "add-server", "remove-server", "transfer-leader", "config")
@@ -127,6 +128,13 @@ def render_status(console: Console, view: Mapping[str, Any], now_ms: int,
         console.print(f"unhealthy: {problem}", markup=False)
 
 
+def render_partitions(console: Console, rows: list[dict[str, Any]]) -> None:
+    print_table(console, "partitions (each member's own view)",
+                ["partition", "leader", "term", "commit", "lag"],
+                ([r["partition"], _node(r["leader"]), r["term"], r["commit"], r["lag"]]
+                 for r in rows), right=("partition", "term", "commit", "lag"))
+
+
 def _health(reachable: bool | None) -> str | None:
     return None if reachable is None else "ok" if reachable else "UNREACHABLE"
 
@@ -165,10 +173,15 @@ def cmd_status(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int
     probes = probe_endpoints(target, endpoints)
     now_ms = int(time.time() * 1000)
     doc = status_document(view, now_ms, probes)
+    partitions = partitions_document(collect_partitions(target, endpoints), sorted(endpoints))
+    if partitions is not None:
+        doc.update(partitions)
     if args.json:
         print_json(out, doc)
     else:
         render_status(console_for(out), view, now_ms, probes)
+        if partitions is not None:
+            render_partitions(console_for(out), partitions["partitions"])
     return EXIT_OK if doc["healthy"] else EXIT_UNHEALTHY
 
 # --- membership -----------------------------------------------------------------------------

@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "--metrics over HTTPS only (it may be the node's --tls-cert)")
     p.add_argument("--metrics-tls-key", metavar="FILE", help="PEM private key of "
                    "--metrics-tls-cert")
+    p.add_argument("--partitions", type=int, metavar="N",
+                   help="Raft groups (partitions) this node hosts, 0..N-1 (default 1; every "
+                   "node of the farm gets the same N; needs --wire garlicfarm)")
     p.add_argument("--consumer-expiry", type=float, metavar="SECONDS",
                    help="a consumer (a Spark raft-source query) not heard from for this "
                    "long leaves `status` and the metrics (default 86400: one day)")

@@ -42,6 +42,7 @@ from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmErro
                                       ProtocolMismatch,
                                       RetryableWrite, Unavailable, error_from_wire)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
+from consensus.runtime.groups import check_partition
 from consensus.runtime.journal_pages import JournalPage, page_from_answer
 from consensus.runtime.links import (Directory, Link, LinkPool, NoAnswer,
                                     foreign_leader_text)
@@ -79,13 +80,15 @@ class FarmClient:
                  proxy: str | None = None, timeout: float = 10.0,
                  connect_timeout: float = 0.5, answer_timeout: float = 1.0, *,
                  tls: bool = False, insecure_skip_tls_verify: bool = False,
-                 dial_timeout: float | None = None) -> None:
+                 dial_timeout: float | None = None, partition: int = 0) -> None:
         """TLS: with `tls_ca` the nodes' certificates must chain to it; with `tls=True`,
         `tls_cert` or neither CA given, they are verified against the system trust store
         and the endpoint's host name; `insecure_skip_tls_verify=True` skips verifying
         them (logged as a warning). `tls_cert`/`tls_key`: our client certificate (nodes
         with a tls-ca require one). `dial_timeout`: a call that could connect to no
-        member for that long fails then, not at `timeout` (etcdctl's --dial-timeout)."""
+        member for that long fails then, not at `timeout` (etcdctl's --dial-timeout).
+        `partition`: the partition (Raft group) every call addresses (ConfigError if
+        unhosted)."""
         if wire != "garlicfarm":
             raise ConfigError("wire", "clients always speak the Garlic Farm handshake and its "
                               "extensions; the node's --wire only concerns its peers")
@@ -105,7 +108,8 @@ class FarmClient:
             raise ConfigError("username", "the farm authenticates clients: give a username "
                               "and password")
         self.directory = Directory(self.endpoints, connect_timeout)
-        self.links = LinkPool(self.directory, self.security, new_request_id())
+        self.partition = check_partition(partition)
+        self.links = LinkPool(self.directory, self.security, new_request_id(), self.partition)
         self._call_ids = itertools.count(1)
         self._lock = threading.RLock()
         self._pipe = self._write_pipe(background=False)   # the calls' writes, in their thread
@@ -527,6 +531,10 @@ class FarmClient:
         index it reads); its lag as the leader counts it: {"name", "position",
         "lag_entries", "lag_rows" (None: not counted yet), "seen_age"}."""
         return self._call("consumer_position", {"name": str(name), "position": int(position)})
+
+    def partitions(self, endpoint: str | None = None) -> dict:
+        """A member's live view of every partition it hosts: {"node", "partitions"}."""
+        return self._call("partitions", leader=False, endpoint=endpoint)
 
     def ping(self, endpoint: str | None = None) -> dict:
         """One member's view: {"node", "role", "leader", "term"} (any member by default)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.errors import ConfigError
+from consensus.runtime.groups import check_partitions
 from consensus.runtime.log_format import LOG_FORMATS
 from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
@@ -111,6 +112,7 @@ class NodeConfig:
     metrics_tls_cert: str | None = None         #: with metrics_tls_key: /metrics over HTTPS
     metrics_tls_key: str | None = None
     consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
+    partitions: int = 1                         #: Raft groups this node hosts (0..n-1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
@@ -169,6 +171,10 @@ class NodeConfig:
             check_client_budget(self.client_buffer_budget)
         except ValueError as exc:
             raise ConfigError("--client-buffer-budget", str(exc)) from None
+        check_partitions(self.partitions)
+        if self.partitions > 1 and self.wire != "garlicfarm":
+            raise ConfigError("--partitions", f"the {self.wire} wire carries one Raft group: "
+                              f"a farm of {self.partitions} partitions needs --wire garlicfarm")
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
 

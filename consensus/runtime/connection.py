@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any
 
 from consensus.runtime.budget import Trust
+from consensus.runtime.extensions import group_select_frame
 from consensus.runtime.jraft_mapping import Echo, ResponseSlot
 
 READ_CHUNK = 256 << 10
@@ -23,7 +24,7 @@ class Connection:
     __slots__ = ("sock", "fd", "kind", "outgoing", "peer_id", "label", "out", "echoes",
                  "slots", "extensions", "subscriptions", "closed", "writing", "decoder",
                  "client_id", "username", "marker_state", "last_answer", "trust",
-                 "reserved", "paused", "served", "events")
+                 "reserved", "paused", "served", "events", "in_group", "out_group")
 
     def __init__(self, sock: socket.socket, kind: str, decoder: Any, *, outgoing: bool,
                  peer_id: int | None, label: str, username: str | None = None) -> None:
@@ -55,6 +56,9 @@ class Connection:
         self.paused = False              #: not read: its claim does not fit the budget
         self.served = 0                  #: the loop turn it was last read in (fairness)
         self.events = selectors.EVENT_READ   #: what the selector watches it for
+        #: the Raft group of the frames read / written now (GroupSelect switches them)
+        self.in_group = 0
+        self.out_group = 0
 
     def __repr__(self) -> str:
         return f"<Connection {self.kind} {'out' if self.outgoing else 'in'} {self.label}>"
@@ -101,11 +105,22 @@ class Connection:
             del out[:sent]
         return True
 
-    def flush_slots(self) -> None:
-        """Queue the answers owed, in request order, up to the first one not known yet."""
+    def select_out(self, group: int, source: int) -> None:
+        """Switch the outgoing direction to `group` (a GroupSelect frame) unless it is
+        in that group already."""
+        if group != self.out_group:
+            self.out_group = group
+            self.out += group_select_frame(source, group)
+
+    def flush_slots(self, source: int = 0) -> None:
+        """Queue the answers owed, in request order, up to the first one not known yet
+        (each in its request's group)."""
         slots, out = self.slots, self.out
         while slots and slots[0].data is not None:
-            self.last_answer = data = slots.popleft().data
+            slot = slots.popleft()
+            if slot.group != self.out_group:
+                self.select_out(slot.group, source)
+            self.last_answer = data = slot.data
             out += data
 
     def close(self) -> None:

@@ -424,33 +424,39 @@ class DiskStorage:
 
 
 class SyncThread:
-    """Runs `storage.sync()` (the fsync of group commit) off the event loop: `start()`
-    asks for one, `done()` says whether it finished, `wake` is called when it does. A
-    failed fsync leaves the log unusable (what reached the disk is unknown): `done()`
-    raises it, and the node stops."""
+    """Runs `storage.sync()` (the fsync of group commit) off the event loop, for every
+    group of the node: `start(storage)` asks for one, `done(storage)` says whether it
+    finished, `wake` is called when a round ends. The storages asked for while a round
+    runs are synced together in the next one, so a loop turn costs one round of fsyncs
+    (one per group that appended) on one thread, however many groups there are. A new
+    term or vote given with the request is saved in the round too, after the log's
+    fsync (the order the Ready driver keeps), so that elections in many groups at once
+    do not fsync their hard states one by one on the loop thread. A failed
+    fsync leaves the log unusable (what reached the disk is unknown): `done()` raises
+    it, and the node stops."""
 
-    def __init__(self, storage: DiskStorage, wake,
-                 observe: Callable[[float], None]) -> None:
-        self.storage, self.wake, self.observe = storage, wake, observe
-        self._wanted = False
-        self._finished = threading.Event()
-        self._finished.set()
+    def __init__(self, wake, observe: Callable[[float], None]) -> None:
+        self.wake, self.observe = wake, observe
+        # asked for, not started: storage, and the hard state to save after its fsync
+        self._wanted: dict[int, tuple[DiskStorage, HardState | None]] = {}
+        self._pending: set[int] = set()             # asked for, not finished
         self._error: BaseException | None = None
         self._closing = False
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True, name="fsync")
         self._thread.start()
 
-    def start(self) -> None:
+    def start(self, storage: DiskStorage, hard: HardState | None = None) -> None:
         with self._cond:
-            self._finished.clear()
-            self._wanted = True
+            self._wanted[id(storage)] = (storage, hard)
+            self._pending.add(id(storage))
             self._cond.notify()
 
-    def done(self) -> bool:
+    def done(self, storage: DiskStorage) -> bool:
         if self._error is not None:
             raise self._error
-        return self._finished.is_set()
+        with self._cond:
+            return id(storage) not in self._pending
 
     def _run(self) -> None:
         while True:
@@ -459,18 +465,22 @@ class SyncThread:
                     self._cond.wait()
                 if not self._wanted:
                     return
-                self._wanted = False
+                batch, self._wanted = self._wanted, {}
             try:
-                started = time.perf_counter()
-                self.storage.sync()
-                self.observe(time.perf_counter() - started)
+                for storage, hard in batch.values():
+                    started = time.perf_counter()
+                    storage.sync()
+                    self.observe(time.perf_counter() - started)
+                    if hard is not None:    # the driver's own save then finds it saved
+                        storage.save_hard_state(hard, urgent=True)
             except BaseException as exc:    # handed to the loop thread
                 self._error = exc
-            self._finished.set()
+            with self._cond:
+                self._pending -= {key for key in batch if key not in self._wanted}
             self.wake()
 
     def close(self) -> None:
-        self._finished.wait()
+        """Finish the rounds asked for, then stop the thread."""
         with self._cond:
             self._closing = True
             self._cond.notify()
@@ -490,12 +500,14 @@ class SyncedDisk:
     loop thread, fsyncs on the `SyncThread` (the loop goes on meanwhile), or at once
     under a policy that does not fsync (`fsyncs` False: the sync is then cheap)."""
 
-    def __init__(self, storage: DiskStorage, *, fsyncs: bool, wake,
+    def __init__(self, storage: DiskStorage, *, fsyncs: bool, syncer: SyncThread,
                  observer: DiskObserver) -> None:
         self.storage = storage
         self.fsyncs = fsyncs
         self._appended = observer.appended
-        self._syncer = SyncThread(storage, wake, observer.fsynced)
+        self._syncer = syncer       #: shared by the node's groups (closed by the node)
+        #: a new term or vote of the Ready being persisted (`expect`), saved by the syncer
+        self._hard: HardState | None = None
 
     def write(self, rd: Ready) -> bool:
         if rd.snapshot is not None:
@@ -507,22 +519,26 @@ class SyncedDisk:
         self._appended(time.perf_counter() - started)
         return truncated
 
+    def expect(self, rd: Ready) -> None:
+        """The Ready the driver persists next: its new term or vote goes with its sync."""
+        self._hard = rd.hard_state if rd.term_or_vote_changed else None
+
     def start_sync(self) -> bool:
         if self.fsyncs:
-            self._syncer.start()
+            hard, self._hard = self._hard, None
+            self._syncer.start(self.storage, hard)
             return True
         self.storage.sync()
         return False
 
     def sync_done(self) -> bool:
-        return self._syncer.done()
+        return self._syncer.done(self.storage)
 
     def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
         self.storage.save_hard_state(state, urgent=urgent)
 
     def close(self) -> None:
-        """Wait for a running fsync, stop the thread, then close the storage."""
-        self._syncer.close()
+        """Close the storage (the node closed the `SyncThread` first: no fsync runs)."""
         self.storage.close()
 
 

@@ -7,7 +7,7 @@ same authenticated connection, registered in `GARLICFARM_REGISTRY` (a copy of
 
 * 0x20-0x23 reuse JRaft's shapes: PreVoteRequest / TimeoutNowRequest /
   TransferVoteRequest (45-byte request header) and PreVoteResponse (26-byte response).
-* 0x24-0x35 share one *extension shape*: ``type u8 | source i32 | destination i32 |
+* 0x24-0x36 share one *extension shape*: ``type u8 | source i32 | destination i32 |
   term i64 | bodySize i32 | body`` (21-byte header), the body being a msgpack array of
   the message's body fields in wire order. `ExtensionCodec` checks bodySize against the
   limits before buffering, and every field's type after decoding; a bad frame raises a
@@ -64,6 +64,7 @@ class ExtType(enum.IntEnum):
     REPLY = 0x33
     WRITE_RESULT = 0x34
     EVENT = 0x35
+    GROUP_SELECT = 0x36
 
 
 def _bad(field: str, reason: str, offset: int | None = None) -> InvalidField:
@@ -178,6 +179,17 @@ class EventMessage(ExtensionMessage):
     TYPE = ExtType.EVENT
     NAME = "Event"
     KINDS = (str, OPT_INT, dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSelect(ExtensionMessage):
+    """The frames that follow in this direction of the connection belong to Raft group
+    (partition) `group`, until the next GroupSelect; each direction starts in group 0
+    (docs/protocol.md, "Groups"). A single-group farm never sends one."""
+    group: int
+    TYPE = ExtType.GROUP_SELECT
+    NAME = "GroupSelect"
+    KINDS = (int,)
 
 
 def _checker(kind: Any) -> tuple[tuple[type, ...], bool] | None:
@@ -338,6 +350,16 @@ def _from_json_value(value: Any, field: str) -> Any:
     return value
 
 
+MAX_GROUP = (1 << 31) - 1      #: group ids are 0..MAX_GROUP (a non-negative i32)
+
+
+def group_select_frame(source: int, group: int) -> bytes:
+    """`encode(GroupSelect(source, 0, 0, group))`, built once per switch of a
+    connection's direction to another group."""
+    body = msgpack.packb([group])
+    return _HEAD.pack(ExtType.GROUP_SELECT, source, 0, 0, len(body)) + body
+
+
 def write_result_frame(source: int, term: int, request_id: bytes, index: int,
                        entry_term: int, code: int = 0, result: Any = None,
                        message: str = "", detail: dict | None = None) -> bytes:
@@ -407,10 +429,11 @@ RAFT_CODECS: dict[type, ExtensionCodec] = {codec.message_class: codec for codec 
                     ("done", bool))),
 )}
 
-#: every extension-shaped frame (0x24-0x35), in type order
+#: every extension-shaped frame (0x24-0x36), in type order
 EXTENSION_CODECS: tuple[ExtensionCodec, ...] = tuple(sorted(
     (*RAFT_CODECS.values(),
-     *map(ExtensionCodec.of, (Hello, Welcome, Call, Reply, WriteResult, EventMessage))),
+     *map(ExtensionCodec.of, (Hello, Welcome, Call, Reply, WriteResult, EventMessage,
+                              GroupSelect))),
     key=lambda codec: codec.type_byte))
 
 

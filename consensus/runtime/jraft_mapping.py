@@ -219,6 +219,7 @@ class Echo:
     ctx: int = 0
     done: bool = False
     client: bool = False        #: a ClientRequest (e.g. a status entry): ack only
+    group: int = 0              #: the Raft group the request was sent for
 
 
 @dataclass(slots=True)
@@ -230,6 +231,7 @@ class ResponseSlot:
     source: int = 0
     generation: int = 0             #: Readys handed out before the request was stepped
     claimed: bool = False           #: a Ready holds its answer (sent once persisted)
+    group: int = 0                  #: the Raft group the request came for
 
 
 # -- the registry: each core message once, with its wire types and mapping ---------------------

@@ -29,6 +29,15 @@ _CLIENT_EXTENSIONS = frozenset({ExtType.HELLO, ExtType.CALL})
 _SOURCE = struct.Struct(">i")       # every JRaft message's source id, after its type byte
 
 
+def _paired(conn: Connection, echo: jm.Echo) -> jm.Echo:
+    """The request a paired response answers; it must come in the request's group (the
+    peer answers in request order, switching groups as its requests did)."""
+    if echo.group != conn.in_group:
+        raise ProtocolError("group", f"a response in group {conn.in_group} to a request of "
+                            f"group {echo.group}")
+    return echo
+
+
 class JRaftWire:
     """JRaft's bytes on a connection (garlicfarm: with our extensions)."""
 
@@ -59,6 +68,12 @@ class JRaftWire:
         limits = decoder.limits
         for registration, frame in decoder.split(data):
             kind = registration.message_type
+            if kind == ExtType.GROUP_SELECT and self.extensions:
+                select = registration.codec.decode(frame, kind, limits)
+                t.select_in(conn, select.group, select.source)
+                if conn.closed:
+                    return
+                continue
             # the hot messages first, straight to core messages (jraft_mapping)
             if kind == MessageType.APPEND_ENTRIES_REQUEST:
                 core = jm.append_entries_from_frame(frame, limits)
@@ -69,7 +84,8 @@ class JRaftWire:
             elif kind == MessageType.APPEND_ENTRIES_RESPONSE:
                 echoes = conn.echoes
                 if echoes and echoes[0].response_type == kind and not echoes[0].client:
-                    t.on_core(jm.append_response_from_frame(frame, echoes.popleft()))
+                    echo = _paired(conn, echoes.popleft())
+                    t.on_core(echo.group, jm.append_response_from_frame(frame, echo))
                     continue
             elif kind == MessageType.CLIENT_REQUEST and conn.extensions:
                 values = jm.client_values_from_frame(frame, limits)
@@ -82,9 +98,10 @@ class JRaftWire:
             if how is Route.PAIRED_RESPONSE:
                 if not conn.echoes:
                     raise ProtocolError("messageType", f"response {kind} to no request")
-                core = jm.response_from_wire(w, conn.echoes.popleft())
+                echo = _paired(conn, conn.echoes.popleft())
+                core = jm.response_from_wire(w, echo)
                 if core is not None:
-                    t.on_core(core)
+                    t.on_core(echo.group, core)
                 elif t.on_client_ack is not None:
                     t.on_client_ack(w)
             elif how is Route.PAIRED_REQUEST:
@@ -93,11 +110,12 @@ class JRaftWire:
                 if how is Route.PEER_REQUEST:
                     t.note_peer(conn, w.source)
                 if w.destination == t.node_id:
-                    t.on_core(jm.from_wire(w))
+                    t.on_core(conn.in_group, jm.from_wire(w))
             elif kind in _CLIENT_REQUESTS:
                 slot = None
                 if not conn.extensions:
-                    slot = jm.ResponseSlot(jm.RESPONSE_OF[kind], source=w.source)
+                    slot = jm.ResponseSlot(jm.RESPONSE_OF[kind], source=w.source,
+                                           group=conn.in_group)
                     conn.slots.append(slot)
                 t.on_client(conn, w, slot)
             elif kind in _CLIENT_EXTENSIONS:
@@ -105,20 +123,24 @@ class JRaftWire:
             else:
                 raise ProtocolError("messageType", f"{kind} is not accepted by a node")
 
-    def send(self, conn: Connection, msg: Message) -> bool:
+    def send(self, conn: Connection, msg: Message, group: int = 0) -> bool:
         if type(msg) is AppendEntries:
-            frame = jm.append_entries_frame(msg, self.t.bodies)
+            frame = jm.append_entries_frame(msg, self.t.bodies.setdefault(group, {}))
             if frame is not None:
+                conn.select_out(group, self.t.node_id)
                 conn.out += frame
                 conn.echoes.append(jm.Echo(MessageType.APPEND_ENTRIES_RESPONSE,
-                                           msg.prev_log_index + 1, len(msg.entries), msg.ctx))
+                                           msg.prev_log_index + 1, len(msg.entries), msg.ctx,
+                                           group=group))
                 return True
         mapped = jm.to_wire(msg, self.extensions)
         if mapped is None:
             return False
         wire, echo = mapped
+        conn.select_out(group, self.t.node_id)
         conn.out += encode(wire, self.registry)
         if echo is not None:
+            echo.group = group
             conn.echoes.append(echo)
         return True
 
@@ -138,6 +160,7 @@ class JRaftWire:
     def send_client_entries(self, conn: Connection, entries) -> bool:
         """A ClientRequest on our own connection (status entries for the leader)."""
         request = RaftRequest(MessageType.CLIENT_REQUEST, entries=tuple(entries))
+        conn.select_out(0, self.t.node_id)
         conn.out += encode(request, self.registry)
         conn.echoes.append(jm.Echo(MessageType.APPEND_ENTRIES_RESPONSE, client=True))
         return True

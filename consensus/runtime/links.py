@@ -29,8 +29,8 @@ from consensus.runtime import extensions as ext
 from consensus.runtime.backoff import Backoff
 from consensus.runtime.connection import close_quietly
 from consensus.runtime.dial import dial
-from consensus.runtime.errors import (AuthenticationError, FarmError, NotLeaderError,
-                                      ProtocolMismatch, Unavailable)
+from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
+                                      NotLeaderError, ProtocolMismatch, Unavailable)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY
 from consensus.runtime.security import Security
 from consensus.wire.errors import ProtocolError
@@ -56,8 +56,9 @@ class Link:
     """One authenticated connection to one member (blocking socket)."""
 
     def __init__(self, endpoint: str, security: Security, timeout: float,
-                 client_id: bytes) -> None:
+                 client_id: bytes, partition: int = 0) -> None:
         self.endpoint = endpoint
+        self.partition = partition
         started = time.monotonic()
         dialed = dial(endpoint, security, wire="garlicfarm", timeout=timeout)
         self.sock = dialed.sock
@@ -66,13 +67,20 @@ class Link:
         self.closed = False
         self.sent = 0               #: sends that went out (callers tell what was tried)
         if dialed.initial:
-            self.frames.extend(self.decoder.feed(dialed.initial))
+            self._take(self.decoder.feed(dialed.initial))
+        hello = encode(ext.Hello(0, 0, 0, client_id, 1), GARLICFARM_REGISTRY)
+        if partition:       # the frames of this link belong to that group (protocol.md)
+            hello = ext.group_select_frame(0, partition) + hello
         try:
-            self.send(encode(ext.Hello(0, 0, 0, client_id, 1), GARLICFARM_REGISTRY))
+            self.send(hello)
             welcome = self.next_frame(started + timeout)
         except Unavailable as exc:
             self.close()
             raise Unavailable(f"{endpoint} did not welcome us in time ({exc})") from None
+        if isinstance(welcome, ext.Reply) and welcome.code:
+            self.close()        # the member does not host the partition: no retry helps
+            raise ConfigError("partition", f"{endpoint} refused partition {partition}: "
+                              f"{welcome.message}")
         if not isinstance(welcome, ext.Welcome):
             self.close()
             raise ProtocolMismatch(f"{endpoint} answered Hello with {type(welcome).__name__}")
@@ -111,12 +119,22 @@ class Link:
             self.close()
             raise NoAnswer(f"{self.endpoint} closed the connection")
         try:
-            self.frames.extend(self.decoder.feed(data) if into is None
-                               else self.decoder.filled(data))
+            self._take(self.decoder.feed(data) if into is None
+                       else self.decoder.filled(data))
         except ProtocolError as exc:
             self.close()
             raise ProtocolMismatch(f"corrupt answer from {self.endpoint}: {exc}") from None
         return True
+
+    def _take(self, frames) -> None:
+        """Queue the frames read; the member's GroupSelects must name our partition."""
+        for frame in frames:
+            if isinstance(frame, ext.GroupSelect):
+                if frame.group != self.partition:
+                    raise ProtocolError("group", f"{self.endpoint} answered in partition "
+                                        f"{frame.group}, not {self.partition}")
+            else:
+                self.frames.append(frame)
 
     def next_frame(self, deadline: float):
         while not self.frames:
@@ -293,10 +311,12 @@ class LinkPool:
     per member kept between calls (`shared`, under the client's call lock). Every link
     given out comes back through `release`, which tells the directory of a failure."""
 
-    def __init__(self, directory: Directory, security: Security, client_id: bytes) -> None:
+    def __init__(self, directory: Directory, security: Security, client_id: bytes,
+                 partition: int = 0) -> None:
         self.directory = directory
         self.security = security
         self.client_id = client_id
+        self.partition = partition      #: the Raft group every link addresses
         self.refused: FarmError | None = None   #: the last refusal at a handshake (404, TLS)
         self._shared: dict[str, Link] = {}
         self._closed = False
@@ -323,7 +343,7 @@ class LinkPool:
             raise Unavailable(f"no time left to connect to {endpoint}")
         started = time.monotonic()
         try:
-            link = Link(endpoint, self.security, bound, self.client_id)
+            link = Link(endpoint, self.security, bound, self.client_id, self.partition)
         except AuthenticationError:
             raise
         except ProtocolMismatch as exc:

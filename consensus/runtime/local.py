@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from consensus.runtime.client import FarmClient
 from consensus.runtime.errors import FarmError, Unavailable
+from consensus.runtime.groups import check_partitions
 from consensus.runtime.security import WILDCARDS
 
 STOP_GRACE = 10.0
@@ -43,14 +44,15 @@ class LocalCluster:
                  peer_address: Callable[[int, int, str], str] | None = None,
                  host: str = "127.0.0.1", advertise: str | None = None,
                  client_options: Mapping[str, Any] | None = None,
-                 metrics: bool = False) -> None:
+                 metrics: bool = False, partitions: int = 1) -> None:
         """`peer_address(source, target, target_endpoint)`, when given, is asked at every
         (re)start of `source` where it must dial `target` (e.g. a fault proxy).
         `host`: the address the nodes listen on; `advertise`: the one their endpoints
         name (peers and clients dial it; needed when `host` is a wildcard).
         `client_options`: FarmClient arguments of `client()` (e.g. TLS settings).
         `metrics`: each node serves Prometheus metrics on a free loopback port
-        (`metrics_port`)."""
+        (`metrics_port`). `partitions`: Raft groups per node (`--partitions`); address
+        one with `client(partition=p)`."""
         if nodes < 1:
             raise ValueError("a LocalCluster needs at least one node")
         if advertise is None and host in WILDCARDS:
@@ -64,6 +66,7 @@ class LocalCluster:
         self.extra_args = list(extra_args)
         self.status_interval = status_interval
         self.metrics = metrics
+        self.partitions = check_partitions(partitions, "partitions")
         self._log_starts: dict[int, int] = {}   # node id -> its log's size at its last start
         self.peer_address = peer_address
         self._temp = data_dir is None
@@ -121,10 +124,11 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def wait_for_leader(self, timeout: float = 10.0) -> int:
-        """The leader's id, once one node leads and answers (FarmError at the deadline)."""
+    def wait_for_leader(self, timeout: float = 10.0, *, partition: int = 0) -> int:
+        """The leader's id (of `partition`), once one node leads and answers (FarmError
+        at the deadline)."""
         deadline = time.monotonic() + timeout
-        with self.client(timeout=min(2.0, timeout)) as client:
+        with self.client(timeout=min(2.0, timeout), partition=partition) as client:
             while True:
                 leader = self._agreed_leader(client)
                 if leader is not None:
@@ -311,7 +315,8 @@ class LocalCluster:
                 "--data-dir", self.node_dir(node_id), "--cluster", self.cluster,
                 "--wire", self.wire, "--credentials", self._credentials_file(),
                 "--fsync", self.fsync, "--status-interval", str(self.status_interval),
-                *(["--metrics", "127.0.0.1:0"] if self.metrics else [])]
+                *(["--metrics", "127.0.0.1:0"] if self.metrics else []),
+                *(["--partitions", str(self.partitions)] if self.partitions > 1 else [])]
 
     def _credentials_file(self) -> str:
         """The farm's ``user:password`` in a file only this user can read, for the nodes'

@@ -44,14 +44,16 @@ class LogCalls:
         self.node, self.service, self.waits = node, service, waits
         self.rows = RowIndex(self._shown)
         self._rows_lock = threading.Lock()      # the row index is used by reader threads
-        self.reads = LogReads(wake=node.transport.wake)
+        self._owns_reads = node.reads is None       # else the node's, shared by its groups
+        self.reads = LogReads(wake=node.transport.wake) if node.reads is None else node.reads
 
     def pump(self) -> None:
         """Queue the finished pages on their connections (the loop, every turn)."""
         self.reads.pump(self.node.transport.reply)
 
     def close(self) -> None:
-        self.reads.close()
+        if self._owns_reads:
+            self.reads.close()
 
     def query_snapshot(self, conn, call, args):
         """Two-step read, step two: restore and replay on a reader thread."""
@@ -137,7 +139,7 @@ class LogCalls:
         """Answer `call` with `answer()`, run and encoded on a reader thread; the frame
         is queued on `conn` by the loop (LogReads)."""
         result, failure = self.service.answer_frames(call.call_id)
-        self.reads.submit(conn, lambda: result(answer()), failure)
+        self.reads.submit(conn, lambda: result(answer()), failure, self.node.transport.reply)
         return LATER
 
     def _applied_range(self, conn, call, args, name: str,

@@ -55,6 +55,8 @@ class _Job:
     work: Work
     failure: Failure
     frame: bytes = b""
+    #: who queues the frame (a group's: the node's groups share the readers)
+    reply: Callable[["Connection", bytes], None] | None = None
 
 
 class LogReads:
@@ -87,15 +89,17 @@ class LogReads:
         return len(self._busy) + len(self._waiting)
 
     # -- the loop's side -------------------------------------------------------------------
-    def submit(self, conn: "Connection", work: Work, failure: Failure) -> None:
-        """Build `work`'s frame on a reader thread and queue it on `conn`, after the
-        connection's earlier pages. Unavailable when too many wait."""
+    def submit(self, conn: "Connection", work: Work, failure: Failure,
+               reply: Callable[["Connection", bytes], None] | None = None) -> None:
+        """Build `work`'s frame on a reader thread and queue it on `conn` (with `reply`
+        when given, else `pump`'s), after the connection's earlier pages. Unavailable
+        when too many wait."""
         waiting = self._waiting_of.get(conn, 0)
         if waiting >= self.per_connection or len(self._waiting) >= self.waiting_limit:
             self.refused += 1
             raise Unavailable(f"this member has {len(self._waiting)} log reads waiting "
                               f"({waiting} of this connection): retry later")
-        self._waiting.append(_Job(conn, work, failure))
+        self._waiting.append(_Job(conn, work, failure, reply=reply))
         self._waiting_of[conn] = waiting + 1
         self._start_waiting()
 
@@ -108,7 +112,7 @@ class LogReads:
             job = done.popleft()
             self._busy.discard(job.conn)
             if not job.conn.closed:
-                reply(job.conn, job.frame)
+                (job.reply or reply)(job.conn, job.frame)
                 delivered = True
             self.served += 1
         if self._waiting:

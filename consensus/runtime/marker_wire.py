@@ -242,7 +242,7 @@ class MarkerWire:
 
     def _slot(self, conn: Connection, kind: str, key, message: Message) -> None:
         self.t.owe(conn, ResponseSlot(0, (kind, key), source=message.source))
-        self.t.on_core(message)
+        self.t.on_core(0, message)
 
     def _answer(self, conn: Connection, data: bytes) -> None:
         """An answer known at once, queued in order behind any still owed."""
@@ -266,7 +266,7 @@ class MarkerWire:
         _sent, echo = state.inflight.popleft()
         core = self._core_answer(conn, echo, packet)
         if core is not None:
-            t.on_core(core)
+            t.on_core(0, core)
         self._send_next(conn, state)
 
     def _core_answer(self, conn: Connection, echo: _Echo, packet) -> Message | None:

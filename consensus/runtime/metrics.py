@@ -63,7 +63,8 @@ class NodeObserver:
         self.bad = Counter(
             "garlicfarm_network_bad_input", "Input refused after a connection opened, by "
             "kind (checksum: a marker-wire packet whose CRC failed, asked for again; "
-            "corrupt_stream: a connection closed because its bytes cannot be read on).",
+            "corrupt_stream: a connection closed because its bytes cannot be read on; "
+            "unknown_group: a GroupSelect for a partition this node does not host).",
             ["kind"], registry=r)
         self.turns = Histogram(
             "garlicfarm_server_loop_turn_duration_seconds", "Time the event loop spends on "

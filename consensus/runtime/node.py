@@ -1,23 +1,30 @@
-"""A garlicfarm node: the pure Raft core driven by one event-loop thread.
+"""A garlicfarm node: the pure Raft cores of its groups driven by one event-loop thread.
 
-`FarmNode(config).run()` owns everything: the `RaftNode`, its `DiskStorage`, the state
-machine, the `Transport` and the client `Service`. One loop turn:
+`FarmNode(config).run()` owns everything: the `Transport` (one port, one connection per
+peer pair for every group), the tick clock, the fsync thread, and one `Group` per
+partition (group.py: a `RaftNode`, its `DiskStorage`, the state machine and the client
+`Service`). A farm of one partition is the farm of one group it has always been. One
+loop turn:
 
-1. wait for sockets (at most until the next tick), read everything that is there;
-2. step the peers' messages into the core (one `step_many`), then deliver the ticks
-   that came due by the monotonic clock (missed ones too);
-3. then the lease-sensitive work: forwarded ReadIndex requests and the clients' calls;
-   the service turns the turn's writes into one `propose_many`;
-4. run the Ready driver (consensus.raft.driver, the order in docs/raft-core.md) with
-   this node as its application, `SyncedDisk` (fsync on a thread: the loop goes on
-   meanwhile), `PeerNetwork` (replication leaves before our own disk work; bare
-   commit notices and heartbeats go with the turn's other bytes) and `TickClock`;
-5. answer what the core dropped, write everything queued.
+1. wait for sockets (at most until the next tick), read everything that is there (each
+   frame goes to the inbox of the group it names, docs/protocol.md "Groups");
+2. count the ticks that came due by the monotonic clock (missed ones too), once;
+3. each group's turn (Group.turn): step the peers' messages into its core, then the
+   ticks, then the lease-sensitive work (forwarded ReadIndex requests, the clients'
+   calls; the turn's writes in one `propose_many`), then its Ready driver
+   (consensus.raft.driver) with `SyncedDisk` (the fsyncs of every group on one thread,
+   a round per turn), `PeerNetwork` and the turn's ticks;
+4. answer what the cores dropped, write everything queued (all groups' frames to a
+   peer leave together).
 
-Every `status_interval` the node appends its Garlic Farm status to the log (through the
-leader); it takes a snapshot of the state machine every `snapshot_interval` applied
-entries and compacts the log behind it. It logs one line per role change, membership
-change, and refused connections as rate-limited summaries (the gate's); SIGTERM (or `stop()`) ends the loop cleanly.
+Every `status_interval` the node appends its Garlic Farm status to group 0's log
+(through its leader); the `partitions` call answers its live view of every group. Each
+group takes a snapshot
+of its state machine every `snapshot_interval` applied entries and compacts its log
+behind it. With several partitions a `Balancer` moves leaderships so that no node leads
+more than its share. It logs one line per role change, membership change, and refused
+connections as rate-limited summaries (the gate's); SIGTERM (or `stop()`) ends the loop
+cleanly.
 """
 from __future__ import annotations
 
@@ -28,20 +35,17 @@ import threading
 import time
 from typing import Callable
 
-from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftError, RaftNode,
-                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver, Role,
-                            Snapshot, SoftState, StateMachine, TimeoutNow)
+from consensus.raft import Message, Role, StateMachine
 from consensus.runtime.admission import AdmissionLimits
+from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.consumers import ConsumerBook, counted_rows
-from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.disk_storage import SyncThread
+from consensus.runtime.group import Group, TurnTicks
+from consensus.runtime.log_reads import LogReads
+from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
-from consensus.runtime.node_view import NodeView
-from consensus.runtime.service import Service
 from consensus.runtime.status import status_json
-from consensus.runtime.disk_storage import DiskStorage, SnapshotView, SyncedDisk
 from consensus.runtime.transport import Transport
-from consensus.storage import FsyncPolicy
 from consensus.wire.jraft import LogEntry, ValueType
 
 log = logging.getLogger("garlicfarm.node")
@@ -76,33 +80,6 @@ class TickClock:
         return max(0.0, self._next - time.monotonic())
 
 
-class PeerNetwork:
-    """The Ready driver's network: the transport. Replication leaves at once, before
-    our own disk work; bare commit notices and heartbeats wait for the turn's other
-    bytes (the clients' answers); acknowledgements leave before we apply."""
-
-    def __init__(self, transport: Transport, observer: NodeObserver) -> None:
-        self.transport, self.observer = transport, observer
-
-    def send_now(self, msgs: list[Message]) -> None:
-        send = self.transport.send
-        carries = False
-        for msg in msgs:
-            send(msg)
-            carries = carries or type(msg) is not AppendEntries or bool(msg.entries)
-        if carries:
-            self.transport.flush()
-            self.observer.sent(msgs)
-
-    def send_persisted(self, msgs: list[Message]) -> None:
-        for msg in msgs:
-            self.transport.send(msg)
-        self.transport.flush()
-
-    def flush(self) -> None:
-        self.transport.flush()
-
-
 class FarmNode:
     """One node process's runtime. Build it, then call `run()` (blocks until stopped)."""
 
@@ -113,27 +90,10 @@ class FarmNode:
         self.security = config.security()
         self.started = time.monotonic()
         self.observer = NodeObserver()
-        self.app_factory = app_factory
-        self.storage = DiskStorage(config.data_dir, fsync=config.fsync,
-                                   segment_bytes=config.segment_bytes)
-        self.fsyncs = FsyncPolicy.parse(config.fsync).fsyncs
-        self.machine = self.new_machine()
-        snapshot = self.storage.snapshot()
-        if snapshot is not None:
-            self.machine.restore(snapshot.data, snapshot.index)
-        self._snapshot_index = snapshot.index if snapshot is not None else 0
+        self.partitions = GroupSet(config.partitions)
         self.addresses: dict[int, str] = {**config.peers, **config.observers,
                                           config.id: config.endpoint}
-        ticks = config.election_ticks
-        options = RaftOptions(election_timeout_min=ticks, election_timeout_max=2 * ticks,
-                              heartbeat_interval=max(1, ticks // 3),
-                              pre_vote=config.wire == "garlicfarm", observer=config.observer)
-        # A joining voter starts with no configuration (the leader sends it one); a
-        # joining observer starts from --peers so that it knows whom to pull from (it
-        # never votes, so a stale guess cannot hurt).
-        bootstrap = None if config.join and not config.observer else self._bootstrap()
-        self.raft = RaftNode(config.id, self.storage, options, configuration=bootstrap,
-                             applied=self._snapshot_index)
+        self.groups: list[Group] = []       # the gate asks for addresses at once
         self.transport = Transport(
             node_id=config.id, wire=config.wire, security=self.security, listen=config.listen,
             listen_fd=config.listen_fd,
@@ -142,50 +102,64 @@ class FarmNode:
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack,
             endpoint_of=self.address_of, client_budget=config.client_buffer_budget,
             limits=AdmissionLimits(max_connections=config.max_connections),
-            on_refused=self.observer.connection_refused)
+            on_refused=self.observer.connection_refused, groups=self.partitions)
         self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
-        self.consumers = ConsumerBook(
-            counted_rows(self.raft.log_view, lambda entry: self.machine.verdict(entry)),
-            lambda: (self.raft.log_view.first_index(), self.machine.applied + 1),
-            expiry=config.consumer_expiry)
-        self.service = Service(NodeView(
-            id=self.id, config=config, core=self.raft, log=self.raft.log_view,
-            read_applied=self.storage.read_applied,
-            machine=self.machine, transport=self.transport,
-            snapshots=SnapshotView(self.storage.snapshots),
-            latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
-            address_of=self.address_of, learn_address=self.learn_address,
-            status=self.status_dict, proposals_dropped=self.observer.proposals_dropped,
-            consumers=self.consumers))
-        self._inbox: list[Message] = []
-        self._client_inbox: list = []
+        self.clock = TickClock(config.tick)
+        self._ticks = TurnTicks()
+        self.syncer = SyncThread(self.transport.wake, self.observer.fsynced)
+        self.reads = LogReads(wake=self.transport.wake)    # the groups' log pages
+        try:
+            for group in self.partitions:
+                self.groups.append(Group(
+                    group, config, transport=self.transport, observer=self.observer,
+                    syncer=self.syncer, ticks=self._ticks, addresses=self.addresses,
+                    address_of=self.address_of, learn_address=self.learn_address,
+                    partitions=self.partitions_view, reads=self.reads,
+                    app_factory=app_factory))
+        except BaseException:
+            self._close_groups()
+            self.reads.close()
+            self.transport.shutdown()
+            raise
+        self.balancer = Balancer(self.id, [g.raft for g in self.groups]) \
+            if len(self.groups) > 1 else None
         self._stop = threading.Event()
-        self._soft: SoftState | None = None
         self._leader_hint: int | None = None
         self._status_target = 0
-        self._leader_since_ms: int | None = None    #: wall clock of this node's election
-        self._snapshot_due = False
-        self.disk = SyncedDisk(self.storage, fsyncs=self.fsyncs, wake=self.transport.wake,
-                               observer=self.observer)
-        self.clock = TickClock(config.tick)
-        self.driver = ReadyDriver(self.raft, self.disk,
-                                  PeerNetwork(self.transport, self.observer), self, self.clock)
         self.stopped_reason: str | None = None
 
-    def _bootstrap(self) -> Configuration:
-        config = self.config
-        voters = set(config.peers) | ({config.id} if not config.observer else set())
-        observers = set(config.observers) | ({config.id} if config.observer else set())
-        return Configuration.of(voters, observers - voters, dict(self.addresses))
+    # -- group 0: the farm of one group, as metrics and single-group callers see it ----------
+    @property
+    def raft(self):
+        return self.groups[0].raft
 
-    def new_machine(self) -> FarmStateMachine:
-        return FarmStateMachine(self.app_factory() if self.app_factory else None)
+    @property
+    def machine(self):
+        return self.groups[0].machine
+
+    @property
+    def service(self):
+        return self.groups[0].service
+
+    @property
+    def storage(self):
+        return self.groups[0].storage
+
+    @property
+    def consumers(self):
+        return self.groups[0].consumers
+
+    def status_dict(self) -> dict:
+        return self.groups[0].status_dict()
 
     # -- addresses ------------------------------------------------------------------------
     def address_of(self, node_id: int) -> str | None:
-        """Where peers and clients reach `node_id` (the configuration's endpoint)."""
-        return self.raft.configuration.addresses.get(node_id) or self.addresses.get(node_id)
+        """Where peers and clients reach `node_id` (group 0's configuration's endpoint:
+        every group's members are the farm's nodes)."""
+        found = self.groups[0].raft.configuration.addresses.get(node_id) if self.groups \
+            else None
+        return found or self.addresses.get(node_id)
 
     def dial_address_of(self, node_id: int) -> str | None:
         """Where we dial `node_id`: --peer-address when given (a proxy), else its endpoint."""
@@ -197,14 +171,15 @@ class FarmNode:
             self.transport.drop_peer(node_id)
 
     # -- callbacks from the transport ----------------------------------------------------------
-    def _inbox_append(self, msg: Message) -> None:
-        self._inbox.append(msg)
+    def _inbox_append(self, group: int, msg: Message) -> None:
+        self.groups[group].inbox.append(msg)
 
     def _on_client(self, conn, wire, slot) -> None:
-        self._client_inbox.append((conn, wire, slot))
+        self.groups[conn.in_group].client_inbox.append((conn, wire, slot))
 
     def _on_closed(self, conn) -> None:
-        self.service.on_closed(conn)
+        for group in self.groups:
+            group.service.on_closed(conn)
 
     def _on_client_ack(self, response) -> None:
         if not response.accepted and response.destination > 0:
@@ -233,46 +208,43 @@ class FarmNode:
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
         config = self.config
-        log.info("node %d listening on %s:%d (cluster %r, wire %s, fsync %s, %s)",
+        log.info("node %d listening on %s:%d (cluster %r, wire %s, fsync %s, %s%s)",
                  self.id, config.listen.rsplit(":", 1)[0], self.port, config.cluster,
-                 config.wire, config.fsync, "observer" if config.observer else "voter")
+                 config.wire, config.fsync, "observer" if config.observer else "voter",
+                 f", {len(self.groups)} partitions" if len(self.groups) > 1 else "")
         self._warn_if_exposed()
         next_status = time.monotonic() + min(config.status_interval, 0.5)
         next_consumers = time.monotonic() + CONSUMERS_REFRESH
-        raft, transport, service, driver = self.raft, self.transport, self.service, self.driver
-        clock = self.clock
+        transport, groups, clock, ticks = self.transport, self.groups, self.clock, self._ticks
+        raft = groups[0].raft
         clock.start()
-        self._first_campaign()
+        for group in groups:
+            group.first_campaign(group.group)
         try:
             while not self._stop.is_set():
-                busy = self._inbox or self._client_inbox or driver.busy()
+                busy = any(group.busy() for group in groups)
                 transport.poll(0.0 if busy else clock.until_next())
-                # Peers' messages first, then the ticks that came due meanwhile: a stall
-                # then never makes a leader miss the answers waiting in its sockets.
-                # Lease-checked reads come after the ticks, so a lease is never judged
-                # by a clock that lags (docs/raft-core.md).
-                reads = self._step_inbox()
+                # Each group steps its peers' messages, then the ticks that came due
+                # meanwhile: a stall then never makes a leader miss the answers waiting
+                # in its sockets. Lease-checked reads come after the ticks, so a lease is
+                # never judged by a clock that lags (docs/raft-core.md).
+                ticks.now = clock.due()
                 now = time.monotonic()
-                if driver.tick():
-                    service.on_tick(now)
-                if reads:
-                    self._step(reads)
-                if self._client_inbox:
-                    frames, self._client_inbox = self._client_inbox, []
-                    for conn, wire, slot in frames:
-                        if not conn.closed:
-                            service.on_client(conn, wire, slot)
-                service.propose_pending()
-                driver.run()
-                service.pump_reads()
+                for group in groups:        # an idle group's turn waits for its ticks
+                    if ticks.now or group.busy():
+                        group.turn(now)
+                self.reads.pump(transport.reply)    # pages of groups that skipped
+                if self.balancer is not None and ticks.now:
+                    self.balancer.tick(now)
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()
                 if now >= next_consumers:
                     next_consumers = now + CONSUMERS_REFRESH
-                    if raft.role is Role.LEADER:
-                        self.consumers.lags()
-                transport.end_turn(raft.term)
+                    for group in groups:
+                        if group.raft.role is Role.LEADER:
+                            group.consumers.lags()
+                transport.end_turn(lambda g: groups[g].raft.term)
                 took = time.monotonic() - transport.woke
                 self.observer.turn(took)
                 if took > SLOW_TURN:
@@ -303,119 +275,25 @@ class FarmNode:
                         "--tls-cert/--tls-key, or listen on loopback or a private network, "
                         "or dial through --proxy", self.id, self.config.listen)
 
-    def _first_campaign(self) -> None:
-        """A brand-new farm elects at once: the lowest voter of the initial configuration
-        campaigns as it starts (a TimeoutNow to itself), instead of waiting out an
-        election timeout. Only a node that has never seen a term or an entry does it;
-        Raft's safety does not depend on when anyone campaigns."""
-        raft = self.raft
-        voters = raft.configuration.voters
-        if raft.term == 0 and raft.last_index == 0 and voters and self.id == min(voters) \
-                and not self.config.observer:
-            raft.step(TimeoutNow(0, self.id, self.id))
-
-    def _step_inbox(self) -> list[Message]:
-        """Step the peers' messages; return the lease-sensitive ones (read requests)."""
-        if not self._inbox:
-            return []
-        inbox, self._inbox = self._inbox, []
-        reads = [m for m in inbox if type(m) is ReadIndexRequest]
-        if reads:
-            inbox = [m for m in inbox if type(m) is not ReadIndexRequest]
-        self._step(inbox)
-        return reads
-
-    def _step(self, inbox: list[Message]) -> None:
-        me = self.id
-        try:
-            self.raft.step_many([m for m in inbox if m.destination == me])
-        except RaftError as exc:       # a peer sent something impossible: drop the batch
-            log.error("node %d: dropped messages the core refused: %s", self.id, exc)
-
     def _shutdown(self) -> None:
-        self.service.shutdown()
+        for group in self.groups:
+            group.service.shutdown()
+        self.reads.close()
         self.transport.shutdown()
-        self.disk.close()
+        self._close_groups()
         log.info("node %d stopped", self.id)
 
-    # -- the Ready driver's application side (consensus.raft.driver) ------------------------
-    def on_ready(self, rd: Ready) -> None:
-        self.transport.handed_out(rd.send_after_persist)
-        if rd.soft_state is not None:
-            self._on_soft_state(rd.soft_state)
-
-    def restore(self, snapshot: Snapshot) -> None:
-        self.machine.restore(snapshot.data, snapshot.index)
-        self._snapshot_index = snapshot.index
-        self.service.on_restored(snapshot.index)
-
-    def on_truncated(self, index: int) -> None:
-        self.service.on_truncated(index)
-
-    def apply(self, entries: list[Entry]) -> None:
-        apply, on_applied = self.machine.apply, self.service.on_applied
-        for entry in entries:
-            on_applied(entry, apply(entry))
-        last = entries[-1].index
-        self.service.on_state_changed(last)
-        if last - self._snapshot_index >= self.config.snapshot_interval:
-            self._snapshot_due = True
-
-    def on_read_states(self, states: list[ReadState]) -> None:
-        self.service.on_read_states(states)
-
-    def after_advance(self) -> None:
-        if self._snapshot_due:
-            self._take_snapshot()
-
-    def _take_snapshot(self) -> None:
-        self._snapshot_due = False
-        index = self.machine.applied
-        try:
-            snapshot = self.raft.snapshot_at(index, self.machine.snapshot())
-        except RaftError as exc:
-            log.warning("node %d: no snapshot at %d: %s", self.id, index, exc)
-            return
-        self.storage.save_snapshot(snapshot)
-        self._snapshot_index = index
-        keep_from = index + 1 - self.config.retain_entries
-        self.storage.compact(self.machine.ledger.referenced_floor(keep_from))
-
-    def _on_soft_state(self, soft: SoftState) -> None:
-        old = self._soft
-        self._soft = soft
-        self.observer.soft_state(old, soft)
-        if old is None or old.role is not soft.role:
-            log.info("node %d: %s -> %s (term %d, leader %s)", self.id,
-                     old.role.value if old else "start", soft.role.value, soft.term,
-                     soft.leader_id)
-        if old is None or old.configuration != soft.configuration:
-            log.info("node %d: membership %s", self.id, soft.configuration)
-            for node_id, address in soft.configuration.addresses.items():
-                if node_id != self.id:
-                    self.learn_address(node_id, address)
-            self.service.publish_event("voters-changed", {
-                "voters": sorted(soft.configuration.voters),
-                "observers": sorted(soft.configuration.observers),
-                "outgoing": sorted(soft.configuration.outgoing)})
-        if old is None or old.leader_id != soft.leader_id or old.term != soft.term:
-            if old is not None and old.leader_id != soft.leader_id:
-                log.info("node %d: leader is now %s (term %d)", self.id, soft.leader_id,
-                         soft.term)
-            self.service.publish_event("leader-changed", {})
-        if old is not None and old.role is Role.LEADER and soft.role is not Role.LEADER:
-            self.consumers.clear()
-        if soft.role is Role.LEADER and (old is None or old.role is not Role.LEADER):
-            self._leader_since_ms = int(time.time() * 1000)
-            self.service.on_became_leader()
+    def _close_groups(self) -> None:
+        """Finish the fsyncs under way, then close every group's storage."""
+        self.syncer.close()
+        for group in self.groups:
+            group.disk.close()
 
     # -- status -------------------------------------------------------------------------------
-    def status_dict(self) -> dict:
-        raft = self.raft
-        return {"role": raft.role.value, "term": raft.term, "commit": raft.commit_index,
-                "last": raft.last_index, "applied": self.machine.applied,
-                "logSize": self.storage.log_bytes, "leader": raft.leader_id,
-                "leaderSince": self._leader_since_ms if raft.role is Role.LEADER else None}
+    def partitions_view(self) -> list[dict]:
+        """This node's live view of every partition it hosts (the `partitions` call,
+        the status entries)."""
+        return [{"partition": g.group, **g.status_dict()} for g in self.groups]
 
     def _publish_status(self) -> None:
         config, raft = self.config, self.raft
@@ -446,4 +324,3 @@ class FarmNode:
 
     def uptime(self) -> float:
         return time.monotonic() - self.started
-

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from consensus.runtime.config import NodeConfig
     from consensus.runtime.consumers import ConsumerBook
     from consensus.runtime.disk_storage import SnapshotView
+    from consensus.runtime.log_reads import LogReads
     from consensus.runtime.machines import FarmStateMachine
     from consensus.runtime.transport import Transport
 
@@ -75,3 +76,7 @@ class NodeView:
     status: Callable[[], dict]                      #: this node's status (role, commit, ...)
     proposals_dropped: Callable[[int], None]        #: the metrics: proposals refused
     consumers: "ConsumerBook"                       #: readers' positions (at the leader)
+    #: the node's view of every partition it hosts (role, term, leader, commit, ...)
+    partitions: Callable[[], list[dict]] = lambda: []
+    #: the node's reader threads, shared by its groups (None: the service makes its own)
+    reads: "LogReads | None" = None

@@ -257,6 +257,11 @@ class Service:
         """An entry of the node's own (its status), answered to nobody."""
         self._pending.append(_Proposal(data, False))
 
+    @property
+    def has_pending(self) -> bool:
+        """Writes wait for the next `propose_pending`."""
+        return bool(self._pending)
+
     def propose_pending(self) -> None:
         """Every write of the turn in one `propose_many`; commands get the leader's
         clock (envelope.stamp), the same for all of them."""
@@ -543,6 +548,10 @@ class Service:
         self._subscribers.add(conn)
         return {"node": self.node.id, "events": sorted(events)}
 
+    def _c_partitions(self, conn, call, args):
+        """This node's live view of every partition (Raft group) it hosts."""
+        return {"node": self.node.id, "partitions": self.node.partitions()}
+
     def _c_ping(self, conn, call, args):
         leader, term = self.leader_and_term()
         return {"node": self.node.id, "role": self.node.core.role.value, "leader": leader,
@@ -586,6 +595,7 @@ class Service:
         "last_applied": _c_last_applied, "query": _c_query, "query_server": _c_query_server,
         "log_bounds": _c_log_bounds,
         "subscribe": _c_subscribe, "ping": _c_ping, "read_snapshot": _c_read_snapshot,
+        "partitions": _c_partitions,
         "consumer_position": _c_consumer_position,
     }
 

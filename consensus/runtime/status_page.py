@@ -32,6 +32,7 @@ from consensus.runtime.admin import member_rows
 from consensus.runtime.admin_output import UsageError, plain
 from consensus.runtime.farm_target import FarmTarget, resolve_connection, split_endpoints
 from consensus.runtime.health import Health, farm_problems, probe_endpoints
+from consensus.runtime.partition_status import collect_partitions, partitions_document
 from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen, tls_context
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class FarmPoller:
         self.view: dict[str, Any] | None = None
         self.probes: dict[int, str | None] = {}     # the endpoints' answers to a ping
         self.probed_at = float("-inf")              # monotonic
+        self.partitions: dict[str, Any] | None = None   # several partitions: their rows
         self.error: str | None = None
         self.fetched_at: float | None = None
         self.leader_changes: deque[dict[str, Any]] = deque(maxlen=LEADER_CHANGES_KEPT)
@@ -107,8 +109,11 @@ class FarmPoller:
         endpoints = {int(k): m["endpoint"] for k, m in (view.get("members") or {}).items()
                      if m.get("endpoint") and m.get("role") != "former"}
         probes = probe_endpoints(self.conn, endpoints)
+        partitions = partitions_document(collect_partitions(self.conn, endpoints),
+                                         sorted(endpoints))
         with self._lock:
             self.probes, self.probed_at = probes, time.monotonic()
+            self.partitions = partitions
 
     def _keep(self, view: dict[str, Any]) -> None:
         now = time.time()
@@ -127,8 +132,10 @@ class FarmPoller:
         with self._lock:
             view, error, fetched = self.view, self.error, self.fetched_at
             changes, probes = list(self.leader_changes), dict(self.probes)
+            partitions = self.partitions
         doc: dict[str, Any] = {"name": self.name, "error": error, "fetched_at": fetched,
-                               "leader_changes": changes, "members": []}
+                               "leader_changes": changes, "members": [],
+                               "partitions": (partitions or {}).get("partitions", [])}
         if view is None:
             return doc
         now_ms = int(time.time() * 1000)
@@ -272,6 +279,9 @@ commit <span id="commit">?</span> &middot; publisher <span id="publisher">?</spa
 <table id="members"><thead><tr><th>id</th><th>endpoint</th><th>role</th><th>health</th>
 <th>last ack</th><th>term</th><th>commit</th><th>applied</th><th>match</th><th>lag</th>
 <th>last status</th><th>publisher</th></tr></thead><tbody></tbody></table>
+<h2 id="partitions-title" hidden>partitions</h2>
+<table id="partitions" hidden><thead><tr><th>partition</th><th>leader</th><th>term</th>
+<th>commit</th><th>lag</th></tr></thead><tbody></tbody></table>
 <h2>consumers</h2>
 <table id="consumers"><thead><tr><th>consumer</th><th>position</th><th>lag entries</th>
 <th>lag rows</th><th>last seen</th></tr></thead><tbody></tbody></table>
@@ -305,6 +315,18 @@ function render(doc) {
      show(m.applied), show(m.match), show(m.lag), ago(m.status_age),
      m.publisher ? "yes" : ""].forEach(v => cell(row, v));
     body.appendChild(row);
+  }
+  const parts = doc.partitions || [];
+  document.getElementById("partitions").hidden = parts.length === 0;
+  document.getElementById("partitions-title").hidden = parts.length === 0;
+  const partBody = document.querySelector("#partitions tbody");
+  partBody.replaceChildren();
+  for (const p of parts) {
+    const row = document.createElement("tr");
+    row.dataset.partition = p.partition;
+    [p.partition, node(p.leader), show(p.term), show(p.commit), show(p.lag)]
+      .forEach(v => cell(row, v));
+    partBody.appendChild(row);
   }
   const consumers = document.querySelector("#consumers tbody");
   consumers.replaceChildren();

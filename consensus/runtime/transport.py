@@ -38,6 +38,7 @@ from consensus.runtime.budget import (CLIENT_QUANTUM, CLIENT_READ_PER_TURN,
 from consensus.runtime.connection import Connection
 from consensus.runtime.dial import Dialed, dial
 from consensus.runtime.gate import Gate
+from consensus.runtime.groups import GroupSet
 from consensus.runtime.jraft_wire import JRaftWire
 from consensus.runtime.log_summary import LogSummary
 from consensus.runtime.peer_hosts import PeerHosts
@@ -64,7 +65,7 @@ class Transport:
     def __init__(self, *, node_id: int, wire: str, security: Security, listen: str,
                  listen_fd: int | None = None,
                  address_of: Callable[[int], str | None],
-                 on_core: Callable[[Message], None],
+                 on_core: Callable[[int, Message], None],
                  on_client: Callable[[Connection, object, jm.ResponseSlot | None], None],
                  on_closed: Callable[[Connection], None],
                  accept_marker: Callable[[Connection, int], bool] | None = None,
@@ -72,7 +73,8 @@ class Transport:
                  endpoint_of: Callable[[int], str | None] | None = None,
                  client_budget: int = DEFAULT_CLIENT_BUDGET,
                  limits: AdmissionLimits = AdmissionLimits(),
-                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
+                 on_refused: Callable[[str], None] = lambda reason: None,
+                 groups: GroupSet = GroupSet(1)) -> None:
         self.node_id = node_id
         self.wire_name = wire
         self.security = security
@@ -81,6 +83,7 @@ class Transport:
         self.on_client = on_client
         self.on_closed = on_closed
         self.on_client_ack = on_client_ack
+        self.groups = groups
         self.selector = selectors.DefaultSelector()
         if listen_fd is not None:
             self.listener = socket.socket(fileno=listen_fd)
@@ -106,11 +109,11 @@ class Transport:
         self._incoming_peers: set[Connection] = set()   #: let in as peers (gate counts)
         self.last_in: dict[int, Connection] = {}
         self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
-        self._generation = 0                # Readys handed out so far
+        self._generation: dict[int, int] = {}   # group -> Readys handed out so far
         # id(answer) -> (answer, connection, slot): the slot a handed-out answer fills
         self._claims: dict[int, tuple[Message, Connection, jm.ResponseSlot]] = {}
         self._dirty: set[Connection] = set()
-        self.bodies: dict = {}              # the last AppendEntries body encoded (reused)
+        self.bodies: dict[int, dict] = {}   # group -> its last AppendEntries body encoded
         self.jraft = JRaftWire(self, extensions=(wire == "garlicfarm"))
         self.garlicfarm = self.jraft if wire == "garlicfarm" else JRaftWire(self, True)
         self.marker = None
@@ -128,6 +131,7 @@ class Transport:
         self._turn = 0
         self.bad_packets = LogSummary(log, logging.INFO, "corrupt packets")
         self.bad_streams = LogSummary(log, logging.WARNING, "corrupt streams closed")
+        self.bad_groups = LogSummary(log, logging.WARNING, "frames for groups not hosted")
         self.gate = Gate(self.listener, security=security, wire=wire, limits=limits,
                          hand_off=lambda stream: self._hand_off(("accepted", stream)),
                          is_member=self.peer_hosts.is_member, on_refused=on_refused)
@@ -315,33 +319,35 @@ class Transport:
     def mark_dirty(self, conn: Connection) -> None:
         self._dirty.add(conn)
 
-    def handed_out(self, answers: list[Message]) -> None:
-        """The core handed out a Ready: claim the slots its paired answers will fill
-        (they leave once the Ready is persisted, maybe turns later). A slot stepped
-        before this Ready and not claimed by it was dropped by the core."""
+    def handed_out(self, answers: list[Message], group: int = 0) -> None:
+        """Group `group`'s core handed out a Ready: claim the slots its paired answers
+        will fill (they leave once the Ready is persisted, maybe turns later). A slot of
+        that group stepped before this Ready and not claimed by it was dropped by the
+        core."""
         for msg in answers:
             rtype = jm.fifo_response_type(msg)
             if rtype is not None:
-                found = self._find_slot(msg, rtype)
+                found = self._find_slot(msg, rtype, group)
                 if found is not None:
                     found[1].claimed = True
                     self._claims[id(msg)] = (msg, *found)
-        self._generation += 1
+        self._generation[group] = self._generation.get(group, 0) + 1
 
-    def end_turn(self, term: int) -> None:
-        """Answer what the core dropped, then write everything queued; read again the
-        clients whose claims fit the budget now."""
+    def end_turn(self, term_of: Callable[[int], int]) -> None:
+        """Answer what the cores dropped (`term_of(group)`: that group's term), then
+        write everything queued; read again the clients whose claims fit the budget
+        now."""
         if self._new_slots:
             pending = []
             for conn, slot in self._new_slots:
                 if slot.data is not None or conn.closed:
                     continue
-                if slot.claimed or slot.generation >= self._generation:
+                if slot.claimed or slot.generation >= self._generation.get(slot.group, 0):
                     pending.append((conn, slot))    # answered later, or not stepped yet
                     continue
                 log.debug("refusing a request from %s the core dropped (%s)", conn.label,
                           slot.response_type)
-                self._wire_of(conn).refuse(slot, term)
+                self._wire_of(conn).refuse(slot, term_of(slot.group))
                 self._dirty.add(conn)
             self._new_slots = pending
         self.flush()
@@ -350,13 +356,14 @@ class Transport:
         now = time.monotonic()
         self.bad_packets.flush(now)
         self.bad_streams.flush(now)
+        self.bad_groups.flush(now)
 
     def flush(self) -> None:
         dirty, self._dirty = self._dirty, set()
         for conn in dirty:
             if conn.closed:
                 continue
-            conn.flush_slots()
+            conn.flush_slots(self.node_id)
             if not conn.out:
                 continue
             try:
@@ -379,10 +386,35 @@ class Transport:
             if conn.trust is Trust.CLIENT and self.verified_peer(conn, peer_id):
                 self.promote(conn, peer_id)
 
+    def select_in(self, conn: Connection, group: int, source: int = 0) -> None:
+        """A GroupSelect arrived: the frames that follow on `conn` belong to `group`. A
+        group this node does not host is refused: a client gets an error naming the
+        groups hosted (then the connection closes), a node's connection (`source`, the
+        sender's id) closes with a warning (rate-limited per address): its --partitions
+        differs from ours."""
+        if group in self.groups:
+            conn.in_group = group
+            return
+        self.on_bad_input("unknown_group")
+        text = self.groups.unhosted(group, self.node_id)
+        if conn.trust is Trust.PEER or source > 0:
+            self.bad_groups.note(_host_of(conn.label), f"closing the connection of node "
+                                 f"{source or conn.peer_id} ({conn.label}): {text}; give "
+                                 f"every node of the farm the same --partitions")
+        else:
+            self.reply(conn, self.groups.refusal(group, self.node_id))
+            self.bad_groups.note(_host_of(conn.label), f"refused {conn.label}: {text}")
+            try:
+                conn.flush()
+            except OSError:
+                pass
+        self.close(conn)
+
     def owe(self, conn: Connection, slot: jm.ResponseSlot) -> None:
         """Promise an answer to a request just received, in order; it is refused at the
         end of a turn if the next Ready the core hands out does not answer it."""
-        slot.generation = self._generation
+        slot.group = group = conn.in_group
+        slot.generation = self._generation.get(group, 0)
         conn.slots.append(slot)
         self._new_slots.append((conn, slot))
 
@@ -400,7 +432,7 @@ class Transport:
         except ProtocolError as exc:
             log.warning("refusing a malformed request from %s: %s", conn.label, exc)
             return
-        self.on_core(core)
+        self.on_core(conn.in_group, core)
 
     def peer_core_request(self, conn: Connection, core: AppendEntries, key) -> None:
         """`peer_request` for an AppendEntries the fast path decoded."""
@@ -408,13 +440,14 @@ class Transport:
                                        source=core.source))
         self.note_peer(conn, core.source)
         if core.destination == self.node_id:
-            self.on_core(core)
+            self.on_core(conn.in_group, core)
 
     # -- sending core messages --------------------------------------------------------------
-    def send(self, msg: Message) -> None:
+    def send(self, msg: Message, group: int = 0) -> None:
+        """A core message of group `group` to its destination."""
         rtype = jm.fifo_response_type(msg)
         if rtype is not None:
-            self._respond(msg, rtype)
+            self._respond(msg, rtype, group)
             return
         dest = msg.destination
         conn = None
@@ -425,29 +458,35 @@ class Transport:
         if conn is None:
             conn = self._outgoing(dest, self.wire_name)
             if conn is None:
-                self._queue((dest, self.wire_name), msg)
+                self._queue((dest, self.wire_name), msg, group)
                 return
-        if self._wire_of(conn).send(conn, msg):
+        if self._send_on(conn, msg, group):
             self._dirty.add(conn)
 
-    def _respond(self, msg: Message, rtype: int) -> None:
+    def _send_on(self, conn: Connection, msg: Message, group: int) -> bool:
+        if conn.kind == "marker":       # single-group wires (NodeConfig checks it)
+            return self.marker.send(conn, msg)
+        return self._wire_of(conn).send(conn, msg, group)
+
+    def _respond(self, msg: Message, rtype: int, group: int) -> None:
         claim = self._claims.pop(id(msg), None)
         # the claim is this very answer's (an id is reused once its object is gone)
         found = claim[1:] if claim is not None and claim[0] is msg else \
-            self._find_slot(msg, rtype)
+            self._find_slot(msg, rtype, group)
         if found is None or found[0].closed:
             return          # the requester's connection is gone: Raft will ask again
         conn, slot = found
         self._wire_of(conn).respond(slot, msg)
         self._dirty.add(conn)
 
-    def _find_slot(self, msg: Message, rtype: int):
-        """The first open slot, on the requester's connections, this answer fits."""
+    def _find_slot(self, msg: Message, rtype: int, group: int):
+        """The first open slot of `group`, on the requester's connections, this answer
+        fits."""
         key = jm.slot_key(msg)
         for conn in self._answering(msg.destination):
             wire = self._wire_of(conn)
             for slot in conn.slots:
-                if slot.data is None and not slot.claimed and \
+                if slot.data is None and not slot.claimed and slot.group == group and \
                         wire.matches(slot, msg, rtype, key):
                     return conn, slot
         return None
@@ -472,9 +511,10 @@ class Transport:
         self._dirty.add(conn)
         return True
 
-    def reply(self, conn: Connection, data: bytes) -> None:
-        """Bytes for a client connection (service answers, events)."""
+    def reply(self, conn: Connection, data: bytes, group: int = 0) -> None:
+        """Bytes for a client connection (service answers, events) from group `group`."""
         if not conn.closed:
+            conn.select_out(group, self.node_id)
             conn.out += data
             self._dirty.add(conn)
 
@@ -486,13 +526,13 @@ class Transport:
         self._start_dial((peer_id, kind))
         return None
 
-    def _queue(self, key: tuple[int, str], msg: Message) -> None:
+    def _queue(self, key: tuple[int, str], msg: Message, group: int) -> None:
         state = self._dialing.get(key)
         if state is None or not state.in_progress:
             return          # no dial under way (backing off): Raft retries on its own
         if len(state.queue) >= MAX_QUEUED_PER_PEER:
             state.queue.popleft()
-        state.queue.append(msg)
+        state.queue.append((msg, group))
 
     def _start_dial(self, key: tuple[int, str]) -> None:
         state = self._dialing.setdefault(key, _Dialing())
@@ -560,8 +600,8 @@ class Transport:
         if result.initial:
             self._feed(conn, result.initial)
         queued, state.queue = state.queue, deque()
-        for msg in queued:
-            if wire.send(conn, msg):
+        for msg, group in queued:
+            if self._send_on(conn, msg, group):
                 self._dirty.add(conn)
 
     def _accepted(self, stream: AcceptedStream) -> None:

@@ -354,6 +354,7 @@ def extension_frames() -> list:
             x.Reply(1, 0, 3, 7, 0, [1, b"\x00\x01", {"k": b"v"}], "a message", {"a": 1}),
             x.WriteResult(1, 0, 3, b"r" * 16, 5, 3, 0, None, "", {}),
             x.EventMessage(1, 0, 3, "leader-changed", 2, {"applied": 9}),
+            x.GroupSelect(1, 0, 0, 5),
             rm.ReadIndexRequest(term=3, source=2, destination=1, ctx=b"ctx", lease=True),
             rm.ReadIndexResponse(term=3, source=1, destination=2, ctx=b"ctx", index=10,
                                  success=True),
@@ -402,3 +403,10 @@ def test_the_raw_jraft_wire_names_extension_frames_unknown(capsys):
     assert status == 1 and out == []
     assert err == ["garlicfarm decode: jraft: messageType: no message type 48 is registered "
                    "at byte 0"]
+
+
+def test_group_select_frame_is_the_encoded_message():
+    """The transport's fast GroupSelect builder writes what the codec reads back."""
+    from consensus.runtime.extensions import GroupSelect, group_select_frame
+    from consensus.runtime.extensions import encode
+    assert group_select_frame(2, 5) == encode(GroupSelect(2, 0, 0, 5))
