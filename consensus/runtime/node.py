@@ -29,8 +29,8 @@ import time
 from typing import Callable
 
 from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftError, RaftNode,
-                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver, Role,
-                            Snapshot, SoftState, StateMachine, TimeoutNow)
+                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver,
+                            RequestVote, Role, Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.admission import AdmissionLimits
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.consumers import ConsumerBook, counted_rows
@@ -58,6 +58,7 @@ class TickClock:
     def __init__(self, tick: float) -> None:
         self.tick = tick
         self._next = time.monotonic() + tick
+        self.late = 0.0     #: how late (s) the last `due` came, past its first tick
 
     def start(self) -> None:
         """The first tick is one tick from now."""
@@ -67,6 +68,7 @@ class TickClock:
         now = time.monotonic()
         if now < self._next:
             return 0
+        self.late = now - self._next
         due = int((now - self._next) / self.tick) + 1
         self._next += due * self.tick
         return min(due, MAX_CATCH_UP_TICKS)
@@ -166,6 +168,7 @@ class FarmNode:
         self._status_target = 0
         self._leader_since_ms: int | None = None    #: wall clock of this node's election
         self._snapshot_due = False
+        self._next_stall_log = 0.0
         self.disk = SyncedDisk(self.storage, fsyncs=self.fsyncs, wake=self.transport.wake,
                                observer=self.observer)
         self.clock = TickClock(config.tick)
@@ -247,14 +250,25 @@ class FarmNode:
             while not self._stop.is_set():
                 busy = self._inbox or self._client_inbox or driver.busy()
                 transport.poll(0.0 if busy else clock.until_next())
-                # Peers' messages first, then the ticks that came due meanwhile: a stall
-                # then never makes a leader miss the answers waiting in its sockets.
-                # Lease-checked reads come after the ticks, so a lease is never judged
-                # by a clock that lags (docs/raft-core.md).
-                reads = self._step_inbox()
+                # After a stall (no CPU, the GIL, a long turn) the ticks that came due and
+                # the messages that waited meet in one turn; the core takes the ticks as
+                # one catch-up (RaftNode.tick(count): a stall is not silence). A leader
+                # or candidate steps the messages first: it never misses the answers
+                # waiting for it. A follower takes the ticks first: the heartbeats that
+                # waited count as heard now (stamped late, never early: its refusal of
+                # votes only lengthens, leases stay safe). Lease-checked reads come after
+                # the ticks, so a lease is never judged by a clock that lags
+                # (docs/raft-core.md).
                 now = time.monotonic()
-                if driver.tick():
+                if raft.role is Role.FOLLOWER:
+                    ticked = driver.tick()
+                    reads = self._step_inbox()
+                else:
+                    reads = self._step_inbox()
+                    ticked = driver.tick()
+                if ticked:
                     service.on_tick(now)
+                    self._ticks_late(clock.late)
                 if reads:
                     self._step(reads)
                 if self._client_inbox:
@@ -287,6 +301,18 @@ class FarmNode:
         finally:
             self._shutdown()
 
+    def _ticks_late(self, late: float) -> None:
+        """Record how late the ticks came; log a stall past SLOW_TURN (rate-limited: at
+        most one line a second). A stall between turns (no CPU, the GIL) is not in the
+        turn histogram, yet it delays heartbeats the same."""
+        self.observer.ticks_late(late)
+        now = time.monotonic()
+        if late > SLOW_TURN and now >= self._next_stall_log:
+            self._next_stall_log = now + 1.0
+            log.warning("node %d: the loop's ticks came %.0f ms late (the loop waited for "
+                        "the CPU, the GIL or a long turn; a lag near the election timeout "
+                        "risks an election)", self.id, late * 1000)
+
     def _warn_if_exposed(self) -> None:
         """SPECS §1: plain TCP is for loopback and private networks only."""
         if self.security.tls:
@@ -315,13 +341,20 @@ class FarmNode:
             raft.step(TimeoutNow(0, self.id, self.id))
 
     def _step_inbox(self) -> list[Message]:
-        """Step the peers' messages; return the lease-sensitive ones (read requests)."""
+        """Step the peers' messages, vote requests last; return the lease-sensitive
+        ones (read requests). A vote request that waited through a stall beside the
+        leader's heartbeats is judged once those are heard: a member starved of CPU
+        then refuses it (in lease) instead of electing against a live leader. (Any
+        order is one the network could have made.)"""
         if not self._inbox:
             return []
         inbox, self._inbox = self._inbox, []
         reads = [m for m in inbox if type(m) is ReadIndexRequest]
-        if reads:
-            inbox = [m for m in inbox if type(m) is not ReadIndexRequest]
+        votes = [m for m in inbox if type(m) is RequestVote]
+        if reads or votes:
+            inbox = [m for m in inbox if type(m) is not ReadIndexRequest
+                     and type(m) is not RequestVote]
+            inbox += votes
         self._step(inbox)
         return reads
 
