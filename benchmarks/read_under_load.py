@@ -44,7 +44,7 @@ import urllib.request
 from pyspark_farm import LocalFarm, spark_session
 from spark_raft import value_frame        # benchmarks/ is the script's directory
 
-_TURN = re.compile(r"a loop turn took (\d+) ms")
+_TURN = re.compile(r"a loop turn took (\d+) ms \((\d+) ms of CPU")
 _ROLE = re.compile(r"node \d+: (?:follower|pre-candidate|candidate|leader) -> .*")
 _METRICS = re.compile(r"metrics on (http://\S+/metrics)")
 _LATE = re.compile(r"the loop's ticks came (\d+) ms late")
@@ -132,8 +132,9 @@ class Node:
     def since(self, mark: tuple[int, dict[tuple[str, float], float]]) -> str:
         offset, before = mark
         text = self._log()[offset:]
-        slow = [int(ms) for ms in _TURN.findall(text)]
-        logged = f"{len(slow)} slow, longest {max(slow)} ms" if slow else "0 slow"
+        slow = sorted((int(ms), int(cpu)) for ms, cpu in _TURN.findall(text))
+        logged = (f"{len(slow)} slow, longest {slow[-1][0]} ms ({slow[-1][1]} ms of CPU)"
+                  if slow else "0 slow")
         late = [int(ms) for ms in _LATE.findall(text)]
         if late:
             logged += f", {len(late)} late ticks, latest {max(late)} ms"
