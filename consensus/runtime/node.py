@@ -246,10 +246,16 @@ class FarmNode:
         clock = self.clock
         clock.start()
         self._first_campaign()
+        readers = service.log_calls.reads   # reader threads wait while a turn runs
+        readers.turn_begins()
         try:
             while not self._stop.is_set():
                 busy = self._inbox or self._client_inbox or driver.busy()
-                transport.poll(0.0 if busy else clock.until_next())
+                readers.turn_ends()
+                try:
+                    transport.poll(0.0 if busy else clock.until_next())
+                finally:
+                    readers.turn_begins()
                 # After a stall (no CPU, the GIL, a long turn) the ticks that came due and
                 # the messages that waited meet in one turn; the core takes the ticks as
                 # one catch-up (RaftNode.tick(count): a stall is not silence). A leader
@@ -299,6 +305,7 @@ class FarmNode:
                     log.info("node %d: removed from the cluster; stopping", self.id)
                     break
         finally:
+            readers.turn_ends()
             self._shutdown()
 
     def _ticks_late(self, late: float) -> None:
