@@ -13,13 +13,15 @@ page of memory, not a backlog of them. Calls beyond that wait, `waiting_per_conn
 per connection and `waiting` per node; past those the call is refused with Unavailable
 (retry), so a flood of reads costs a bounded amount of memory and loop time.
 
-The loop goes first: it holds `turn` (a lock) from the end of its wait to the next
-wait, and a reader passes `pause()` every `PAUSE_EVERY` entries of its work, where it
-waits for the loop's turn to end. A reader then holds the GIL in a turn for at most one
-such step, instead of taking it back every switch interval: on a machine short of CPU a
-reader that holds the GIL may be off the CPU for a whole scheduler period, and the loop
-would wait for it at each of its system calls (tick lags of 100-300 ms measured,
-benchmarks/RESULTS.md).
+The loop goes first: from the end of its wait to the next wait a turn runs
+(`turn_begins`, `turn_ends`), and a reader passes `pause()` every `PAUSE_EVERY` entries
+of its work, where it waits for the turn that runs to end. A reader then holds the GIL
+in a turn for at most one such step, instead of taking it back every switch interval:
+on a machine short of CPU a reader that holds the GIL may be off the CPU for a whole
+scheduler period, and the loop would wait for it at each of its system calls (tick
+lags of 100-300 ms measured, benchmarks/RESULTS.md). It waits for that turn only, not
+for the loop to be idle: a loop busy turn after turn still lets each reader take a
+step per turn.
 
 Why threads, not a reader process: a page's verdicts come from the state machine, which
 lives in the node process and changes every turn; a process would need it shipped or
@@ -86,8 +88,10 @@ class LogReads:
         self._done: deque[_Job] = deque()       # appended by readers, taken by the loop
         self.served = self.refused = 0
         #: held by the loop during its turns (`turn_begins`/`turn_ends`); see `pause`
-        self.turn = threading.Lock()
-        self._loop: int | None = None       # the thread that holds `turn` in its turns
+        self._turn = threading.Condition(threading.Lock())
+        self.turn_running = False           # a loop turn runs (readers pause)
+        self._turns = 0                     # turns begun: a pause waits for one to end
+        self._loop: int | None = None       # the loop's thread (never pauses)
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
         self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
@@ -103,12 +107,16 @@ class LogReads:
     # -- the loop's side -------------------------------------------------------------------
     def turn_begins(self) -> None:
         """The loop's turn starts (its wait is over): readers stop at their next pause."""
-        self.turn.acquire()
+        with self._turn:
+            self.turn_running = True
+            self._turns += 1
         self._loop = threading.get_ident()
 
     def turn_ends(self) -> None:
         """The loop waits again: readers go on."""
-        self.turn.release()
+        with self._turn:
+            self.turn_running = False
+            self._turn.notify_all()
 
     def submit(self, conn: "Connection", work: Work, failure: Failure) -> None:
         """Build `work`'s frame on a reader thread and queue it on `conn`, after the
@@ -178,11 +186,14 @@ class LogReads:
 
     # -- reader threads -------------------------------------------------------------------
     def pause(self) -> None:
-        """A reader's step is over: wait while the loop is in a turn (without the GIL).
-        Nothing on the loop's own thread."""
-        if threading.get_ident() != self._loop:
-            with self.turn:
-                pass
+        """A reader's step is over: wait for the loop's turn that runs, if one does, to
+        end (without the GIL). Nothing on the loop's own thread."""
+        if not self.turn_running or threading.get_ident() == self._loop:
+            return
+        with self._turn:
+            turn = self._turns
+            while self.turn_running and self._turns == turn:
+                self._turn.wait()
 
     def _run(self) -> None:
         while True:

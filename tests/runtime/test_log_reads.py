@@ -378,8 +378,8 @@ def test_reads_wait_in_bounded_queues_and_a_connection_waits_for_its_bytes_to_le
 
 def test_a_reader_waits_at_its_pauses_while_a_loop_turn_runs():
     """The loop goes first: between `turn_begins` and `turn_ends` a reader that reaches a
-    `pause()` waits there (without the GIL), and goes on once the turn ends; the loop's
-    own thread never waits at a pause."""
+    `pause()` waits there (without the GIL), and goes on once that turn ends, even if
+    the next turn begins at once (a busy loop); the loop's own thread never waits."""
     import socket
 
     from consensus.runtime.connection import Connection
@@ -407,6 +407,8 @@ def test_a_reader_waits_at_its_pauses_while_a_loop_turn_runs():
         assert steps == ["before"]
         in_turn = False
         reads.turn_ends()
+        reads.turn_begins()                 # the next turn at once: the reader goes on
+        in_turn = True
         deadline = time.monotonic() + 10
         while not frames:
             assert time.monotonic() < deadline, "the reader never finished"
