@@ -3,7 +3,7 @@ does the farm keep its leader and its writer's latency while a reader catches up
 
     PYTHONPATH=<checkout> .venv/bin/python benchmarks/read_under_load.py [--rows 1000000]
         [--backlog journal|sink] [--rows-per-entry 10] [--value-bytes 100] [--runs 3]
-        [--partitions 2] [--rate 40] [--burners 2]
+        [--partitions 2] [--rate 40] [--burners 2] [--quiet-seconds 0]
 
 The code under test is the one on PYTHONPATH (the driver, the Spark workers and the
 nodes all import it): run the script once with this checkout and once with another to
@@ -22,8 +22,12 @@ record --rate times a second at the leader, and Spark reads the backlog
 `noop` sink. Reported per run: the read's rows/s; term changes (the highest term any
 member reports, after minus before); the writer's latency p50/p99/max during the read;
 the loop's turns during the read from each node's garlicfarm_server_loop_turn_duration_seconds histogram
-(count, p99 and the largest bucket, "n/a" where the code has none) and the turns each node
-logged as slow (over 100 ms: how many, the longest).
+and how late its ticks came (garlicfarm_server_loop_tick_lag_seconds: time between turns
+waiting for the CPU or the GIL counts there) (count, p99 and the largest bucket, "n/a"
+where the code has none), the turns each node logged as slow (over 100 ms: how many, the
+longest), its late-tick lines and role changes. With --quiet-seconds S, each run
+first records the writer alone for S seconds (burners on, no read): the latency the
+machine's load gives without the read, to tell the read's share apart.
 """
 from __future__ import annotations
 
@@ -40,9 +44,12 @@ import urllib.request
 from pyspark_farm import LocalFarm, spark_session
 from spark_raft import value_frame        # benchmarks/ is the script's directory
 
-_TURN = re.compile(r"a loop turn took (\d+) ms")
+_TURN = re.compile(r"a loop turn took (\d+) ms \((\d+) ms of CPU")
+_ROLE = re.compile(r"node \d+: (?:follower|pre-candidate|candidate|leader) -> .*")
 _METRICS = re.compile(r"metrics on (http://\S+/metrics)")
-_BUCKET = re.compile(r'^garlicfarm_server_loop_turn_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.M)
+_LATE = re.compile(r"the loop's ticks came (\d+) ms late")
+_BUCKET = re.compile(r'^garlicfarm_server_loop_(turn_duration|tick_lag)_seconds_bucket'
+                     r'\{le="([^"]+)"\} (\S+)$', re.M)
 
 
 def burn() -> None:
@@ -113,28 +120,43 @@ class Node:
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
-    def mark(self) -> tuple[int, dict[float, float]]:
+    def mark(self) -> tuple[int, dict[tuple[str, float], float]]:
         return len(self._log()), self.buckets()
 
-    def buckets(self) -> dict[float, float]:
+    def buckets(self) -> dict[tuple[str, float], float]:
         request = urllib.request.Request(self.url, headers={"Authorization": self.auth})
         with urllib.request.urlopen(request, timeout=10) as answer:
             text = answer.read().decode()
-        return {float(le): float(n) for le, n in _BUCKET.findall(text)}
+        return {(name, float(le)): float(n) for name, le, n in _BUCKET.findall(text)}
 
-    def since(self, mark: tuple[int, dict[float, float]]) -> str:
+    def since(self, mark: tuple[int, dict[tuple[str, float], float]]) -> str:
         offset, before = mark
-        slow = [int(ms) for ms in _TURN.findall(self._log()[offset:])]
-        logged = f"{len(slow)} slow, longest {max(slow)} ms" if slow else "0 slow"
+        text = self._log()[offset:]
+        slow = sorted((int(ms), int(cpu)) for ms, cpu in _TURN.findall(text))
+        logged = (f"{len(slow)} slow, longest {slow[-1][0]} ms ({slow[-1][1]} ms of CPU)"
+                  if slow else "0 slow")
+        late = [int(ms) for ms in _LATE.findall(text)]
+        if late:
+            logged += f", {len(late)} late ticks, latest {max(late)} ms"
+        roles = _ROLE.findall(text)
+        if roles:
+            logged += "; roles: " + ", ".join(r.split(": ", 1)[1] for r in roles)
         after = self.buckets()
-        if not after:
-            return f"turns n/a (no histogram); logged {logged}"
-        counts = sorted((le, after[le] - before.get(le, 0)) for le in after)
-        total = counts[-1][1]
-        p99 = next(le for le, n in counts if n >= 0.99 * total)
-        largest = next(le for le, n in counts if n >= total)
-        return (f"{int(total)} turns, p99 <= {p99 * 1000:g} ms, all <= {largest * 1000:g} ms; "
-                f"logged {logged}")
+        parts = [_histogram(name, label, before, after) for name, label in
+                 (("turn_duration", "turns"), ("tick_lag", "tick lags"))]
+        return "; ".join(parts) + f"; logged {logged}"
+
+
+def _histogram(name: str, label: str, before: dict, after: dict) -> str:
+    """p99 and largest bucket of one histogram's observations between two scrapes."""
+    counts = sorted((le, n - before.get((name, le), 0))
+                    for (kind, le), n in after.items() if kind == name)
+    if not counts or not counts[-1][1]:
+        return f"{label} n/a"
+    total = counts[-1][1]
+    p99 = next(le for le, n in counts if n >= 0.99 * total)
+    largest = next(le for le, n in counts if n >= total)
+    return f"{int(total)} {label}, p99 <= {p99 * 1000:g} ms, all <= {largest * 1000:g} ms"
 
 
 def highest_term(farm: LocalFarm) -> int:
@@ -164,12 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rate", type=int, default=40, help="writer appends per second")
     parser.add_argument("--burners", type=int, default=2, help="CPU burner processes")
+    parser.add_argument("--quiet-seconds", type=float, default=0.0,
+                        help="per run, record the writer this long without the read first")
     args = parser.parse_args(argv)
     for name in ("rows", "value_bytes", "runs", "partitions", "rate", "rows_per_entry"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.burners < 0:
         parser.error("--burners must be at least 0")
+    if not 0 <= args.quiet_seconds <= 600:
+        parser.error("--quiet-seconds must be between 0 and 600")
 
     spark = spark_session("read-under-load", f"local[{args.partitions}]", conf={
         "spark.ui.enabled": "false", "spark.driver.memory": "4g"})
@@ -210,6 +236,20 @@ def main(argv: list[str] | None = None) -> int:
             for burner in burners:
                 burner.start()
             try:
+                if args.quiet_seconds:
+                    marks = [node.mark() for node in nodes]
+                    writer.latencies.clear()
+                    writer.recording.set()
+                    time.sleep(args.quiet_seconds)
+                    writer.recording.clear()
+                    quiet = list(writer.latencies)
+                    lines.append(
+                        f"run {run}, writer without the read ({args.quiet_seconds:g} s): p50 "
+                        f"{percentile(quiet, 0.5):.1f} ms, p99 {percentile(quiet, 0.99):.1f} ms, "
+                        f"max {max(quiet, default=float('nan')):.1f} ms ({len(quiet)} appends)")
+                    lines += [f"  node {i}: {node.since(mark)}" for i, node, mark
+                              in zip(farm.cluster.node_ids, nodes, marks)]
+                    print("\n".join(lines[-4:]), flush=True)
                 term = highest_term(farm)
                 marks = [node.mark() for node in nodes]
                 writer.latencies.clear()

@@ -20,6 +20,7 @@ class Elections:
         self.timeout = self.random_timeout()
         self.boot_lease = True          #: we may have confirmed a leader just before a restart
         self.heard_leader_tick = 0      #: when a leader of our term last spoke
+        self.deferred_in: int | None = None     #: the stall that deferred CheckQuorum
 
     # -- the timer --------------------------------------------------------------------------
     def random_timeout(self) -> int:
@@ -41,6 +42,7 @@ class Elections:
     def start_leading(self) -> None:
         """We lead: the timer now counts CheckQuorum periods."""
         self.elapsed = 0
+        self.deferred_in = None
 
     def check_quorum_due(self) -> bool:
         """A leader's tick: is a CheckQuorum period over (then the next one starts)?"""
@@ -62,6 +64,17 @@ class Elections:
         node.leader_id = None       # silent for a whole timeout: its lease is over here
         if self.promotable():
             self.campaign(pre_vote=node.options.pre_vote)
+
+    def defer_check_quorum(self, stall: int | None, grace: int) -> bool:
+        """A CheckQuorum period ended during `stall` (None: not in a stall): judge it
+        `grace` ticks later instead, unless an earlier stall deferred it already (a
+        leader stalled turn after turn still steps down, one deferral late)."""
+        if stall is not None and self.deferred_in in (None, stall):
+            self.deferred_in = stall
+            self.elapsed = max(0, self.node.options.election_timeout_min - grace)
+            return True
+        self.deferred_in = None
+        return False
 
     def in_lease(self) -> bool:
         """Have we heard from a live leader within the shortest election timeout? Then

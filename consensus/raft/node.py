@@ -85,6 +85,7 @@ class RaftNode:
         self.leader_id: int | None = None
         self.tracker = ProgressTracker(node_id, lambda: self.log.configuration)
         self.ticks = 0
+        self._stalls = 0            #: catch-ups seen (tick(count > 1)): numbers a stall
         self.outbox = Outbox()
         self.elections = Elections(self)
         self.receiver = Receiver(self)
@@ -193,14 +194,29 @@ class RaftNode:
     # ====================================================================================
     # Time
     # ====================================================================================
-    def tick(self) -> None:
-        """One unit of time passed (the runtime's tick, e.g. 10 ms)."""
+    def tick(self, count: int = 1) -> None:
+        """`count` units of time passed (the runtime's tick, e.g. 10 ms); more than one
+        when the runtime was stalled (no CPU) and delivers the missed ticks at once.
+        Nothing can be heard between the ticks of one call, so a stall is not taken for
+        silence: a follower counts at most `heartbeat_interval` of them (the time a live
+        leader needs to speak; counting less only lengthens its refusal of votes, which
+        keeps leases safe), and a leader defers a CheckQuorum verdict that falls in the
+        stall by two heartbeat intervals, once, so that its followers can answer the
+        heartbeats it sends after the stall (every tick still counts for its lease)."""
+        if count > 1 and self.role is Role.FOLLOWER:
+            count = min(count, self.options.heartbeat_interval)
+        self._stalls += count > 1
+        for _ in range(count):
+            self._tick(stall=self._stalls if count > 1 else None)
+
+    def _tick(self, stall: int | None) -> None:
+        """One tick; `stall` numbers the stall it catches up on (None: a plain tick)."""
         self.ticks += 1
         self.reads.tick()
         self.membership.count_down()
         role = self.role
         if role is Role.LEADER:
-            self._tick_leader()
+            self._tick_leader(stall)
             return
         if role is Role.OBSERVER:
             self.elections.observer_tick()
@@ -210,10 +226,12 @@ class RaftNode:
                 2 * self.options.election_timeout_max:
             self.puller.tick()
 
-    def _tick_leader(self) -> None:
+    def _tick_leader(self, stall: int | None) -> None:
         replication = self.replication
         replication.leader_tick()
-        if self.elections.check_quorum_due():
+        elections = self.elections
+        if elections.check_quorum_due() and \
+                not elections.defer_check_quorum(stall, 2 * self.options.heartbeat_interval):
             if not self.tracker.quorum_active():
                 self.become_follower(self.term, None)
                 return

@@ -15,7 +15,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftError, RaftNode,
-                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver, Role,
+                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver,
+                            RequestVote, Role,
                             Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.consumers import ConsumerBook, counted_rows
 from consensus.runtime.disk_storage import DiskStorage, SnapshotView, SyncedDisk, SyncThread
@@ -183,12 +184,20 @@ class Group:
             raft.step(TimeoutNow(0, self.id, self.id))
 
     def turn(self, now: float) -> None:
-        """One loop turn (node.py's order): peers' messages, ticks, lease-sensitive reads,
-        the clients' calls and writes (one `propose_many`), the Ready driver, the pages
-        read meanwhile."""
-        reads = self._step_inbox()
+        """One loop turn: peers' messages and ticks, lease-sensitive reads, the clients'
+        calls and writes (one `propose_many`), the Ready driver, the pages read meanwhile.
+        A leader or candidate steps the messages first: it never misses the answers
+        waiting for it. A follower takes the ticks first: the heartbeats that waited
+        through a stall count as heard now (stamped late, never early: its refusal of
+        votes only lengthens, leases stay safe)."""
         service = self.service
-        if self.driver.tick():
+        if self.raft.role is Role.FOLLOWER:
+            ticked = self.driver.tick()
+            reads = self._step_inbox()
+        else:
+            reads = self._step_inbox()
+            ticked = self.driver.tick()
+        if ticked:
             service.on_tick(now)
         if reads:
             self._step(reads)
@@ -202,13 +211,20 @@ class Group:
         service.pump_reads()
 
     def _step_inbox(self) -> list[Message]:
-        """Step the peers' messages; return the lease-sensitive ones (read requests)."""
+        """Step the peers' messages, vote requests last; return the lease-sensitive
+        ones (read requests). A vote request that waited through a stall beside the
+        leader's heartbeats is judged once those are heard: a member starved of CPU
+        then refuses it (in lease) instead of electing against a live leader. (Any
+        order is one the network could have made.)"""
         if not self.inbox:
             return []
         inbox, self.inbox = self.inbox, []
         reads = [m for m in inbox if type(m) is ReadIndexRequest]
-        if reads:
-            inbox = [m for m in inbox if type(m) is not ReadIndexRequest]
+        votes = [m for m in inbox if type(m) is RequestVote]
+        if reads or votes:
+            inbox = [m for m in inbox if type(m) is not ReadIndexRequest
+                     and type(m) is not RequestVote]
+            inbox += votes
         self._step(inbox)
         return reads
 

@@ -87,10 +87,16 @@ def page_answer(records: Iterable[LogRecord], stop: int) -> dict:
 
 
 def member_answer(entries: Sequence[Entry], verdict: Callable[[Entry], "bool | None"],
-                  start: int) -> dict:
-    """A member's answer for `entries`, the applied entries from `start` (one page)."""
-    return page_answer((described(e, verdict(e)) for e in entries),
-                       entries[-1].index + 1 if entries else start)
+                  start: int, *, pause: Callable[[], None] | None = None,
+                  every: int = 256) -> dict:
+    """A member's answer for `entries`, the applied entries from `start` (one page);
+    `pause()` is called every `every` entries (a reader thread lets the loop go first)."""
+    def records() -> Iterable[LogRecord]:
+        for n, entry in enumerate(entries):
+            if pause is not None and n % every == every - 1:
+                pause()
+            yield described(entry, verdict(entry))
+    return page_answer(records(), entries[-1].index + 1 if entries else start)
 
 
 def page_from_answer(start: int, stop: int, answer: dict) -> JournalPage:

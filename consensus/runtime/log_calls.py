@@ -17,7 +17,7 @@ from consensus.raft.reads import query_snapshot
 from consensus.runtime.envelope import described, header_of
 from consensus.runtime.errors import FarmError, IndexOverflow, IndexUnderflow
 from consensus.runtime.journal_pages import member_answer
-from consensus.runtime.log_reads import LogReads
+from consensus.runtime.log_reads import PAUSE_EVERY, LogReads
 from consensus.runtime.machines import CommandError
 from consensus.runtime.membership_calls import LATER, AdminWaits
 from consensus.runtime.row_index import RowIndex, entry_shows
@@ -102,7 +102,9 @@ class LogCalls:
             entries = self._read_log(start, min(stop, start + MAX_PAGE_ENTRIES), max_bytes)
             verdicts = dict(zip((e.index for e in entries),
                                 self.node.machine.verdicts().of(entries)))
-            return member_answer(entries, lambda e: verdicts[e.index], start)
+            self.reads.pause()
+            return member_answer(entries, lambda e: verdicts[e.index], start,
+                                 pause=self.reads.pause, every=PAUSE_EVERY)
         return self._applied_range(conn, call, args, "read_journal", answer)
 
     def entry_rows(self, conn, call, args):
@@ -119,7 +121,7 @@ class LogCalls:
         """What entries [start, stop) show readers, for the row index (a reader thread)."""
         verdicts = self.node.machine.verdicts()
         while start < stop:
-            page = self._read_log(start, stop, 8 << 20)
+            page = self._read_log(start, min(stop, start + PAUSE_EVERY), 8 << 20)
             for entry, verdict in zip(page, verdicts.of(page)):
                 yield (entry.index, *entry_shows(entry, lambda _, v=verdict: v))
             start = page[-1].index + 1
@@ -128,12 +130,26 @@ class LogCalls:
         """Applied entries [start, stop) on a reader thread: IndexUnderflow when they
         were compacted away after the call was checked."""
         node = self.node
+        entries: list[Entry] = []
+        used = 0                            # limit_size's measure of `entries`
         try:
-            return node.read_applied(start, stop, max_bytes)
+            while start < stop:             # in steps: the loop's turns go first
+                self.reads.pause()
+                end = min(stop, start + PAUSE_EVERY)
+                left = None if max_bytes is None else max(0, max_bytes - used)
+                step = node.read_applied(start, end, left)
+                if entries and step and left is not None and len(step[0].data) + 24 > left:
+                    break                   # only a page's first entry may exceed it
+                entries += step
+                if not step or step[-1].index + 1 < end:
+                    break                   # the page is full
+                start = end
+                used += sum(len(e.data) + 24 for e in step)
         except CompactedError as exc:
             first = max(node.log.first_index(), getattr(exc, "first_index", 0))
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first) from None
+        return entries
 
     def _off_loop(self, conn, call, answer: Callable[[], Any]) -> object:
         """Answer `call` with `answer()`, run and encoded on a reader thread; the frame

@@ -13,6 +13,16 @@ page of memory, not a backlog of them. Calls beyond that wait, `waiting_per_conn
 per connection and `waiting` per node; past those the call is refused with Unavailable
 (retry), so a flood of reads costs a bounded amount of memory and loop time.
 
+The loop goes first: from the end of its wait to the next wait a turn runs
+(`turn_begins`, `turn_ends`), and a reader passes `pause()` every `PAUSE_EVERY` entries
+of its work, where it waits for the turn that runs to end. A reader then holds the GIL
+in a turn for at most one such step, instead of taking it back every switch interval:
+on a machine short of CPU a reader that holds the GIL may be off the CPU for a whole
+scheduler period, and the loop would wait for it at each of its system calls (tick
+lags of 100-300 ms measured, benchmarks/RESULTS.md). It waits for that turn only, not
+for the loop to be idle: a loop busy turn after turn still lets each reader take a
+step per turn.
+
 Why threads, not a reader process: a page's verdicts come from the state machine, which
 lives in the node process and changes every turn; a process would need it shipped or
 mirrored. Threads share it safely (`machines.Verdicts`), and the work that dominates
@@ -42,6 +52,9 @@ LOW_WATER = 256 << 10
 #: the GIL switch interval (s) of a node process: a reader thread in Python code hands
 #: the loop the GIL this often (CPython's default, 5 ms, would add up per turn)
 SWITCH_INTERVAL = 0.001
+
+#: entries a reader handles between two `pause()`s (~20 us each of Python work)
+PAUSE_EVERY = 256
 
 #: builds the answer frame (runs on a reader thread)
 Work = Callable[[], bytes]
@@ -76,6 +89,11 @@ class LogReads:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._done: deque[_Job] = deque()       # appended by readers, taken by the loop
         self.served = self.refused = 0
+        #: held by the loop during its turns (`turn_begins`/`turn_ends`); see `pause`
+        self._turn = threading.Condition(threading.Lock())
+        self.turn_running = False           # a loop turn runs (readers pause)
+        self._turns = 0                     # turns begun: a pause waits for one to end
+        self._loop: int | None = None       # the loop's thread (never pauses)
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
         self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
@@ -89,6 +107,19 @@ class LogReads:
         return len(self._busy) + len(self._waiting)
 
     # -- the loop's side -------------------------------------------------------------------
+    def turn_begins(self) -> None:
+        """The loop's turn starts (its wait is over): readers stop at their next pause."""
+        with self._turn:
+            self.turn_running = True
+            self._turns += 1
+        self._loop = threading.get_ident()
+
+    def turn_ends(self) -> None:
+        """The loop waits again: readers go on."""
+        with self._turn:
+            self.turn_running = False
+            self._turn.notify_all()
+
     def submit(self, conn: "Connection", work: Work, failure: Failure,
                reply: Callable[["Connection", bytes], None] | None = None) -> None:
         """Build `work`'s frame on a reader thread and queue it on `conn` (with `reply`
@@ -158,6 +189,16 @@ class LogReads:
         self._waiting_of.clear()
 
     # -- reader threads -------------------------------------------------------------------
+    def pause(self) -> None:
+        """A reader's step is over: wait for the loop's turn that runs, if one does, to
+        end (without the GIL). Nothing on the loop's own thread."""
+        if not self.turn_running or threading.get_ident() == self._loop:
+            return
+        with self._turn:
+            turn = self._turns
+            while self.turn_running and self._turns == turn:
+                self._turn.wait()
+
     def _run(self) -> None:
         while True:
             job = self._jobs.get()

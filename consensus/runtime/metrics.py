@@ -71,6 +71,11 @@ class NodeObserver:
             "one turn after its wait (reading, stepping, proposing, the Ready loop, "
             "writing): heartbeats and votes wait that long at most.",
             buckets=TURN_BUCKETS, registry=r)
+        self.tick_lag = Histogram(
+            "garlicfarm_server_loop_tick_lag_seconds", "How late the loop delivered its "
+            "ticks (past the first one due): time it waited for the CPU, the GIL or a long "
+            "turn; a lag near the election timeout (default 300 ms) risks an election.",
+            buckets=TURN_BUCKETS, registry=r)
         self.append = Histogram(
             "garlicfarm_disk_wal_append_duration_seconds", "Latency of appending a "
             "Ready's entries to the log (before any fsync).", buckets=DISK_BUCKETS,
@@ -98,6 +103,9 @@ class NodeObserver:
 
     def turn(self, seconds: float) -> None:
         self.turns.observe(seconds)
+
+    def ticks_late(self, seconds: float) -> None:
+        self.tick_lag.observe(seconds)
 
     def fsynced(self, seconds: float) -> None:
         self.fsync.observe(seconds)

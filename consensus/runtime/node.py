@@ -62,6 +62,7 @@ class TickClock:
     def __init__(self, tick: float) -> None:
         self.tick = tick
         self._next = time.monotonic() + tick
+        self.late = 0.0     #: how late (s) the last `due` came, past its first tick
 
     def start(self) -> None:
         """The first tick is one tick from now."""
@@ -71,6 +72,7 @@ class TickClock:
         now = time.monotonic()
         if now < self._next:
             return 0
+        self.late = now - self._next
         due = int((now - self._next) / self.tick) + 1
         self._next += due * self.tick
         return min(due, MAX_CATCH_UP_TICKS)
@@ -127,6 +129,7 @@ class FarmNode:
         self._stop = threading.Event()
         self._leader_hint: int | None = None
         self._status_target = 0
+        self._next_stall_log = 0.0
         self.stopped_reason: str | None = None
 
     # -- group 0: the farm of one group, as metrics and single-group callers see it ----------
@@ -220,15 +223,24 @@ class FarmNode:
         clock.start()
         for group in groups:
             group.first_campaign(group.group)
+        readers = self.reads     # reader threads wait while a turn runs
+        readers.turn_begins()
         try:
             while not self._stop.is_set():
                 busy = any(group.busy() for group in groups)
-                transport.poll(0.0 if busy else clock.until_next())
-                # Each group steps its peers' messages, then the ticks that came due
-                # meanwhile: a stall then never makes a leader miss the answers waiting
-                # in its sockets. Lease-checked reads come after the ticks, so a lease is
-                # never judged by a clock that lags (docs/raft-core.md).
+                readers.turn_ends()
+                try:
+                    transport.poll(0.0 if busy else clock.until_next())
+                finally:
+                    readers.turn_begins()
+                # After a stall (no CPU, the GIL, a long turn) the ticks that came due and
+                # the messages that waited meet in one turn; each group's core takes the
+                # ticks as one catch-up (RaftNode.tick(count): a stall is not silence), in
+                # the order Group.turn gives by role. Lease-checked reads come after the
+                # ticks, so a lease is never judged by a clock that lags (docs/raft-core.md).
                 ticks.now = clock.due()
+                if ticks.now:
+                    self._ticks_late(clock.late)
                 now = time.monotonic()
                 for group in groups:        # an idle group's turn waits for its ticks
                     if ticks.now or group.busy():
@@ -257,7 +269,20 @@ class FarmNode:
                     log.info("node %d: removed from the cluster; stopping", self.id)
                     break
         finally:
+            readers.turn_ends()
             self._shutdown()
+
+    def _ticks_late(self, late: float) -> None:
+        """Record how late the ticks came; log a stall past SLOW_TURN (rate-limited: at
+        most one line a second). A stall between turns (no CPU, the GIL) is not in the
+        turn histogram, yet it delays heartbeats the same."""
+        self.observer.ticks_late(late)
+        now = time.monotonic()
+        if late > SLOW_TURN and now >= self._next_stall_log:
+            self._next_stall_log = now + 1.0
+            log.warning("node %d: the loop's ticks came %.0f ms late (the loop waited for "
+                        "the CPU, the GIL or a long turn; a lag near the election timeout "
+                        "risks an election)", self.id, late * 1000)
 
     def _warn_if_exposed(self) -> None:
         """SPECS §1: plain TCP is for loopback and private networks only."""

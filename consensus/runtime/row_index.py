@@ -15,6 +15,7 @@ reversed, so what is remembered stays right.
 from __future__ import annotations
 
 import sys
+import time
 from array import array
 from bisect import bisect_left
 from typing import Callable, Iterable
@@ -26,8 +27,11 @@ from .envelope import described, header_of
 #: (index, rows a journal entry shows, the header of an effective commit or None)
 Shown = tuple[int, int, "list | None"]
 MAX_ENTRIES_PER_ANSWER = 1 << 20
-#: entries worked out for one answer at most: a few µs each, on the node's event loop
+#: entries worked out for one answer at most: tens of µs each on a reader thread
 COMPUTED_PER_ANSWER = 1 << 15
+#: seconds of working out per answer at most (a client waits ~1 s for an answer before it
+#: asks another member; a loaded machine works out far fewer entries in that time)
+SECONDS_PER_ANSWER = 0.25
 
 
 class RowIndex:
@@ -38,9 +42,10 @@ class RowIndex:
     `max_entries` (4 bytes each), starts a new window where it starts."""
 
     def __init__(self, compute: Callable[[int, int], Iterable[Shown]], *,
-                 max_entries: int = 1 << 24) -> None:
+                 max_entries: int = 1 << 24, seconds: float = SECONDS_PER_ANSWER) -> None:
         self._compute = compute
         self.max_entries = max_entries
+        self.seconds = seconds
         self.low = self.high = 0
         self._rows = array("I")
         self._commit_at: list[int] = []         # the effective commits' indexes, in order
@@ -62,15 +67,15 @@ class RowIndex:
         """(end, rows, commits) for applied entries [start, end), start < end <= stop:
         each entry's journal rows as little-endian uint32 and the headers of the effective
         commits among them, in index order. Fewer entries than asked past
-        MAX_ENTRIES_PER_ANSWER, or past COMPUTED_PER_ANSWER not yet in the window."""
+        MAX_ENTRIES_PER_ANSWER, or past COMPUTED_PER_ANSWER (or `seconds` of work) not
+        yet in the window."""
         stop = min(stop, start + MAX_ENTRIES_PER_ANSWER)
         if stop <= start:
             return start, b"", []
         if not self.low <= start <= self.high or stop - self.low > self.max_entries:
             self._reset(start)
         if stop > self.high:
-            stop = min(stop, self.high + COMPUTED_PER_ANSWER)
-            self._append(stop)
+            stop = self._append(min(stop, self.high + COMPUTED_PER_ANSWER))
         rows = self._rows[start - self.low:stop - self.low]
         if sys.byteorder != "little":
             rows.byteswap()
@@ -83,10 +88,12 @@ class RowIndex:
         self._rows = array("I")
         self._commit_at, self._commits = [], []
 
-    def _append(self, stop: int) -> None:
-        """Work out entries [high, stop) and keep them (all of them, or none)."""
+    def _append(self, stop: int) -> int:
+        """Work out entries [high, stop), or fewer once `seconds` have passed (at least
+        256), keep them (all of those, or none) and return where they end."""
         rows, at, commits = array("I"), [], []
         expected = self.high
+        deadline = time.monotonic() + self.seconds
         for index, count, commit in self._compute(self.high, stop):
             if index != expected:
                 raise ValueError(f"row index: computed entry {index}, expected {expected}")
@@ -95,12 +102,16 @@ class RowIndex:
                 at.append(index)
                 commits.append(commit)
             expected += 1
+            if not (expected - self.high) % 256 and time.monotonic() > deadline:
+                stop = expected
+                break
         if expected != stop:
             raise ValueError(f"row index: computed [{self.high}, {expected}), asked up to {stop}")
         self._rows.extend(rows)
         self._commit_at += at
         self._commits += commits
         self.high = stop
+        return stop
 
 
 def entry_shows(entry: Entry, verdict: Callable[[Entry], "bool | None"]

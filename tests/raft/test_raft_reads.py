@@ -197,6 +197,37 @@ def test_two_step_read_answers_from_the_state_at_exactly_that_index():
         PullStatus.INDEX_UNDERFLOW
 
 
+def test_a_stall_is_not_taken_for_silence():
+    """A node starved of CPU gets the missed ticks at once (tick(count)), with nothing
+    heard between them. Its leader must not step down at a CheckQuorum period that ended
+    in the stall before its followers could answer, nor its follower time out: the same
+    time ticked one by one (a leader cut off, a silent leader) does both."""
+    options = replace(OPTIONS, pre_vote=True, check_quorum=True)
+    cluster = Cluster([1, 2, 3], options)
+    leader = cluster.elect(1)
+    term = leader.term
+    cluster.tick(options.heartbeat_interval)            # the followers answered
+    stall = 3 * options.election_timeout_max
+    for node in cluster.nodes.values():                 # the whole machine stalled
+        node.tick(stall)
+    cluster.deliver()
+    assert [n.role for n in cluster.nodes.values()] == \
+        [Role.LEADER, Role.FOLLOWER, Role.FOLLOWER] and leader.term == term
+    cluster.tick(2 * options.election_timeout_max)      # and it goes on
+    assert leader.role is Role.LEADER and leader.term == term
+
+    cluster.isolate(1)                  # a leader stalled while cut off still steps down
+    leader.tick(stall)                  # (the deferred verdict may still see the answers
+    for _ in range(2 * options.heartbeat_interval + options.election_timeout_min):
+        leader.tick()                   # from before: then at the next period)
+    assert leader.role is not Role.LEADER
+
+    follower = cluster.nodes[2]         # and a follower ticked one by one times out
+    for _ in range(options.election_timeout_max):
+        follower.tick()
+    assert follower.role is not Role.FOLLOWER
+
+
 def test_pre_vote_does_not_disturb_a_healthy_cluster():
     """PreVote (dissertation §9.6): a node that was partitioned away and comes back does
     not raise its term or depose the leader, since nobody grants its pre-vote."""
@@ -219,7 +250,7 @@ def test_check_quorum_makes_a_cut_off_leader_step_down():
     for _ in range(OPTIONS.election_timeout_min * 2):
         leader.tick()
         cluster.deliver()
-    assert leader.role is Role.FOLLOWER
+    assert leader.role is not Role.LEADER
     with pytest.raises(NotLeader):
         leader.propose(b"x")
 

@@ -374,3 +374,51 @@ def test_reads_wait_in_bounded_queues_and_a_connection_waits_for_its_bytes_to_le
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_a_reader_waits_at_its_pauses_while_a_loop_turn_runs():
+    """The loop goes first: between `turn_begins` and `turn_ends` a reader that reaches a
+    `pause()` waits there (without the GIL), and goes on once that turn ends, even if
+    the next turn begins at once (a busy loop); the loop's own thread never waits."""
+    import socket
+
+    from consensus.runtime.connection import Connection
+    from consensus.runtime.log_reads import LogReads
+
+    a, b = socket.socketpair()
+    conn = Connection(a, "garlicfarm", None, outgoing=False, peer_id=None, label="c")
+    woken, steps, at_pause = threading.Event(), [], threading.Event()
+    reads = LogReads(wake=woken.set, threads=1)
+
+    def build() -> bytes:
+        steps.append("before")
+        at_pause.set()
+        reads.pause()
+        steps.append("after")
+        return b"page"
+
+    frames, in_turn = [], True
+    reads.turn_begins()                     # this thread plays the loop, in a turn
+    try:
+        reads.pause()                       # the loop's own pause: nothing to wait for
+        reads.submit(conn, build, lambda exc: b"failed")
+        assert at_pause.wait(10), "the reader never started"
+        time.sleep(0.3)                     # the turn goes on: the reader must wait
+        assert steps == ["before"]
+        in_turn = False
+        reads.turn_ends()
+        reads.turn_begins()                 # the next turn at once: the reader goes on
+        in_turn = True
+        deadline = time.monotonic() + 10
+        while not frames:
+            assert time.monotonic() < deadline, "the reader never finished"
+            woken.wait(0.05)
+            woken.clear()
+            reads.pump(lambda c, frame: frames.append(frame))
+        assert steps == ["before", "after"] and frames == [b"page"]
+    finally:
+        if in_turn:
+            reads.turn_ends()
+        reads.close()
+        a.close()
+        b.close()

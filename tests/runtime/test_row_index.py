@@ -54,7 +54,7 @@ def test_the_window_works_out_each_entry_once_and_forgets_compacted_ones():
         asked.append((start, stop))
         for i in range(start, stop):
             yield i, i % 3, (["commit", i] if i % 10 == 0 else None)
-    index = RowIndex(compute, max_entries=4 * COMPUTED_PER_ANSWER)
+    index = RowIndex(compute, max_entries=4 * COMPUTED_PER_ANSWER, seconds=600)
     end, rows, commits = index.rows_of(5, 40)
     assert end == 40 and asked == [(5, 40)]
     assert np.frombuffer(rows, "<u4").tolist() == [i % 3 for i in range(5, 40)]
@@ -100,3 +100,20 @@ def test_entry_rows_at_a_member_match_the_headers():
                 client.entry_rows(end, end + 10)
             with pytest.raises(FarmError, match=r"entry_rows\(0, 3\): need 1 <= start"):
                 client.entry_rows(0, 3)
+
+
+def test_an_answer_works_out_entries_for_a_bounded_time():
+    """On a loaded machine 32k entries take longer than a client waits for an answer: an
+    answer stops working out after `seconds` (in steps of 256 entries) and the caller
+    asks on from where it ends."""
+    import time
+
+    def compute(start, stop):
+        for i in range(start, stop):
+            time.sleep(0.0005)                  # a slow entry: 256 take > 0.1 s
+            yield i, 1, None
+    index = RowIndex(compute, seconds=0.01)
+    end, rows, _ = index.rows_of(1, 10_000)
+    assert end == 257 and len(rows) == 4 * 256
+    end, rows, _ = index.rows_of(end, 10_000)
+    assert end == 513 and (index.low, index.high) == (1, 513)
