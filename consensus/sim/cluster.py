@@ -85,6 +85,7 @@ class SimCluster:
         for server in self.servers.values():
             server.start()
         self.nemesis = Nemesis(self.rng, self)
+        self.crashes = 0
         self._outbox: dict[tuple[int, int], list[tuple[int, Message]]] = {}
         self.note(f"seed {seed}: {settings.groups} groups of {settings.nodes} voters on "
                   f"{total} servers, faults {self.nemesis.profile.name}, links "
@@ -128,6 +129,7 @@ class SimCluster:
     def crash(self, node_id: int) -> None:
         server = self.servers[node_id]
         if server.up:
+            self.crashes += 1
             self.note(f"crash node {node_id}: {server.crash(self.rng)}")
 
     def restart(self, node_id: int) -> None:
@@ -232,7 +234,7 @@ class SimCluster:
                 type(exc), exc, exc.__traceback__)[-6:]))
         acked = [len(g.checker.acked) for g in self.groups]
         return SeedResult(self.seed, self.step_no, violation, list(self.trace), {
-            "elections": sum(g.elections for g in self.groups),
+            "elections": sum(g.elections for g in self.groups), "crashes": self.crashes,
             "messages": self.network.sent, "packets": self.network.packets,
             "dropped": self.network.dropped, "acked": sum(acked),
             "groups_without_acks": acked.count(0),
