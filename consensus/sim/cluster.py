@@ -44,7 +44,7 @@ class SimSettings:
     snapshot_every: int = 20
     keep_snapshots: int = 3
     compact_margin: int = 5
-    check_timeout: float = 20.0     #: seconds for the linearizability check of one seed
+    check_timeout: float = 20.0     #: seconds for the linearizability check of one group
     verbose: bool = False
 
 
