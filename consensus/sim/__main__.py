@@ -1,4 +1,4 @@
-"""`python -m consensus.sim --nodes 5 --seeds N [--seed S] [--steps K] [--verbose]`
+"""`python -m consensus.sim --nodes 5 --seeds N [--seed S] [--steps K] [--groups G] [--verbose]`
 
 Runs N seeds (S, S+1, ...). A violation prints the seed, the property, a short trace and
 exits 1; the last line is always the summary `seeds=N steps=... violations=...`.
@@ -10,15 +10,19 @@ import logging
 import sys
 import time
 
-from .cluster import SimSettings, run_seed
+from .cluster import MAX_GROUPS, SimSettings, run_seed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m consensus.sim",
                                      description="Deterministic fault simulator of the Raft core.")
-    parser.add_argument("--nodes", type=int, default=5, help="initial voters (default 5)")
+    parser.add_argument("--nodes", type=int, default=5,
+                        help="initial voters of each group (default 5)")
     parser.add_argument("--spares", type=int, default=2,
                         help="extra servers for membership changes and observers (default 2)")
+    parser.add_argument("--groups", type=int, default=1,
+                        help=f"Raft groups hosted by every server, sharing its disk, clock, "
+                             f"crashes and network links (1-{MAX_GROUPS}, default 1)")
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--steps", type=int, default=SimSettings.steps,
@@ -30,9 +34,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     if args.spares < 0:
         parser.error("--spares must be 0 or more")
+    if not 1 <= args.groups <= MAX_GROUPS:
+        parser.error(f"--groups must be between 1 and {MAX_GROUPS}")
     if not args.verbose:    # the core's warnings (a follower refusing) are the faults' doing
         logging.getLogger("garlicfarm.raft").setLevel(logging.ERROR)
-    settings = SimSettings(nodes=args.nodes, spares=args.spares, steps=args.steps,
+    settings = SimSettings(nodes=args.nodes, spares=args.spares, groups=args.groups,
+                           steps=args.steps,
                            verbose=args.verbose)
     started = time.monotonic()
     total_steps = violations = 0
@@ -49,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             for line in result.trace[-40:]:
                 print("  " + line, file=sys.stderr)
             print(f"replay: python -m consensus.sim --nodes {args.nodes} --spares {args.spares} "
-                  f"--steps {args.steps} --seeds 1 --seed {seed} --verbose", file=sys.stderr)
+                  f"--groups {args.groups} --steps {args.steps} --seeds 1 --seed {seed} "
+                  f"--verbose", file=sys.stderr)
             break
     ran = seed - args.seed + 1
     extra = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))

@@ -1,4 +1,5 @@
-"""Raft's safety properties (Figure 3 of the paper), checked after every simulator step.
+"""Raft's safety properties (Figure 3 of the paper), checked after every simulator step,
+one checker per Raft group (the properties hold per group; node ids are server ids).
 
 - Election Safety: at most one leader per term.
 - Log Matching: two entries with the same index and term hold the same data and follow
@@ -37,9 +38,11 @@ if TYPE_CHECKING:
 class Violation(Exception):
     prop: str
     detail: str
+    group: int | None = None        #: the Raft group it happened in (set by SimGroup.blame)
 
     def __str__(self) -> str:
-        return f"{self.prop}: {self.detail}"
+        where = f"group {self.group}: " if self.group is not None else ""
+        return f"{where}{self.prop}: {self.detail}"
 
 
 class SafetyChecker:

@@ -1,6 +1,7 @@
 """A node's disk in the simulator: what survives a crash and what does not.
 
-It models the runtime's storage (consensus.runtime.disk_storage): appends land in the
+`SimDisk` is one group's volume; `NodeDisk` is the node's one disk that all its groups'
+volumes share (one write order, one fsync, one crash). A volume models the runtime's storage (consensus.runtime.disk_storage): appends land in the
 page cache until `sync()`; truncation, snapshots and a new term or vote are durable when
 written (the engine fsyncs them before returning); a commit index alone is saved
 lazily. A crash keeps the synced entries plus a random prefix of the unsynced ones - the
@@ -61,16 +62,22 @@ class SimDisk(MemoryStorage):
 
     def crash(self, rng: random.Random) -> str:
         """Lose what was not synced; returns a note for the trace."""
-        self._lazy_hard = None
         unsynced = self.last_index() - self.synced_last
         if unsynced <= 0:
+            self._lazy_hard = None
             return "nothing unsynced"
         survive = rng.randint(0, unsynced)
+        self.keep_unsynced(survive)
+        torn = " (last record torn)" if survive < unsynced else ""
+        return f"kept {survive}/{unsynced} unsynced entries{torn}"
+
+    def keep_unsynced(self, survive: int) -> None:
+        """The crash, once its tear point is known: the first `survive` unsynced entries
+        stay, the rest and a lazily saved commit index are lost."""
+        self._lazy_hard = None
         cut = self.synced_last + survive
         del self._entries[cut - self._base:]
         self.synced_last = cut
-        torn = " (last record torn)" if survive < unsynced else ""
-        return f"kept {survive}/{unsynced} unsynced entries{torn}"
 
     # -- snapshots --------------------------------------------------------------------------
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -97,3 +104,52 @@ class SimDisk(MemoryStorage):
         keys = sorted(self.sparse)
         pos = bisect.bisect_right(keys, index)
         return self.sparse[keys[pos - 1]] if pos else None
+
+
+class NodeDisk:
+    """One node's disk, shared by the volumes of all the groups it hosts, as a multi-Raft
+    node's one write-ahead log: appends of every group land in one write order, one
+    fsync makes all of them durable (a group's fsync ends with the disk's first fsync
+    that began after its write), and a crash tears that one order at one point, so that
+    every group of the node loses its writes after it at once."""
+
+    def __init__(self, groups: range) -> None:
+        self.volumes = {group: SimDisk() for group in groups}
+        self.syncs = 0                              # fsyncs so far
+        self._order: list[tuple[int, int]] = []     # (group, index) appended since the last sync
+
+    def write(self, group: int, rd: Ready) -> bool:
+        truncated = self.volumes[group].write(rd)
+        self._order.extend((group, entry.index) for entry in rd.entries)
+        return truncated
+
+    def sync(self) -> None:
+        for volume in self.volumes.values():
+            volume.sync()
+        self._order.clear()
+        self.syncs += 1
+
+    def crash(self, rng: random.Random) -> str:
+        """Lose what was not synced, cut at one random point of the shared write order."""
+        latest: dict[tuple[int, int], int] = {}     # an entry's last write wins
+        for position, record in enumerate(self._order):
+            latest[record] = position
+        live = sorted(position for (group, index), position in latest.items()
+                      if self.volumes[group].synced_last < index <= self.volumes[group].last_index())
+        self._order.clear()
+        cut = rng.randint(0, len(live))
+        survivors = set(live[:cut])
+        kept: dict[int, int] = {}       # per group: a prefix of its unsynced entries
+        for (group, _), position in latest.items():
+            if position in survivors:
+                kept[group] = kept.get(group, 0) + 1
+        notes = []
+        for group, volume in self.volumes.items():
+            unsynced = volume.last_index() - volume.synced_last
+            volume.keep_unsynced(kept.get(group, 0))
+            if unsynced > 0:
+                notes.append(f"g{group} {kept.get(group, 0)}/{unsynced}")
+        if not live:
+            return "nothing unsynced"
+        torn = " (torn)" if cut < len(live) else ""
+        return f"kept {cut}/{len(live)} unsynced records{torn}: " + " ".join(notes)

@@ -1,7 +1,8 @@
-"""A simulated server: one pure RaftNode, its SimDisk and its KvMachine, driven by the
-runtime's own Ready driver (consensus.raft.driver) - the host is its disk, network,
-application and clock - with the fsync's end left to chance, so that a crash can land
-between writing a Ready and making it durable."""
+"""One group's replica on a simulated server: a pure RaftNode, its volume of the node's
+shared disk (disk.NodeDisk) and its KvMachine, driven by the runtime's own Ready driver
+(consensus.raft.driver) - the host is its disk, network, application and clock - with
+the fsync's end left to chance, so that a crash can land between writing a Ready and
+making it durable. The server (server.py) crashes and restarts all its replicas at once."""
 from __future__ import annotations
 
 import random
@@ -11,7 +12,7 @@ from consensus.raft import (Configuration, Entry, EntryType, Message, RaftNode, 
                             ReadState, Ready, ReadyDriver, Snapshot)
 from consensus.raft.storage import HardState
 
-from .disk import SimDisk
+from .disk import NodeDisk
 from .kv import KvMachine
 
 
@@ -25,15 +26,19 @@ class HostEvents(Protocol):
 
 
 class SimHost:
-    def __init__(self, node_id: int, options: RaftOptions, bootstrap: Configuration | None,
-                 *, snapshot_every: int, keep_snapshots: int, compact_margin: int) -> None:
+    def __init__(self, node_id: int, group: int, disk: NodeDisk, options: RaftOptions,
+                 bootstrap: Configuration | None, *, snapshot_every: int, keep_snapshots: int,
+                 compact_margin: int) -> None:
         self.id = node_id
+        self.group = group
         self.options = options
         self.bootstrap = bootstrap
         self.snapshot_every = snapshot_every
         self.keep_snapshots = keep_snapshots
         self.compact_margin = compact_margin
-        self.disk = SimDisk()
+        self.shared = disk
+        self.disk = disk.volumes[group]
+        self._sync_mark = 0             # the disk's fsync count when ours was asked for
         self.up = False
         self.incarnation = 0
         self.node: RaftNode = None  # type: ignore[assignment]   # set by start()
@@ -58,10 +63,11 @@ class SimHost:
         self.incarnation += 1
         self.up = True
 
-    def crash(self, rng: random.Random) -> str:
+    def stop(self) -> None:
+        """The replica stops (its server crashed, or the group removed it); what the disk
+        keeps is the server's business."""
         self.up = False
         self.driver.abandon()
-        return self.disk.crash(rng)
 
     def reconfigure(self, options: RaftOptions, bootstrap: Configuration | None) -> None:
         """New settings for the next start (the disk stays)."""
@@ -99,15 +105,18 @@ class SimHost:
 
     # -- the driver's Disk -----------------------------------------------------------------
     def write(self, rd: Ready) -> bool:
-        return self.disk.write(rd)
+        return self.shared.write(self.group, rd)
 
     def start_sync(self) -> bool:
+        self._sync_mark = self.shared.syncs
         return True             # the fsync ends when sync_done() draws it
 
     def sync_done(self) -> bool:
+        if self.shared.syncs > self._sync_mark:
+            return True         # a fsync of the disk ran after our write: it is durable
         if self._rng.random() >= self._sync_probability:
             return False
-        self.disk.sync()
+        self.shared.sync()
         return True
 
     def save_hard_state(self, state: HardState, *, urgent: bool) -> None:

@@ -2,7 +2,12 @@
 with restarts, membership changes of every kind, leader transfers, and faults aimed at
 the moments where Raft bugs hide (a leader crashing the instant it is elected or commits
 entries of an earlier term - Figure 8 -, a voter crashing right after granting its vote).
-Each seed draws its own rates for all of these, and its link fault rates."""
+Each seed draws its own rates for all of these, and its link fault rates.
+
+Partitions, crashes and restarts hit servers, so every group hosted there at once;
+membership changes and transfers hit one group drawn at random. The targeted faults
+fire on one group's events at 1/groups of their rate, so that a server sees as many of
+them with many groups as with one."""
 from __future__ import annotations
 
 import random
@@ -52,7 +57,7 @@ def draw_profile(rng: random.Random) -> FaultProfile:
 def draw_link_faults(rng: random.Random) -> LinkFaults:
     return LinkFaults(drop=rng.choice((0.0, 0.01, 0.05, 0.15)),
                       duplicate=rng.choice((0.0, 0.02, 0.08)),
-                      delay=rng.choice((0.0, 0.03, 0.1)))
+                      delay=rng.choice((0.0, 0.03, 0.1)), coalesce=rng.random() < 0.5)
 
 
 class Nemesis:
@@ -67,6 +72,7 @@ class Nemesis:
         self.crash_soon: set[int] = set()           # crash at the end of this round
         self.silenced: set[int] = set()             # ... and nothing more leaves them
         self.calmed = False
+        self.scale = 1 / len(cluster.groups)     # targeted faults: per server, not per group
 
     def act(self, step: int) -> None:
         rng, cluster, p = self.rng, self.cluster, self.profile
@@ -96,7 +102,7 @@ class Nemesis:
     # -- partitions ----------------------------------------------------------------------------
     def _partition(self, step: int) -> None:
         rng, cluster = self.rng, self.cluster
-        ids = sorted(cluster.hosts)
+        ids = sorted(cluster.servers)
         leader = cluster.leader()
         kind = rng.choice(("isolate", "isolate_leader", "split", "split_leader", "one_way",
                            "one_way_leader", "ring"))
@@ -144,7 +150,7 @@ class Nemesis:
     # -- crashes -------------------------------------------------------------------------------
     def _crash(self, step: int) -> None:
         rng, cluster = self.rng, self.cluster
-        live = [h for h in cluster.hosts.values() if h.up]
+        live = [s for s in cluster.servers.values() if s.up]
         if not live:
             return
         leader = cluster.leader()
@@ -153,7 +159,7 @@ class Nemesis:
         self._crash_node(host.id, step, down_for)
 
     def _crash_node(self, node: int, step: int, down_for: int) -> None:
-        if self.cluster.hosts[node].up:
+        if self.cluster.servers[node].up:
             self.cluster.crash(node)
             self.restarts[node] = step + down_for
 
@@ -161,27 +167,27 @@ class Nemesis:
         """Called when a node reports it leads (before its first messages leave)."""
         if self.calmed:
             return
-        p, roll = self.profile, self.rng.random()
+        p, roll = self.profile, self.rng.random() / self.scale
         if roll < p.silence_new_leader:
             self.silenced.add(node)
             self.crash_soon.add(node)
         elif (roll := roll - p.silence_new_leader) < p.crash_new_leader:
             self.crashes.setdefault(node, step + self.rng.randint(1, 6))
         elif roll - p.crash_new_leader < p.isolate_new_leader and self.heal_at is None:
-            self.cluster.network.isolate(node, sorted(self.cluster.hosts))
+            self.cluster.network.isolate(node, sorted(self.cluster.servers))
             self.heal_at = step + self.rng.randint(5, 60)
             self.cluster.note(f"partition: isolate new leader {node} until step {self.heal_at}")
 
     def leader_committed(self, node: int, earlier_term: bool) -> None:
         """Called when a leader's commit index moved (before its next messages leave);
         `earlier_term` when the new commit point is an entry of an earlier term."""
-        chance = 0.8 if earlier_term else self.profile.silence_on_commit
+        chance = (0.8 if earlier_term else self.profile.silence_on_commit) * self.scale
         if not self.calmed and self.rng.random() < chance:
             self.silenced.add(node)
             self.crash_soon.add(node)
 
     def vote_granted(self, node: int, step: int) -> None:
-        if not self.calmed and self.rng.random() < self.profile.crash_after_vote:
+        if not self.calmed and self.rng.random() < self.profile.crash_after_vote * self.scale:
             self.crash_soon.add(node)       # the vote is on its way; is it on disk?
 
     def crash_now(self, step: int) -> None:
@@ -194,12 +200,13 @@ class Nemesis:
     # -- membership ----------------------------------------------------------------------------
     def _membership(self) -> None:
         rng, cluster = self.rng, self.cluster
-        leader = cluster.leader()
+        group = cluster.pick_group()
+        leader = group.leader()
         if leader is None:
             return
         node = leader.node
         config = node.configuration
-        ids = sorted(cluster.hosts)
+        ids = sorted(cluster.servers)
         non_voters = [i for i in ids if not config.is_voter(i)]
         kind = rng.choice(("change_voters", "change_voters", "add_server", "remove_server",
                            "add_observer", "remove_observer"))
@@ -208,12 +215,12 @@ class Nemesis:
                 size = rng.randint(max(1, len(config.voters) - 1), min(len(ids), len(config.voters) + 1))
                 voters = rng.sample(ids, size)
                 for v in voters:
-                    cluster.ensure_running(v)
+                    cluster.ensure_running(v, group)
                 index = node.change_voters(voters)
                 what = f"change voters {sorted(config.voters)} -> {sorted(voters)} at {index}"
             elif kind == "add_server" and non_voters:
                 new = rng.choice(non_voters)
-                cluster.ensure_running(new)
+                cluster.ensure_running(new, group)
                 node.add_server(new, f"sim://{new}")
                 what = f"add server {new} (JRaft join)"
             elif kind == "remove_server" and len(config.voters) > 1:
@@ -222,7 +229,7 @@ class Nemesis:
                 what = f"remove server {old} (JRaft leave)"
             elif kind == "add_observer" and [i for i in non_voters if i not in config.observers]:
                 new = rng.choice([i for i in non_voters if i not in config.observers])
-                cluster.make_observer(new)
+                cluster.make_observer(new, group)
                 node.update_observers(add=[new])
                 what = f"add observer {new}"
             elif kind == "remove_observer" and config.observers:
@@ -233,11 +240,11 @@ class Nemesis:
                 return
         except (MembershipChangeError, NotLeader) as exc:
             what = f"{kind} refused: {exc}"
-        cluster.note(f"leader {leader.id}: {what}")
+        group.note(f"leader {leader.id}: {what}")
 
     def _transfer(self) -> None:
-        rng, cluster = self.rng, self.cluster
-        leader = cluster.leader()
+        rng, group = self.rng, self.cluster.pick_group()
+        leader = group.leader()
         if leader is None:
             return
         targets = sorted(p for p in leader.node.progress if leader.node.configuration.is_voter(p))
@@ -246,9 +253,9 @@ class Nemesis:
         target = rng.choice(targets)
         try:
             leader.node.transfer_leader(target)
-            cluster.note(f"leader {leader.id}: transfer leadership to {target}")
+            group.note(f"leader {leader.id}: transfer leadership to {target}")
         except RaftError as exc:
-            cluster.note(f"leader {leader.id}: transfer to {target} refused: {exc}")
+            group.note(f"leader {leader.id}: transfer to {target} refused: {exc}")
 
     def calm(self) -> None:
         """End of the fault phase: heal everything, restart everyone still down."""
@@ -260,5 +267,5 @@ class Nemesis:
         self.crashes.clear()
         self.crash_soon.clear()
         self.silenced.clear()
-        for node in self.cluster.hosts:
+        for node in self.cluster.servers:
             self.cluster.restart(node)

@@ -1,5 +1,9 @@
-"""The simulated network: latency, loss, duplication, reordering, delay and (possibly
-asymmetric) partitions, all drawn from the run's one random generator."""
+"""The simulated network between servers: latency, loss, duplication, reordering, delay
+and (possibly asymmetric) partitions, all drawn from the run's one random generator.
+
+It carries packets from one server to another; a packet holds one or more group-tagged
+Raft messages (the group id is named on the wire), and every fault hits a packet whole,
+so a lossy or cut link hurts every group's traffic between that pair at once."""
 from __future__ import annotations
 
 import random
@@ -16,6 +20,14 @@ class LinkFaults:
     duplicate: float = 0.0
     delay: float = 0.0          #: held back 2..max_delay steps (reorders it too)
     max_delay: int = 8
+    coalesce: bool = True       #: one packet per server pair and round (else per message)
+
+
+@dataclass
+class Packet:
+    source: int                 #: server ids
+    destination: int
+    messages: list[tuple[int, Message]]     #: (group, message), in the order sent
 
 
 @dataclass
@@ -23,16 +35,18 @@ class SimNetwork:
     rng: random.Random
     faults: LinkFaults = field(default_factory=LinkFaults)
     blocked: set[tuple[int, int]] = field(default_factory=set)   # (from, to) links cut
-    _queue: list[tuple[int, int, Message]] = field(default_factory=list)  # (due, seq, msg)
+    _queue: list[tuple[int, int, Packet]] = field(default_factory=list)  # (due, seq, packet)
     _seq: int = 0
-    sent: int = 0
-    dropped: int = 0
+    sent: int = 0               #: messages
+    packets: int = 0
+    dropped: int = 0            #: messages
 
-    def send(self, msg: Message, now: int) -> None:
-        self.sent += 1
+    def send(self, packet: Packet, now: int) -> None:
+        self.sent += len(packet.messages)
+        self.packets += 1
         rng, faults = self.rng, self.faults
-        if (msg.source, msg.destination) in self.blocked or rng.random() < faults.drop:
-            self.dropped += 1
+        if (packet.source, packet.destination) in self.blocked or rng.random() < faults.drop:
+            self.dropped += len(packet.messages)
             return
         copies = 2 if rng.random() < faults.duplicate else 1
         for _ in range(copies):
@@ -41,10 +55,10 @@ class SimNetwork:
             else:
                 due = now + (0 if rng.random() < 0.5 else 1)
             self._seq += 1
-            self._queue.append((due, self._seq, msg))
+            self._queue.append((due, self._seq, packet))
 
-    def due(self, now: int, reorder: bool) -> list[Message]:
-        """Pop the messages to deliver now (in random order when `reorder`)."""
+    def due(self, now: int, reorder: bool) -> list[Packet]:
+        """Pop the packets to deliver now (in random order when `reorder`)."""
         ready = [item for item in self._queue if item[0] <= now]
         if not ready:
             return []
@@ -53,7 +67,7 @@ class SimNetwork:
         if reorder:
             self.rng.shuffle(ready)
         # A partition cut after sending still stops what is in flight on that link.
-        return [m for _, _, m in ready if (m.source, m.destination) not in self.blocked]
+        return [p for _, _, p in ready if (p.source, p.destination) not in self.blocked]
 
     def pending(self) -> int:
         return len(self._queue)
