@@ -17,7 +17,7 @@ both accept (SPECS §3, tests/vectors/chp/LAYOUT.md):
   count), the sequences, the lengths, then the keys, UUIDs, properties and bodies each
   concatenated. Only our servers send it, and only to a DEALER whose routing id says it
   understands it (`BULK_ROUTING_PREFIX`); `decode_bulk` checks every declared count and
-  length against `Limits` and the frames before building anything.
+  length against `ChpLimits` and the frames before building anything.
 
 The same five frames are a KVSET on the collector, a KVPUB on the publisher and a
 KVSYNC on the snapshot socket: pass `channel` to `decode` to say where they came from.
@@ -36,7 +36,7 @@ Message``, ``encode(msg) -> list[bytes]`` (`codec`), ``to_json(msg) -> dict``,
 `limits`, the properties and ttls in `properties`, KVBULK in `bulk`; this package
 re-exports them, so callers write ``proto.X``. Every decoding failure is a
 `ProtocolError` subclass naming the field; frame sizes and the property count are
-checked against `Limits` before anything is split.
+checked against `ChpLimits` before anything is split.
 
 Messages are plain ``@dataclass(slots=True)`` rather than frozen ones on purpose: a
 client decodes every update it receives and a frozen dataclass costs several times
@@ -49,11 +49,12 @@ from consensus.wire.errors import ProtocolError
 from .bulk import bulk_column_bytes, decode_bulk, encode_bulk
 from .codec import decode, encode
 from .json_form import from_json, to_json
-from .limits import DEFAULT_LIMITS, PROTOCOL, Limits
+from .limits import DEFAULT_LIMITS, PROTOCOL, ChpLimits
 from .messages import (BULK_FRAMES, BULK_ROUTING_PREFIX, BULK_VERSION, HUGZ, ICANHAZ, KTHXBAI,
-                       KVBULK, KVMSG_FRAMES, MAX_SEQUENCE, MESSAGE_TYPES, MIN_SEQUENCE, RESERVED_KEYS,
-                       UUID_LENGTH, BstarState, BstarStatus, Channel, EntryLike, Hugz, Icanhaz,
-                       Kthxbai, KvBulk, KvMsg, Kvpub, Kvset, Kvsync, Message, pack_sequence)
+                       KVBULK, KVMSG_FRAMES, MAX_SEQUENCE, MESSAGE_TYPES, MIN_SEQUENCE,
+                       RESERVED_KEYS, UUID_LENGTH, BstarState, BstarStatus, Channel, EntryLike,
+                       Hugz, Icanhaz, Kthxbai, KvBulk, KvMsg, Kvpub, Kvset, Kvsync, Message,
+                       pack_sequence)
 from .properties import (MAX_EPOCH_MS, MAX_TTL_SECONDS, MIN_EPOCH_MS, MIN_EXPIRY_MS, TTL,
                          format_absolute_ttl, format_properties, parse_absolute_ttl,
                          parse_properties, parse_relative_ttl, replace_property)
@@ -63,7 +64,7 @@ __all__ = [
     "BULK_FRAMES", "BULK_ROUTING_PREFIX", "BULK_VERSION", "BstarState", "BstarStatus",
     "Channel", "DEFAULT_LIMITS", "HUGZ", "ICANHAZ", "Icanhaz", "KTHXBAI", "KVBULK",
     "KVMSG_FRAMES", "KvBulk", "KvMsg", "Kthxbai", "Kvpub", "Kvset", "Kvsync", "Hugz",
-    "Limits", "MAX_EPOCH_MS", "MAX_SEQUENCE", "MAX_TTL_SECONDS", "MESSAGE_TYPES",
+    "ChpLimits", "MAX_EPOCH_MS", "MAX_SEQUENCE", "MAX_TTL_SECONDS", "MESSAGE_TYPES",
     "MIN_EPOCH_MS", "MIN_EXPIRY_MS", "MIN_SEQUENCE", "Message", "PROTOCOL", "ProtocolError",
     "RESERVED_KEYS", "TTL", "UUID_LENGTH", "EntryLike", "bulk_column_bytes", "decode",
     "decode_bulk", "encode", "encode_bulk",

@@ -1,6 +1,6 @@
 """KVBULK, garlicfarm's bulk snapshot (docs/protocol.md "CHP bulk snapshot"): many
 snapshot entries as eight frames of columns, every declared count and length checked
-against `Limits` and the frames before anything is built."""
+against `ChpLimits` and the frames before anything is built."""
 from __future__ import annotations
 
 import struct
@@ -13,7 +13,7 @@ import numpy as np
 
 from consensus.wire.errors import InvalidField, LimitExceeded, Truncated, UnknownMessageType
 
-from .limits import DEFAULT_LIMITS, PROTOCOL, Limits
+from .limits import DEFAULT_LIMITS, PROTOCOL, ChpLimits
 from .messages import BULK_FRAMES, BULK_VERSION, KVBULK, UUID_LENGTH, EntryLike, KvBulk
 from .properties import parse_properties
 
@@ -30,14 +30,14 @@ _I64 = np.dtype(">i8")
 
 def bulk_column_bytes(entries: Sequence[EntryLike]) -> int:
     """The bytes of the largest variable column (keys, properties, bodies) a KVBULK of
-    `entries` holds: what `Limits.max_bulk_bytes` bounds."""
+    `entries` holds: what `ChpLimits.max_bulk_bytes` bounds."""
     return max(sum(map(len, map(get, entries))) for get in (_KEY, _PROPERTIES, _BODY))
 
 
 def encode_bulk(entries: Sequence[EntryLike]) -> list[bytes]:
     """The eight KVBULK frames of `entries` (anything with key, sequence, uuid,
     properties and body: `kvmap.Entry`, `Kvsync`). The caller keeps a KVBULK within
-    `Limits` (`bulk.slices`); values no peer could decode raise `InvalidField`."""
+    `ChpLimits` (`bulk.slices`); values no peer could decode raise `InvalidField`."""
     keys = list(map(_KEY, entries))         # attrgetter: the loops run in C
     uuids = list(map(_UUID, entries))
     props = list(map(_PROPERTIES, entries))
@@ -68,7 +68,7 @@ def _sized(frame: Any, expected: int, field: str) -> None:
         raise error(field, f"{len(frame)} bytes, expected {expected}", protocol=PROTOCOL)
 
 
-def decode_bulk(frames: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> KvBulk:
+def decode_bulk(frames: Sequence[bytes], limits: ChpLimits = DEFAULT_LIMITS) -> KvBulk:
     """A KVBULK, checked: the count against `limits` and the fixed-size frames, every
     length against its limit, the sums against the column frames, each UUID 16 bytes
     or empty, each non-empty properties value as in a KVSYNC. Nothing is allocated

@@ -7,7 +7,7 @@ from typing import Sequence
 from consensus.wire.errors import InvalidField, LimitExceeded, Truncated, UnknownMessageType
 
 from .bulk import decode_bulk, encode_bulk
-from .limits import DEFAULT_LIMITS, PROTOCOL, Limits
+from .limits import DEFAULT_LIMITS, PROTOCOL, ChpLimits
 from .messages import (ICANHAZ, KVBULK, KVMSG_FRAMES, MAX_SEQUENCE, MIN_SEQUENCE, RESERVED_KEYS,
                        UUID_LENGTH, BstarState, BstarStatus, Channel, Hugz, Icanhaz, Kthxbai,
                        KvBulk, Kvpub, Kvset, Kvsync, Message, _Command, _unpack_sequence,
@@ -51,7 +51,7 @@ _COMMANDS_ALLOWED = {Channel.COLLECTOR: (), Channel.PUBLISHER: (Hugz,),
 
 
 def decode(frames: Sequence[bytes], channel: Channel | None = None,
-           limits: Limits = DEFAULT_LIMITS) -> Message:
+           limits: ChpLimits = DEFAULT_LIMITS) -> Message:
     """The message in `frames`. `channel` says where they were read (see `Channel`);
     without it the kind is inferred from the frames themselves."""
     count = len(frames)
@@ -82,7 +82,7 @@ _NOT_KVMSG = (Channel.SNAPSHOT_REQUEST, Channel.BSTAR)
 
 
 def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
-                  limits: Limits) -> Message:
+                  limits: ChpLimits) -> Message:
     key, seq, uuid, properties, body = frames
     if not (type(key) is bytes and type(uuid) is bytes and type(properties) is bytes
             and type(body) is bytes):   # bytearray, memoryview, zmq.Frame...
@@ -122,7 +122,7 @@ def _decode_kvmsg(frames: Sequence[bytes], channel: Channel | None,
     return cls(key, sequence, uuid, properties, body)
 
 
-def _decode_icanhaz(frames: Sequence[bytes], limits: Limits) -> Icanhaz:
+def _decode_icanhaz(frames: Sequence[bytes], limits: ChpLimits) -> Icanhaz:
     if len(frames) == 1:
         return Icanhaz(b"", subtree_frame=False)
     if len(frames) > 3:

@@ -7,7 +7,7 @@ PROTOCOL = "chp"
 
 
 @dataclass(frozen=True)
-class Limits:
+class ChpLimits:
     """Bounds checked before a frame is parsed. The C peer keys its map by the first
     255 bytes of a key only; we keep whole keys up to `max_key_bytes`."""
     max_key_bytes: int = 64 << 10
@@ -24,7 +24,7 @@ class Limits:
         for f in fields(self):
             value = getattr(self, f.name)
             if type(value) is not int or not 1 <= value < 1 << 31:
-                raise ValueError(f"Limits.{f.name}: {value!r} is not an integer in "
+                raise ValueError(f"ChpLimits.{f.name}: {value!r} is not an integer in "
                                  f"1..{(1 << 31) - 1}")
 
     @property
@@ -39,4 +39,4 @@ class Limits:
         return max(self.max_frame_bytes, self.max_bulk_bytes)
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS = ChpLimits()

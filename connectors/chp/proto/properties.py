@@ -9,7 +9,7 @@ from typing import Sequence
 
 from consensus.wire.errors import InvalidField, LimitExceeded
 
-from .limits import DEFAULT_LIMITS, PROTOCOL, Limits
+from .limits import DEFAULT_LIMITS, PROTOCOL, ChpLimits
 
 TTL = b"ttl"
 # An absolute ttl at or above this is epoch milliseconds (C peer), below it epoch
@@ -26,7 +26,7 @@ MIN_EXPIRY_MS = _MS_THRESHOLD
 _DECIMAL = re.compile(rb"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
-def parse_properties(raw: bytes, limits: Limits = DEFAULT_LIMITS
+def parse_properties(raw: bytes, limits: ChpLimits = DEFAULT_LIMITS
                      ) -> tuple[tuple[bytes, bytes], ...]:
     """Split ``name=value`` lines at the first ``=``; an unterminated last line counts,
     empty lines are skipped (the Python peer skips them too)."""
