@@ -19,7 +19,7 @@ from .compat import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 
 
 @dataclass(frozen=True)
-class Limits:
+class SourceLimits:
     """The read limits of a source, from its options."""
     max_rows: int | None = None
     min_rows: int | None = None
@@ -34,14 +34,14 @@ class Limits:
             return ReadMinRows(self.min_rows)
         return ReadAllAvailable()
 
-    def under(self, limit: ReadLimit | None) -> "Limits":
+    def under(self, limit: ReadLimit | None) -> "SourceLimits":
         """The limits to apply when Spark asks with `limit`: ReadAllAvailable means none
         (Trigger.Once and friends must read everything); None (PySpark before 4.2 passes
         no limit) means these options' own."""
         if limit is None:
             return self
         if isinstance(limit, ReadAllAvailable):
-            return Limits(max_trigger_delay=self.max_trigger_delay)
+            return SourceLimits(max_trigger_delay=self.max_trigger_delay)
         if isinstance(limit, ReadMaxRows):
             return replace(self, max_rows=limit.max_rows)
         if isinstance(limit, ReadMinRows):
@@ -53,7 +53,7 @@ class Limits:
         return self.max_rows is None and self.min_rows is None
 
 
-def choose_end(start: int, end: int, rows: Iterable[tuple[int, int]], limits: Limits, *,
+def choose_end(start: int, end: int, rows: Iterable[tuple[int, int]], limits: SourceLimits, *,
                waited: float = 0.0, available_now: bool = False) -> int:
     """The end (exclusive) of the next micro-batch over entries [start, end).
 

@@ -9,7 +9,7 @@ The library API:
   optional confirmation with the sequence), `delete`, `watch` (iterator or callback);
   see `client`.
 * `CloneServer(ServerConfig(...)).run()`: a standalone server or one of a Binary Star
-  pair (`Role`), with `data_dir` for persistence; see `server`.
+  pair (`BstarRole`), with `data_dir` for persistence; see `server`.
 * `ReplicatedServer(ServerConfig(...), FarmOptions(endpoints, ...)).run()`: a server of a
   map kept in a garlicfarm Raft log; any number of them serve one map with one sequence
   numbering, and clients resume across them without a gap; see `replicated_server`.
@@ -28,8 +28,8 @@ from typing import Any
 _EXPORTS = {
     "CloneClient": "client", "MapSnapshot": "client", "SetReceipt": "client", "Watch": "client",
     "ChpError": "errors", "ChpTimeout": "errors", "ClientFailed": "errors",
-    "ConfigError": "errors", "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
-    "CloneServer": "server", "Role": "server", "ServerConfig": "server",
+    "ChpConfigError": "errors", "DataDirError": "errors", "CloneMap": "kvmap", "Entry": "kvmap",
+    "CloneServer": "server", "BstarRole": "server", "ServerConfig": "server",
     "FarmOptions": "replicated_server", "ReplicatedServer": "replicated_server",
     "ReplicatedMap": "map_machine",
 }

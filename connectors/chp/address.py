@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from .errors import ChpConfigError
 
 PUBLISHER_OFFSET = 1
 COLLECTOR_OFFSET = 2
@@ -42,7 +42,7 @@ def endpoint(host: str, port: int) -> str:
 def check_port(port: int, option: str, *, span: int = 3) -> int:
     """`port` if it and the `span - 1` ports after it are valid TCP ports."""
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65536 - span:
-        raise ConfigError(f"{option}: {port!r} is not a port in 1..{65536 - span} "
+        raise ChpConfigError(f"{option}: {port!r} is not a port in 1..{65536 - span} "
                           f"(the server also uses the {span - 1} ports after it)")
     return port
 
@@ -52,7 +52,7 @@ def parse_address(text: str, option: str = "--server") -> ServerAddress:
     value = text[len("tcp://"):] if text.startswith("tcp://") else text
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ConfigError(f"{option}: {text!r} is not HOST:PORT (e.g. 127.0.0.1:5556, "
+        raise ChpConfigError(f"{option}: {text!r} is not HOST:PORT (e.g. 127.0.0.1:5556, "
                           "the server's snapshot port)")
     return ServerAddress(host.strip("[]"), check_port(int(port), option))
 

@@ -25,7 +25,7 @@ from . import bulk as bulk_module
 from .address import ServerAddress
 from .kvmap import Entry
 from .mirror import BulkEntries, Mirror, Phase, Synced
-from .proto import KVBULK, Channel, Hugz, Limits, Message, decode, encode
+from .proto import KVBULK, Channel, Hugz, ChpLimits, Message, decode, encode
 from .zmqio import drain, drain_decoded, send_frames
 
 log = logging.getLogger("garlicfarm.chp.client")
@@ -120,7 +120,7 @@ class Agent:
     """See the module docstring."""
 
     def __init__(self, ctx: zmq.Context, pipe_address: str, *, servers: list[ServerAddress],
-                 subtree: bytes, server_timeout: float, limits: Limits, bulk: bool) -> None:
+                 subtree: bytes, server_timeout: float, limits: ChpLimits, bulk: bool) -> None:
         self.ctx = ctx
         self.servers = servers
         self.subtree = subtree

@@ -25,7 +25,7 @@ from consensus.wire.errors import ProtocolError
 
 from . import resume
 from .address import ServerAddress
-from .proto import (DEFAULT_LIMITS, Channel, Icanhaz, Kthxbai, Kvsync, Limits, decode,
+from .proto import (DEFAULT_LIMITS, Channel, Icanhaz, Kthxbai, Kvsync, ChpLimits, decode,
                     encode, format_properties, parse_properties)
 from .zmqio import recv_frames, send_frames
 
@@ -70,7 +70,7 @@ def assemble(messages: Sequence[Kvsync | Kthxbai], identity: bytes) -> tuple[int
 
 
 def fetch(context: zmq.Context, peers: Sequence[ServerAddress], identity: bytes, *,
-          timeout: float = 5.0, limits: Limits = DEFAULT_LIMITS) -> tuple[int, bytes] | None:
+          timeout: float = 5.0, limits: ChpLimits = DEFAULT_LIMITS) -> tuple[int, bytes] | None:
     """Ask each peer in turn for its checkpoint; the first whole one, or None. A peer
     that sends nothing for `timeout` seconds is given up."""
     for peer in peers:

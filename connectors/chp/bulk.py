@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Iterator, Sequence
 
-from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, EntryLike, Kthxbai, Limits,
+from .proto import (BULK_ROUTING_PREFIX, DEFAULT_LIMITS, EntryLike, Kthxbai, ChpLimits,
                     bulk_column_bytes, encode, encode_bulk)
 
 SLICE_ENTRIES = 16384          # entries per KVBULK sent by our server
@@ -43,7 +43,7 @@ def wants_bulk(identity: bytes) -> bool:
     return identity.startswith(BULK_ROUTING_PREFIX)
 
 
-def slices(entries: Sequence[EntryLike], limits: Limits = DEFAULT_LIMITS, *,
+def slices(entries: Sequence[EntryLike], limits: ChpLimits = DEFAULT_LIMITS, *,
            max_entries: int = SLICE_ENTRIES, max_bytes: int = SLICE_BYTES
            ) -> Iterator[Sequence[EntryLike]]:
     """`entries` cut into runs that each make a KVBULK within `limits`: at most
@@ -67,7 +67,7 @@ class BulkReply:
     """One client's bulk answer in progress on a server: KVBULK slices, then KTHXBAI."""
 
     def __init__(self, identity: bytes, entries: Sequence[EntryLike], end: Kthxbai,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: ChpLimits = DEFAULT_LIMITS) -> None:
         self.identity = identity
         self.end = end
         self._slices = slices(entries, limits)

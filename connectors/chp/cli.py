@@ -29,7 +29,7 @@ from typing import Sequence
 
 from .address import parse_address
 from .client import check_ttl
-from .errors import ChpError, ConfigError
+from .errors import ChpError, ChpConfigError
 from .kvmap import Entry
 from .proto import parse_properties
 
@@ -50,7 +50,7 @@ def _positive(text: str) -> float:
 def _ttl(text: str) -> float:
     try:
         return check_ttl(_positive(text))
-    except ConfigError as exc:   # its message names --ttl already
+    except ChpConfigError as exc:   # its message names --ttl already
         raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
 
 
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _server(args)
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
         return _client_command(args)
-    except ConfigError as exc:
+    except ChpConfigError as exc:
         print(f"garlicfarm chp {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ChpError as exc:
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from .server import CloneServer, Role, ServerConfig, serve
+    from .server import CloneServer, BstarRole, ServerConfig, serve
     from consensus.runtime.log_format import configure_logging
     configure_logging(args.log_level, args.log_format, node=f"chp:{args.port}",
                       text_format="%(asctime)s %(message)s")
@@ -189,11 +189,11 @@ def _server(args: argparse.Namespace) -> int:
         for option in ("farm_user", "farm_password", "farm_credentials", "farm_tls_ca",
                        "farm_tls_cert", "farm_tls_key", "bootstrap"):
             if getattr(args, option) is not None:
-                raise ConfigError(f"--{option.replace('_', '-')} is for replicated mode: "
+                raise ChpConfigError(f"--{option.replace('_', '-')} is for replicated mode: "
                                   "add --replicated HOST:PORT,...")
     role = peer = None
     if args.primary or args.backup:
-        role = Role.PRIMARY if args.primary else Role.BACKUP
+        role = BstarRole.PRIMARY if args.primary else BstarRole.BACKUP
         peer = parse_address(args.primary or args.backup, f"--{role.value}")
     config = ServerConfig(port=args.port, bind=args.bind, data_dir=args.data_dir,
                           fsync=args.fsync, role=role, peer=peer, bstar_port=args.bstar_port,
@@ -209,7 +209,7 @@ def _server(args: argparse.Namespace) -> int:
             parse_listen(args.metrics, "--metrics", credentials,
                          "--farm-credentials, with --replicated")
         except ValueError as exc:   # the runtime's ConfigError, naming the option
-            raise ConfigError(str(exc)) from None
+            raise ChpConfigError(str(exc)) from None
     if farm is not None:
         from .replicated_server import ReplicatedServer
         server = ReplicatedServer(config, farm)
@@ -221,7 +221,7 @@ def _server(args: argparse.Namespace) -> int:
         try:
             metrics = serve_metrics(server, args.metrics, credentials)
         except ValueError as exc:   # cannot listen there
-            raise ConfigError(str(exc)) from None
+            raise ChpConfigError(str(exc)) from None
         print(f"chp server: metrics on {metrics.url}/metrics", flush=True)
     try:
         serve(server)
@@ -244,16 +244,16 @@ def _farm_options(args: argparse.Namespace):
         try:
             pairs = read_credentials_file(args.farm_credentials)
         except ValueError as exc:   # the runtime's ConfigError, naming its own option
-            raise ConfigError(f"--farm-credentials: {str(exc).partition(': ')[2]}") from None
+            raise ChpConfigError(f"--farm-credentials: {str(exc).partition(': ')[2]}") from None
         if not pairs:
-            raise ConfigError(f"--farm-credentials: {args.farm_credentials} holds no "
+            raise ChpConfigError(f"--farm-credentials: {args.farm_credentials} holds no "
                               "user:password line")
         user, password = pairs[0]
     if user is None:
-        raise ConfigError("--farm-user: the farm authenticates its clients: name the user "
+        raise ChpConfigError("--farm-user: the farm authenticates its clients: name the user "
                           "(or give --farm-credentials FILE)")
     if password is None:
-        raise ConfigError(f"--farm-password: user {user!r} needs a password (the option, "
+        raise ChpConfigError(f"--farm-password: user {user!r} needs a password (the option, "
                           "$GARLICFARM_PASSWORD or --farm-credentials FILE)")
     return FarmOptions(args.replicated, cluster=args.farm_cluster, username=user,
                        password=password, map_name=args.map, history=args.history,

@@ -71,10 +71,10 @@ from consensus.wire.errors import ProtocolError
 from . import bulk as bulk_module
 from .address import ServerAddress, parse_address
 from .agent import SET, STOP, Agent, Resync
-from .errors import ChpError, ChpTimeout, ClientFailed, ConfigError
+from .errors import ChpError, ChpTimeout, ClientFailed, ChpConfigError
 from .kvmap import Entry
 from .proto import (DEFAULT_LIMITS, MAX_TTL_SECONDS, RESERVED_KEYS, TTL, UUID_LENGTH,
-                    Channel, Icanhaz, Kthxbai, KvBulk, Kvsync, Limits, decode, decode_bulk,
+                    Channel, Icanhaz, Kthxbai, KvBulk, Kvsync, ChpLimits, decode, decode_bulk,
                     encode, encode_bulk, format_properties, pack_sequence)
 from .zmqio import drain, send_frames
 
@@ -173,19 +173,19 @@ def _bytes(value: Bytesish, what: str) -> bytes:
         return value.encode()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    raise ConfigError(f"{what} must be bytes or str, not {type(value).__name__}")
+    raise ChpConfigError(f"{what} must be bytes or str, not {type(value).__name__}")
 
 
 def _kvset_frames(key: Bytesish, value: Bytesish, ttl: float | None, uuid: bytes | None,
                   properties: Mapping[Bytesish, Bytesish] | Iterable[tuple[Bytesish, Bytesish]]
                   ) -> list[bytes]:
-    """The frames of a KVSET, checked (`ConfigError` names what is wrong)."""
+    """The frames of a KVSET, checked (`ChpConfigError` names what is wrong)."""
     key_b = _bytes(key, "key")
     if not key_b or key_b in RESERVED_KEYS:
-        raise ConfigError(f"key {key_b!r} is reserved by the protocol; choose another")
+        raise ChpConfigError(f"key {key_b!r} is reserved by the protocol; choose another")
     uuid_b = uuid_module.uuid4().bytes if uuid is None else bytes(uuid)
     if len(uuid_b) != UUID_LENGTH:
-        raise ConfigError(f"uuid must be 16 bytes, got {len(uuid_b)}")
+        raise ChpConfigError(f"uuid must be 16 bytes, got {len(uuid_b)}")
     pairs = list(properties.items() if isinstance(properties, Mapping) else properties)
     props = [(_bytes(n, "property name"), _bytes(v, "property value")) for n, v in pairs]
     if ttl is not None:
@@ -195,15 +195,15 @@ def _kvset_frames(key: Bytesish, value: Bytesish, ttl: float | None, uuid: bytes
     try:
         props_raw = format_properties(props)
     except ProtocolError as exc:
-        raise ConfigError(f"properties: {exc.reason}") from None
+        raise ChpConfigError(f"properties: {exc.reason}") from None
     return [key_b, pack_sequence(0), uuid_b, props_raw, _bytes(value, "value")]
 
 
 def check_ttl(ttl: float) -> float:
-    """`ttl` if it is a number of seconds a server can store, else `ConfigError`."""
+    """`ttl` if it is a number of seconds a server can store, else `ChpConfigError`."""
     if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or \
             not 0 < ttl <= MAX_TTL_SECONDS:
-        raise ConfigError(f"--ttl: {ttl!r} is not a number of seconds in 0 < S <= "
+        raise ChpConfigError(f"--ttl: {ttl!r} is not a number of seconds in 0 < S <= "
                           f"{MAX_TTL_SECONDS} (at most about 31,700 years; leave it out for "
                           "no expiry)")
     return ttl
@@ -224,19 +224,19 @@ class CloneClient:
 
     def __init__(self, servers: Sequence[str] | str = "127.0.0.1:5556",
                  subtree: Bytesish = b"", *, server_timeout: float = SERVER_TTL,
-                 limits: Limits = DEFAULT_LIMITS, bulk: bool = True) -> None:
+                 limits: ChpLimits = DEFAULT_LIMITS, bulk: bool = True) -> None:
         if isinstance(servers, str):
             servers = [servers]
         if not servers:
-            raise ConfigError("--server: name at least one server as HOST:PORT")
+            raise ChpConfigError("--server: name at least one server as HOST:PORT")
         self.servers: list[ServerAddress] = [parse_address(s) for s in servers]
         self.subtree = _bytes(subtree, "subtree")
         if len(self.subtree) > limits.max_subtree_bytes:
-            raise ConfigError(f"subtree: {len(self.subtree)} bytes, servers refuse a "
+            raise ChpConfigError(f"subtree: {len(self.subtree)} bytes, servers refuse a "
                               f"subscription over {limits.max_subtree_bytes} "
-                              f"(Limits.max_subtree_bytes): subscribe to a shorter prefix")
+                              f"(ChpLimits.max_subtree_bytes): subscribe to a shorter prefix")
         if not server_timeout > 0:
-            raise ConfigError(f"server_timeout must be positive, got {server_timeout!r}")
+            raise ChpConfigError(f"server_timeout must be positive, got {server_timeout!r}")
         self.server_timeout = server_timeout
         self._ctx = zmq.Context()
         self._pipe_lock = threading.Lock()
@@ -405,7 +405,7 @@ class CloneClient:
 
     def _check_seen(self, key: bytes) -> None:
         if not key.startswith(self.subtree):
-            raise ConfigError(f"confirming needs key {key!r} inside the client's subtree "
+            raise ChpConfigError(f"confirming needs key {key!r} inside the client's subtree "
                               f"{self.subtree!r}, where its KVPUB is seen")
 
     def delete(self, key: Bytesish, **kwargs) -> SetReceipt:
@@ -453,7 +453,7 @@ class BulkSnapshot:
 class _Packer:
     """KVSYNCs of a classic answer, packed into KVBULK columns as they arrive."""
 
-    def __init__(self, subtree: bytes, limits: Limits) -> None:
+    def __init__(self, subtree: bytes, limits: ChpLimits) -> None:
         self.subtree = subtree
         self.limits = limits
         self.pending: list[Kvsync] = []
@@ -473,7 +473,7 @@ class _Packer:
 
 def read_snapshot(servers: Sequence[str] | str, subtree: Bytesish = b"", *,
                   server_timeout: float = SERVER_TTL, timeout: float | None = None,
-                  limits: Limits = DEFAULT_LIMITS, bulk: bool = True) -> BulkSnapshot:
+                  limits: ChpLimits = DEFAULT_LIMITS, bulk: bool = True) -> BulkSnapshot:
     """One snapshot of `subtree` from the first of `servers` that answers: ICANHAZ?
     from a DEALER that asks for KVBULK (unless `bulk` is False); a server that answers
     with KVSYNCs (a zguide one, ours with ``--no-bulk``) is read as well. A server
@@ -485,7 +485,7 @@ def read_snapshot(servers: Sequence[str] | str, subtree: Bytesish = b"", *,
     if isinstance(servers, str):
         servers = [servers]
     if not servers:
-        raise ConfigError("--server: name at least one server as HOST:PORT")
+        raise ChpConfigError("--server: name at least one server as HOST:PORT")
     addresses = [parse_address(s) for s in servers]
     prefix = _bytes(subtree, "subtree")
     wait = max(10.0, 2 * server_timeout) if timeout is None else timeout
@@ -508,7 +508,7 @@ def read_snapshot(servers: Sequence[str] | str, subtree: Bytesish = b"", *,
 
 
 def _snapshot_from(ctx: zmq.Context, server: ServerAddress, subtree: bytes,
-                   server_timeout: float, deadline: float, limits: Limits,
+                   server_timeout: float, deadline: float, limits: ChpLimits,
                    bulk: bool) -> BulkSnapshot | None:
     """The snapshot `server` sends, or None when it falls silent first."""
     dealer = ctx.socket(zmq.DEALER)

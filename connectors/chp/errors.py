@@ -10,7 +10,7 @@ class ChpError(Exception):
     """A CHP client or server could not do what was asked."""
 
 
-class ConfigError(ChpError, ValueError):
+class ChpConfigError(ChpError, ValueError):
     """An option or argument is wrong; the message names it and says what to do."""
 
 
@@ -26,4 +26,4 @@ class DataDirError(ChpError):
     """The server's --data-dir cannot be used: in use by another server, or damaged."""
 
 
-__all__ = ["ChpError", "ChpTimeout", "ClientFailed", "ConfigError", "DataDirError"]
+__all__ = ["ChpError", "ChpTimeout", "ClientFailed", "ChpConfigError", "DataDirError"]

@@ -54,7 +54,7 @@ from consensus.wire.errors import InvalidField, LimitExceeded, ProtocolError
 from . import resume
 from .kvmap import CloneMap, Entry
 from .proto import (DEFAULT_LIMITS, PROTOCOL, UUID_LENGTH, Hugz, Kthxbai, Kvpub, Kvset,
-                    Kvsync, Limits, parse_properties)
+                    Kvsync, ChpLimits, parse_properties)
 
 RECORD_MAGIC = b"GFCHP\x01"
 DEDUP_WINDOW = 131_072      # (UUID, key) pairs remembered: ~3 MiB of digests
@@ -110,7 +110,7 @@ def _bad(field: str, reason: str) -> InvalidField:
 
 
 def decode_record(data: bytes, map_name: str,
-                  limits: Limits = DEFAULT_LIMITS) -> Record | None:
+                  limits: ChpLimits = DEFAULT_LIMITS) -> Record | None:
     """The record of map `map_name` in `data`, or None when `data` is not a CHP record
     or belongs to another map. Raises `ProtocolError` naming the field for a CHP record
     that is malformed; sizes are bounded by `limits` before anything is unpacked."""
@@ -170,7 +170,7 @@ class ReplicatedMap:
 
     def __init__(self, name: str = "chp", identity: bytes | None = None, *,
                  dedup_window: int = DEDUP_WINDOW, history: int = HISTORY,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: ChpLimits = DEFAULT_LIMITS) -> None:
         if dedup_window < 1 or history < 0:
             raise ValueError(f"dedup_window must be >= 1 and history >= 0, got "
                              f"{dedup_window}, {history}")

@@ -71,7 +71,7 @@ from consensus.wire.errors import ProtocolError
 
 from . import bootstrap, resume
 from .address import parse_address
-from .errors import ConfigError, DataDirError
+from .errors import ChpConfigError, DataDirError
 from .farmlink import Barrier, Entries, FarmLink
 from .kvmap import check_update
 from .map_machine import (DEDUP_WINDOW, HISTORY, ReplicatedMap, encode_kvset,
@@ -113,16 +113,16 @@ class FarmOptions:
     def validate(self) -> "FarmOptions":
         if not self.map_name or len(self.map_name) > 64 or not self.map_name.isprintable() \
                 or "/" in self.map_name:
-            raise ConfigError(f"--map: {self.map_name!r} must be 1..64 printable characters "
+            raise ChpConfigError(f"--map: {self.map_name!r} must be 1..64 printable characters "
                               "without '/'")
         for option, value, least in (("--history", self.history, 0),
                                      ("dedup_window", self.dedup_window, 1),
                                      ("--checkpoint-every", self.checkpoint_every, 1)):
             if not isinstance(value, int) or value < least:
-                raise ConfigError(f"{option}: must be an integer >= {least}, got {value!r}")
+                raise ChpConfigError(f"{option}: must be an integer >= {least}, got {value!r}")
         if not isinstance(self.farm_timeout, (int, float)) or \
                 not 0 < self.farm_timeout < math.inf:
-            raise ConfigError(f"--farm-timeout: must be a positive number of seconds, got "
+            raise ChpConfigError(f"--farm-timeout: must be a positive number of seconds, got "
                               f"{self.farm_timeout!r}")
         self.bootstrap = [parse_address(p, "--bootstrap") if isinstance(p, str) else p
                           for p in self.bootstrap]
@@ -139,7 +139,7 @@ class FarmOptions:
         except FarmConfigError as exc:
             option = {"username": "--farm-user", "endpoints": "--replicated"}.get(
                 exc.option, f"--farm-{exc.option.lstrip('-').replace('_', '-')}")
-            raise ConfigError(f"{option}: {str(exc).partition(': ')[2] or exc}") from None
+            raise ChpConfigError(f"{option}: {str(exc).partition(': ')[2] or exc}") from None
 
 
 class ReplicatedServer(CloneServer):
@@ -149,7 +149,7 @@ class ReplicatedServer(CloneServer):
     def __init__(self, config: ServerConfig, farm: FarmOptions, *,
                  context: zmq.Context | None = None) -> None:
         if config.role is not None:
-            raise ConfigError("--replicated: a replicated server has no Binary Star peer; "
+            raise ChpConfigError("--replicated: a replicated server has no Binary Star peer; "
                               "drop --primary/--backup (every replicated server is active)")
         self.farm = farm.validate()
         self.link: FarmLink | None = None

@@ -49,14 +49,14 @@ from consensus.wire.errors import ProtocolError
 from .address import ServerAddress, check_port, endpoint
 from .bstar import HEARTBEAT, PEER_TIMEOUT, BinaryStar, SplitBrain
 from .bulk import BulkReply, wants_bulk
-from .errors import ConfigError, DataDirError
+from .errors import ChpConfigError, DataDirError
 from .kvmap import CloneMap
 from .mirror import Mirror
 from .pending import HORIZON, PendingUpdates
 from .periodic import Periodic
 from .persist import MapStore
 from .proto import (DEFAULT_LIMITS, BstarState, Channel, Hugz, Kthxbai, Kvpub, Kvset,
-                    Limits, Message, decode, encode, pack_sequence)
+                    ChpLimits, Message, decode, encode, pack_sequence)
 from .zmqio import drain, drain_decoded, send_frames, send_kvmsg
 
 log = logging.getLogger("garlicfarm.chp.server")
@@ -69,7 +69,8 @@ SUBSCRIPTION_DRAIN = 10_000  # subscription messages handled per loop turn
 _LOG_FIRST_REJECTS = 10
 
 
-class Role(enum.Enum):
+class BstarRole(enum.Enum):
+    """Which side of a Binary Star pair a server starts as (`BstarState` is where it is now)."""
     PRIMARY = "primary"
     BACKUP = "backup"
 
@@ -81,7 +82,7 @@ class ServerConfig:
     bind: str = "127.0.0.1"
     data_dir: str | None = None
     fsync: str = "batch"                 # always | batch | never (see consensus.storage)
-    role: Role | None = None             # None: standalone
+    role: BstarRole | None = None             # None: standalone
     peer: ServerAddress | None = None    # the other server of a Binary Star pair
     bstar_port: int | None = None        # our state PUB; default by role (5003 / 5004)
     peer_bstar_port: int | None = None   # the peer's state PUB; default the other one
@@ -94,36 +95,36 @@ class ServerConfig:
     max_batch: int = 4096                # KVSETs handled per loop turn
     publisher_hwm: int = PUBLISHER_HWM
     bulk: bool = True                    # KVBULK answers to clients that ask (bulk.py)
-    limits: Limits = DEFAULT_LIMITS
+    limits: ChpLimits = DEFAULT_LIMITS
 
     def validate(self) -> "ServerConfig":
         check_port(self.port, "--port")
         if self.fsync not in ("always", "batch", "never"):
-            raise ConfigError(f"--fsync: {self.fsync!r} is not always, batch or never")
+            raise ChpConfigError(f"--fsync: {self.fsync!r} is not always, batch or never")
         for name in ("hugz_interval", "bstar_heartbeat", "peer_timeout", "pending_horizon",
                      "sync_timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ConfigError(f"--{name.replace('_', '-')}: must be a positive number "
+                raise ChpConfigError(f"--{name.replace('_', '-')}: must be a positive number "
                                   f"of seconds, got {value!r}")
         for name, least, most in (("snapshot_every", 1, None), ("max_batch", 1, None),
                                   ("publisher_hwm", 0, (1 << 31) - 1)):
             value = getattr(self, name)
             if type(value) is not int or value < least or most is not None and value > most:
                 bound = f" and at most {most}" if most is not None else ""
-                raise ConfigError(f"{name}: must be a whole number of at least {least}"
+                raise ChpConfigError(f"{name}: must be a whole number of at least {least}"
                                   f"{bound}, got {value!r}")
         if self.peer_timeout <= self.bstar_heartbeat:
-            raise ConfigError("--peer-timeout must be longer than --bstar-heartbeat "
+            raise ChpConfigError("--peer-timeout must be longer than --bstar-heartbeat "
                               f"({self.peer_timeout} <= {self.bstar_heartbeat})")
         if self.role is None:
             if self.peer is not None or self.bstar_port or self.peer_bstar_port:
-                raise ConfigError("a Binary Star peer or state port needs --primary PEER "
+                raise ChpConfigError("a Binary Star peer or state port needs --primary PEER "
                                   "or --backup PEER")
             return self
         if self.peer is None:
-            raise ConfigError(f"--{self.role.value}: name the peer server as HOST:PORT")
-        other = "backup" if self.role is Role.PRIMARY else "primary"
+            raise ChpConfigError(f"--{self.role.value}: name the peer server as HOST:PORT")
+        other = "backup" if self.role is BstarRole.PRIMARY else "primary"
         if self.bstar_port is None:
             self.bstar_port = DEFAULT_BSTAR_PORTS[self.role.value]
         if self.peer_bstar_port is None:
@@ -169,7 +170,7 @@ class CloneServer:
         self.replica: Mirror | None = None
         self.bstar: BinaryStar | None = None
         if config.role is not None:
-            self.bstar = BinaryStar(config.role is Role.PRIMARY, time.monotonic(),
+            self.bstar = BinaryStar(config.role is BstarRole.PRIMARY, time.monotonic(),
                                     heartbeat=config.bstar_heartbeat,
                                     peer_timeout=config.peer_timeout)
         self._poller = zmq.Poller()
@@ -230,7 +231,7 @@ class CloneServer:
                 self.statesub.subscribe(b"")
                 self.statesub.connect(endpoint(cfg.peer.host, cfg.peer_bstar_port))
         except zmq.ZMQError as exc:
-            raise ConfigError(f"--port {cfg.port}: cannot bind on {cfg.bind} ({exc}); the "
+            raise ChpConfigError(f"--port {cfg.port}: cannot bind on {cfg.bind} ({exc}); the "
                               "server needs ports P, P+1, P+2 (and --bstar-port in a pair) "
                               "free: choose another --port") from None
 
@@ -562,5 +563,5 @@ def serve(server: CloneServer) -> CloneServer:
     return server
 
 
-__all__ = ["CloneServer", "DEFAULT_BSTAR_PORTS", "DEFAULT_PORT", "Role", "ServerConfig",
+__all__ = ["CloneServer", "DEFAULT_BSTAR_PORTS", "DEFAULT_PORT", "BstarRole", "ServerConfig",
            "ServerStats", "run_server", "serve"]

@@ -15,7 +15,7 @@ import zmq
 
 from consensus.wire.errors import ProtocolError
 
-from .proto import DEFAULT_LIMITS, Channel, Limits, Message, decode
+from .proto import DEFAULT_LIMITS, Channel, ChpLimits, Message, decode
 
 SNDMORE = zmq.SNDMORE
 NOBLOCK = zmq.NOBLOCK
@@ -50,7 +50,7 @@ def drain(socket: zmq.Socket, limit: int = 1 << 30) -> Iterator[list[bytes]]:
 
 def drain_decoded(socket: zmq.Socket, channel: Channel,
                   on_error: Callable[[ProtocolError], None], *,
-                  limits: Limits = DEFAULT_LIMITS, limit: int = 1 << 30) -> Iterator[Message]:
+                  limits: ChpLimits = DEFAULT_LIMITS, limit: int = 1 << 30) -> Iterator[Message]:
     """`drain`, decoded; a malformed message goes to `on_error` and is skipped.
     (The loop of `drain` is repeated here, not nested: one generator less per update.)"""
     for _ in range(limit):

@@ -18,7 +18,7 @@ our consumer and the C console consumer reading it back from our store; our towe
 producer -> C store (ACKed), C and our consumers reading from the C store, a live C
 consumer following our producer; our consumer repairing from a C producer by FETCH.
 """
-from connectors.dafka.config import ConfigError, DafkaConfig, load_config, tower_endpoints
+from connectors.dafka.config import DafkaConfigError, DafkaConfig, load_config, tower_endpoints
 from connectors.dafka.consumer import Consumer, ConsumerRecord
 from connectors.dafka.node import (NodeFailed, TowerUnreachable, deterministic_address,
                                    new_address)
@@ -28,7 +28,7 @@ from connectors.dafka.store import Store
 from connectors.dafka.tower import Tower
 
 __all__ = [
-    "BackpressureTimeout", "ConfigError", "Consumer", "ConsumerRecord", "DafkaConfig",
+    "BackpressureTimeout", "DafkaConfigError", "Consumer", "ConsumerRecord", "DafkaConfig",
     "NoStoreError", "NodeFailed", "Producer", "Store", "StoreClient", "Tower",
     "TowerUnreachable", "deterministic_address", "load_config", "new_address", "tower_endpoints",
 ]

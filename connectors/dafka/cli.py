@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import replace
 
-from connectors.dafka.config import (MAX_COUNT, MAX_SECONDS, ConfigError, DafkaConfig,
+from connectors.dafka.config import (MAX_COUNT, MAX_SECONDS, DafkaConfigError, DafkaConfig,
                                      load_config, parse_zpl, tower_endpoints)
 from connectors.dafka.consumer import Consumer, ConsumerRecord
 from connectors.dafka.node import NodeFailed, TowerUnreachable
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
               "consume": run_consume}[args.command]
     try:
         return runner(args)
-    except (ConfigError, TowerUnreachable, OSError, ValueError, StorageError) as exc:
+    except (DafkaConfigError, TowerUnreachable, OSError, ValueError, StorageError) as exc:
         print(f"garlicfarm dafka {args.command}: {exc}", file=sys.stderr)
         return 2
     except NodeFailed as exc:

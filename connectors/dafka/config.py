@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from connectors.dafka import proto
 
 
-class ConfigError(ValueError):
+class DafkaConfigError(ValueError):
     """A bad option value or config file; the message names the option."""
 
 
@@ -69,13 +69,13 @@ class DafkaConfig:
         if not port.isdigit() or int(port) == 0:
             return endpoint
         if int(port) >= 65535:
-            raise ConfigError(f"node/bind (--bind) {endpoint!r}: a store binds PORT and "
+            raise DafkaConfigError(f"node/bind (--bind) {endpoint!r}: a store binds PORT and "
                               f"PORT+1; choose a port below 65535")
         return f"{head}:{int(port) + 1}"
 
     def validate(self) -> "DafkaConfig":
         if not self.tower_sub or not self.tower_pub:
-            raise ConfigError("beacon/sub_address and beacon/pub_address (--tower) need "
+            raise DafkaConfigError("beacon/sub_address and beacon/pub_address (--tower) need "
                               "at least one tower endpoint each")
         for name, option in (("beacon_interval", "beacon/interval (--beacon-interval)"),
                              ("beacon_timeout", "beacon/timeout (--beacon-timeout)"),
@@ -83,23 +83,23 @@ class DafkaConfig:
                              ("tower_wait", "node/tower_wait")):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
-                raise ConfigError(f"{option}: {value!r} is not a number of seconds in "
+                raise DafkaConfigError(f"{option}: {value!r} is not a number of seconds in "
                                   f"0 < S <= {MAX_SECONDS}")
         for name, option, least in (("max_unacked", "producer/max_unacked (--max-unacked)", 1),
                                     ("high_watermark", "high_watermark", 0)):
             value = getattr(self, name)
             if type(value) is not int or not least <= value <= MAX_COUNT:
-                raise ConfigError(f"{option}: {value!r} is not a whole number in "
+                raise DafkaConfigError(f"{option}: {value!r} is not a whole number in "
                                   f"{least}..{MAX_COUNT}")
         if self.beacon_host and not proto.is_host(self.beacon_host):
-            raise ConfigError(f"beacon/address (--beacon-address): {self.beacon_host!r} is "
+            raise DafkaConfigError(f"beacon/address (--beacon-address): {self.beacon_host!r} is "
                               "not a host name or address (peers connect to "
                               "tcp://HOST:PORT)")
         if self.offset_reset not in ("latest", "earliest"):
-            raise ConfigError(f"consumer/offset/reset must be latest or earliest, got "
+            raise DafkaConfigError(f"consumer/offset/reset must be latest or earliest, got "
                               f"{self.offset_reset!r}")
         if self.store_fsync not in ("always", "batch", "never"):
-            raise ConfigError(f"store/fsync must be always, batch or never, got "
+            raise DafkaConfigError(f"store/fsync must be always, batch or never, got "
                               f"{self.store_fsync!r}")
         return self
 
@@ -108,7 +108,7 @@ def tower_endpoints(spec: str) -> tuple[str, str]:
     """``tcp://host:5556`` -> (XSUB ``tcp://host:5556``, XPUB ``tcp://host:5557``)."""
     match = re.fullmatch(r"(tcp://[^/]+):(\d{1,5})", spec.strip())
     if not match or not 0 < int(match.group(2)) < 65535:
-        raise ConfigError(f"--tower {spec!r}: expected tcp://HOST:PORT (the tower's beacon "
+        raise DafkaConfigError(f"--tower {spec!r}: expected tcp://HOST:PORT (the tower's beacon "
                           f"port; its publisher is PORT+1)")
     host, port = match.group(1), int(match.group(2))
     return f"{host}:{port}", f"{host}:{port + 1}"
@@ -131,10 +131,10 @@ def parse_zpl(text: str, source: str = "config") -> dict[str, str]:
             continue
         match = _ZPL_LINE.match(line.rstrip())
         if not match:
-            raise ConfigError(f"{source}:{number}: not a ZPL line: {line.strip()!r}")
+            raise DafkaConfigError(f"{source}:{number}: not a ZPL line: {line.strip()!r}")
         depth = len(match.group("indent")) // 4
         if depth > len(path):
-            raise ConfigError(f"{source}:{number}: indented deeper than its parent")
+            raise DafkaConfigError(f"{source}:{number}: indented deeper than its parent")
         path[depth:] = [match.group("name")]
         value = match.group("value")
         if value is not None:
@@ -156,7 +156,7 @@ def _number(values: dict[str, str], key: str, default: float) -> float:
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise ConfigError(f"{key} = {values[key]!r}: a number is expected") from None
+        raise DafkaConfigError(f"{key} = {values[key]!r}: a number is expected") from None
     return number
 
 
@@ -166,7 +166,7 @@ def _whole(values: dict[str, str], keys: tuple[str, ...], default: int) -> int:
         if key in values:
             number = _number(values, key, default)
             if not number.is_integer():
-                raise ConfigError(f"{key} = {values[key]!r}: a whole number is expected")
+                raise DafkaConfigError(f"{key} = {values[key]!r}: a whole number is expected")
             return int(number)
     return default
 
@@ -203,9 +203,9 @@ def load_config(path: str | Path, base: DafkaConfig = DafkaConfig()) -> DafkaCon
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise ConfigError(f"-c {path}: cannot read the config file ({exc.strerror})") from None
+        raise DafkaConfigError(f"-c {path}: cannot read the config file ({exc.strerror})") from None
     return config_from_zpl(parse_zpl(text, str(path)), base)
 
 
-__all__ = ["ConfigError", "DafkaConfig", "config_from_zpl", "load_config", "parse_zpl",
+__all__ = ["DafkaConfigError", "DafkaConfig", "config_from_zpl", "load_config", "parse_zpl",
            "tower_endpoints"]

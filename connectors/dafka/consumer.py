@@ -176,7 +176,7 @@ class Consumer(Node):
     def __init__(self, config: DafkaConfig, topics: Iterable[str] = (), *,
                  on_record: Callable[[ConsumerRecord], None] | None = None,
                  address: str | None = None, max_pending: int = 200_000,
-                 bulk: bool = True, limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+                 bulk: bool = True, limits: proto.DafkaLimits = proto.DEFAULT_LIMITS) -> None:
         """`bulk`: catch up from our stores by the bulk read extension (see the module
         docstring); False: plain FETCH only, as the C consumer."""
         super().__init__(config, address=address, limits=limits)

@@ -57,7 +57,7 @@ def deterministic_address(*parts: str) -> str:
     return uuid.uuid5(_NAMESPACE, "\x00".join(parts)).hex.upper()
 
 
-def data_maxmsgsize(limits: proto.Limits) -> int:
+def data_maxmsgsize(limits: proto.DafkaLimits) -> int:
     """ZMQ_MAXMSGSIZE of a SUB that receives Dafka messages: the largest frame any
     message may carry (a record's content, a bulk answer's records frame, frame 0)."""
     return max(limits.max_frame_bytes, limits.max_content_bytes, limits.max_bulk_bytes)
@@ -91,7 +91,7 @@ class Node:
     ROLE = "node"
 
     def __init__(self, config: DafkaConfig, *, address: str | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+                 limits: proto.DafkaLimits = proto.DEFAULT_LIMITS) -> None:
         self.config = config.validate()
         self.address = address or new_address()
         if not proto.is_address(self.address):

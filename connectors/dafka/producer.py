@@ -87,7 +87,7 @@ class Producer(Node):
 
     def __init__(self, config: DafkaConfig, topic: str, *, address: str | None = None,
                  start_sequence: int = 0, settle: float | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+                 limits: proto.DafkaLimits = proto.DEFAULT_LIMITS) -> None:
         """`settle`: seconds `start` waits after the tower's welcome (default 1.5 beacon
         intervals) to be connected to every live store before the first record: a C
         store ACKs a record once, when it stores it, so an ACK sent before our SUB

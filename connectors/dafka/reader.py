@@ -72,7 +72,7 @@ class StoreClient(Node):
     ROLE = "store-client"
 
     def __init__(self, config: DafkaConfig, *, address: str | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS) -> None:
+                 limits: proto.DafkaLimits = proto.DEFAULT_LIMITS) -> None:
         super().__init__(config, address=address, limits=limits)
         self.subscribed_readers: set[str] = set()   # their SUB reaches our XPUB
         self.hello_readers: set[str] = set()        # our SUB reaches their XPUB

@@ -98,7 +98,7 @@ class StoreWriter(Node):
     ROLE = "store-writer"
 
     def __init__(self, config: DafkaConfig, partitions: PartitionStore, *,
-                 address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS
+                 address: str | None = None, limits: proto.DafkaLimits = proto.DEFAULT_LIMITS
                  ) -> None:
         super().__init__(config, address=address, limits=limits)
         self.partitions = partitions
@@ -185,7 +185,7 @@ class StoreReader(Node):
     ROLE = "store-reader"
 
     def __init__(self, config: DafkaConfig, partitions: PartitionStore, writer_address: str,
-                 *, address: str | None = None, limits: proto.Limits = proto.DEFAULT_LIMITS,
+                 *, address: str | None = None, limits: proto.DafkaLimits = proto.DEFAULT_LIMITS,
                  read_chunk: int = READ_CHUNK, bulk: bool = True,
                  bulk_slice_records: int = BULK_SLICE_RECORDS,
                  bulk_slice_bytes: int = BULK_SLICE_BYTES,
@@ -364,7 +364,7 @@ class Store:
 
     def __init__(self, config: DafkaConfig, data_dir: str | os.PathLike | None = None, *,
                  writer_address: str | None = None, reader_address: str | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS, bulk: bool = True,
+                 limits: proto.DafkaLimits = proto.DEFAULT_LIMITS, bulk: bool = True,
                  bulk_slice_records: int = BULK_SLICE_RECORDS,
                  heads_slice: int = HEADS_SLICE) -> None:
         self.data_dir = os.fspath(data_dir or config.store_db)

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import zmq
 
 from connectors.dafka import proto
-from connectors.dafka.config import ConfigError
+from connectors.dafka.config import DafkaConfigError
 from connectors.subscriptions import (SubscriptionGuard, SubscriptionLimits,
                                       publisher_maxmsgsize)
 from consensus.wire.errors import ProtocolError
@@ -60,14 +60,14 @@ class Tower:
 
     def __init__(self, sub_bind: str = "tcp://*:5556", pub_bind: str = "tcp://*:5557", *,
                  advertise_host: str | None = None,
-                 limits: proto.Limits = proto.DEFAULT_LIMITS,
+                 limits: proto.DafkaLimits = proto.DEFAULT_LIMITS,
                  tower_limits: TowerLimits = TowerLimits()) -> None:
         """`advertise_host` replaces a 127.0.0.1 peer address in announcements, so that
         remote nodes can reach the nodes that share the tower's host. None: the host the
         XSUB is bound to, or for a wildcard bind the host's first non-loopback address
         (the C tower's first interface)."""
         if advertise_host is not None and not proto.is_host(advertise_host):
-            raise ConfigError(f"--advertise-host: {advertise_host!r} is not a host name or "
+            raise DafkaConfigError(f"--advertise-host: {advertise_host!r} is not a host name or "
                               "address (nodes connect to tcp://HOST:PORT)")
         self.sub_bind = sub_bind
         self.pub_bind = pub_bind

@@ -14,22 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+# One record for the core and the file it is saved in (consensus/storage/hardstate.py).
+from consensus.storage.hardstate import HardState
+
 from .configuration import EMPTY, Configuration
 from .entry import Entry, EntryType, limit_size
 from .errors import CompactedError, RaftError, UnavailableError
 
 if TYPE_CHECKING:
     from .ready import Ready
-
-
-@dataclass(frozen=True, slots=True)
-class HardState:
-    """What must be durable before the messages that depend on it are sent (Raft
-    Figure 2's persistent state, plus the commit index to restart applying from)."""
-
-    term: int = 0
-    vote: int | None = None
-    commit: int = 0
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,8 @@ from consensus.raft.entry import limit_size
 from consensus.raft.errors import CompactedError, UnavailableError
 from consensus.raft.retention import catch_up_index, compaction_point, snapshots_to_keep
 from consensus.storage import (CorruptLogError, HardStateFile, RecordHeads, SegmentedLog,
-                               SnapshotStore)
+                               SnapshotStore, StoredSnapshot)
 from consensus.storage.errors import CompactedIndexError
-from consensus.storage import HardState as StoredHardState
 from consensus.storage.files import replace_atomically
 
 log = logging.getLogger("garlicfarm.storage")
@@ -99,8 +98,7 @@ class DiskStorage:
         self.keep_snapshots = keep_snapshots
         self.commit_save_interval = commit_save_interval
         self._base_path = os.path.join(data_dir, "log-base")
-        stored = self.hard_state_file.load()
-        self._hard = HardState(stored.term, stored.vote, stored.commit)
+        self._hard = self.hard_state_file.load()
         self._saved_hard = self._hard
         self._saved_at = time.monotonic()
         self._file_lock = threading.Lock()
@@ -364,7 +362,7 @@ class DiskStorage:
             written = HardState(state.term, state.vote, commit)
             if written == self._saved_hard:
                 return
-            self.hard_state_file.save(StoredHardState(state.term, state.vote, commit))
+            self.hard_state_file.save(written)
             self._saved_hard, self._saved_version = written, version
 
     def _lazy_saver(self) -> None:
@@ -542,7 +540,7 @@ class SyncedDisk:
         self.storage.close()
 
 
-def _core_snapshot(stored) -> Snapshot:
+def _core_snapshot(stored: StoredSnapshot) -> Snapshot:
     text = stored.meta.get("configuration")
     config = Configuration.decode(text.encode()) if text else Configuration.of(())
     return Snapshot(stored.index, stored.term, config, stored.data)

@@ -50,7 +50,7 @@ _READABLE_VERSIONS = (1, 2)    #: 1: requests as [id, index, term, result, error
 # applied, on every member, and a frozen dataclass costs ~3x more to build. Treat as
 # immutable.
 @dataclass(slots=True)
-class Outcome:
+class CommandOutcome:
     """What applying one command produced: `result` (msgpack-able) or an error, at the
     index/term of the entry that first carried its request id."""
     request_id: bytes
@@ -76,14 +76,15 @@ class RequestLog:
         self.outcomes: OrderedDict[bytes, tuple[int, int, Any, Any]] = OrderedDict()
         self.forgotten_through = 0
 
-    def get(self, request_id: bytes) -> Outcome | None:
+    def get(self, request_id: bytes) -> CommandOutcome | None:
         found = self.outcomes.get(request_id)
         if found is None:
             return None
         index, term, result, error = found
-        return Outcome(request_id, index, term, result, tuple(error) if error else None, True)
+        return CommandOutcome(request_id, index, term, result,
+                              tuple(error) if error else None, True)
 
-    def remember(self, outcome: Outcome) -> None:
+    def remember(self, outcome: CommandOutcome) -> None:
         self.outcomes[outcome.request_id] = (outcome.index, outcome.term, outcome.result,
                                              list(outcome.error) if outcome.error else None)
         while len(self.outcomes) > self.capacity:
@@ -263,8 +264,8 @@ class FarmStateMachine:
         self.applied = 0
 
     # -- applying --------------------------------------------------------------------------
-    def apply(self, entry: Entry) -> Outcome | None:
-        """Apply one committed entry; an Outcome for farm commands (None otherwise)."""
+    def apply(self, entry: Entry) -> CommandOutcome | None:
+        """Apply one committed entry; an CommandOutcome for farm commands (None otherwise)."""
         self.applied = entry.index
         if entry.type != EntryType.APPLICATION or not entry.data:
             return None
@@ -293,27 +294,27 @@ class FarmStateMachine:
                               "whose machine is deterministic", entry.index, entry.term)
         return None
 
-    def apply_command(self, entry: Entry, command: Command) -> Outcome:
+    def apply_command(self, entry: Entry, command: Command) -> CommandOutcome:
         known = self.requests.get(command.request_id)
         if known is not None:
             return known
         try:
             result = self._HANDLERS[command.kind](self, entry, *command.args)
-            outcome = Outcome(command.request_id, entry.index, entry.term, result)
+            outcome = CommandOutcome(command.request_id, entry.index, entry.term, result)
         except CommandError as exc:
-            outcome = Outcome(command.request_id, entry.index, entry.term,
+            outcome = CommandOutcome(command.request_id, entry.index, entry.term,
                               error=(int(ErrorCode.FAILED), str(exc)))
         self.requests.remember(outcome)
         return outcome
 
-    def _apply_journal(self, entry: Entry, request_id: bytes) -> Outcome:
+    def _apply_journal(self, entry: Entry, request_id: bytes) -> CommandOutcome:
         """The hot path: a journal entry's records stay in the log, so only its request
         id is read (the leader checked the command before proposing it)."""
         known = self.requests.get(request_id)
         if known is not None:
             return known
         self.journal_entries += 1
-        outcome = Outcome(request_id, entry.index, entry.term)
+        outcome = CommandOutcome(request_id, entry.index, entry.term)
         self.requests.remember(outcome)
         return outcome
 

@@ -43,7 +43,7 @@ from consensus.runtime.errors import (FarmError, NotLeaderError, RetryableWrite,
                                       error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot
-from consensus.runtime.machines import CommandError, Outcome
+from consensus.runtime.machines import CommandError, CommandOutcome as Outcome
 from consensus.runtime.log_calls import LogCalls
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.storage import SnapshotNotFoundError

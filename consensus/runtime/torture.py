@@ -78,7 +78,7 @@ class TortureOptions:
     json: bool = False
 
 
-class Outcome(enum.Enum):
+class TortureOutcome(enum.Enum):
     PASS = "PASS"
     FAIL = "FAIL"
     UNKNOWN = "UNKNOWN"
@@ -86,7 +86,7 @@ class Outcome(enum.Enum):
 
 @dataclass
 class TortureResult:
-    outcome: Outcome
+    outcome: TortureOutcome
     reasons: list[str]
     seed: int
     elapsed: float
@@ -100,8 +100,8 @@ class TortureResult:
 
     @property
     def exit_code(self) -> int:
-        return {Outcome.PASS: EXIT_PASS, Outcome.FAIL: EXIT_FAIL,
-                Outcome.UNKNOWN: EXIT_UNKNOWN}[self.outcome]
+        return {TortureOutcome.PASS: EXIT_PASS, TortureOutcome.FAIL: EXIT_FAIL,
+                TortureOutcome.UNKNOWN: EXIT_UNKNOWN}[self.outcome]
 
 
 # --- a run ----------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
     audit = audit_appends(operations, finals)
     result = check(operations, KVModel(), timeout=options.check_timeout)
     return judge(TortureResult(
-        Outcome.PASS, [], seed, time.monotonic() - started, result, audit, pool.stats,
+        TortureOutcome.PASS, [], seed, time.monotonic() - started, result, audit, pool.stats,
         nemesis.log, str(options.history) if options.history else None,
         result.explain(KVModel(), limit=5) if result.verdict is not Verdict.LINEARIZABLE
         else "", notes))
@@ -208,7 +208,8 @@ def judge(result: TortureResult) -> TortureResult:
     if acknowledged == 0:
         unknown.append("no write was acknowledged: nothing was tested")
     result.reasons = reasons or unknown
-    result.outcome = Outcome.FAIL if reasons else Outcome.UNKNOWN if unknown else Outcome.PASS
+    result.outcome = (TortureOutcome.FAIL if reasons else
+                      TortureOutcome.UNKNOWN if unknown else TortureOutcome.PASS)
     return result
 
 

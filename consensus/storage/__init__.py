@@ -4,7 +4,7 @@ files on disk, shared by the Raft log, Dafka stores and CHP servers. (The Raft c
 implements it over this engine, is consensus.runtime.disk_storage.)
 
     from consensus.storage import SegmentedLog, FsyncPolicy, HardState, HardStateFile, \\
-        SnapshotStore, Snapshot, CorruptLogError
+        SnapshotStore, StoredSnapshot, CorruptLogError
 
 Only the stdlib is used. See `log.py` for the threading model, `record.py` for the
 record format and the CRC choice, `recovery.py` for what opening after a crash does.
@@ -16,11 +16,11 @@ from consensus.storage.hardstate import HardState, HardStateFile
 from consensus.storage.log import LogStats, SegmentedLog
 from consensus.storage.policy import FsyncPolicy
 from consensus.storage.recovery import RecordHeads, RecoveryReport
-from consensus.storage.snapshot import Snapshot, SnapshotNotFoundError, SnapshotStore
+from consensus.storage.snapshot import StoredSnapshot, SnapshotNotFoundError, SnapshotStore
 
 __all__ = [
     "CompactedIndexError", "CorruptLogError", "FsyncPolicy", "FutureIndexError", "HardState",
     "HardStateFile", "LogClosedError", "LogFailedError", "LogIndexError", "LogInUseError",
     "LogStats", "RecordHeads", "RecordTooLargeError", "RecoveryReport", "SegmentedLog",
-    "Snapshot", "SnapshotNotFoundError", "SnapshotStore", "StorageError",
+    "StoredSnapshot", "SnapshotNotFoundError", "SnapshotStore", "StorageError",
 ]

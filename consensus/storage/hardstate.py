@@ -26,7 +26,9 @@ _U64 = (1 << 64) - 1
 
 @dataclass(frozen=True, slots=True)
 class HardState:
-    """What a Raft node must remember across restarts before it answers anyone."""
+    """What a Raft node must remember across restarts before it answers anyone (Raft
+    Figure 2's persistent state, plus the commit index to restart applying from). The
+    core (consensus.raft) hands it out in `Ready.hard_state`; this file keeps it."""
     term: int = 0
     vote: int | None = None
     commit: int = 0

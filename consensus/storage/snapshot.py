@@ -39,7 +39,7 @@ class SnapshotNotFoundError(StorageError, KeyError):
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class StoredSnapshot:
     """The state at `index` (a record of term `term`), with free-form JSON `meta`
     (e.g. the cluster configuration)."""
     index: int
@@ -73,7 +73,7 @@ class SnapshotStore:
     def _path(self, index: int) -> str:
         return os.path.join(self.directory, f"{index:020d}.snap")
 
-    def save(self, index: int, term: int, data: bytes, meta: dict | None = None) -> Snapshot:
+    def save(self, index: int, term: int, data: bytes, meta: dict | None = None) -> StoredSnapshot:
         """Store a snapshot durably, replacing one at the same index."""
         for name, value in (("index", index), ("term", term)):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U64:
@@ -96,14 +96,14 @@ class SnapshotStore:
         crc = zlib.crc32(data, zlib.crc32(meta_bytes, zlib.crc32(header)))
         with self._lock:
             replace_atomically(self._path(index), [header, meta_bytes, data, _CRC.pack(crc)])
-        return Snapshot(index, term, data, json.loads(meta_bytes))
+        return StoredSnapshot(index, term, data, json.loads(meta_bytes))
 
     def indexes(self) -> list[int]:
         """The indexes of the stored snapshots, ascending."""
         return sorted(int(m.group(1)) for name in os.listdir(self.directory)
                       if (m := _NAME.match(name)) and not m.group(2))
 
-    def get(self, index: int) -> Snapshot:
+    def get(self, index: int) -> StoredSnapshot:
         """The snapshot at `index`; SnapshotNotFoundError when there is none."""
         path = self._path(index)
         try:
@@ -158,12 +158,12 @@ class SnapshotStore:
             os.replace(temp, path)
             fsync_directory(self.directory)
 
-    def latest(self) -> Snapshot | None:
+    def latest(self) -> StoredSnapshot | None:
         """The snapshot with the highest index, or None."""
         stored = self.indexes()
         return self.get(stored[-1]) if stored else None
 
-    def nearest_at_or_below(self, index: int) -> Snapshot | None:
+    def nearest_at_or_below(self, index: int) -> StoredSnapshot | None:
         """The snapshot with the highest index <= `index` (where a replay starts)."""
         stored = self.indexes()
         position = bisect.bisect_right(stored, index)
@@ -257,7 +257,7 @@ class FileCheck:
         return index, term, meta
 
 
-def _decode(path: str, index: int, blob: bytes) -> Snapshot:
+def _decode(path: str, index: int, blob: bytes) -> StoredSnapshot:
     """Check every field of a snapshot file against its name and its size."""
     if len(blob) < _HEADER.size + _CRC.size:
         raise CorruptLogError(path, len(blob), f"a snapshot file has at least "
@@ -284,4 +284,4 @@ def _decode(path: str, index: int, blob: bytes) -> Snapshot:
         raise CorruptLogError(path, _HEADER.size, f"snapshot meta is not JSON: {exc}") from None
     if not isinstance(meta, dict):
         raise CorruptLogError(path, _HEADER.size, "snapshot meta is not a JSON object")
-    return Snapshot(stored_index, term, blob[meta_end:end], meta)
+    return StoredSnapshot(stored_index, term, blob[meta_end:end], meta)

@@ -7,9 +7,9 @@ from typing import Mapping
 from pyspark.sql.types import StructType
 
 from connectors.chp.address import parse_address
-from connectors.chp.errors import ConfigError
+from connectors.chp.errors import ChpConfigError
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..errors import OptionError
 from ..log_access import READ_FROM
@@ -33,7 +33,7 @@ def servers(value: str) -> tuple[str, ...]:
     for server in found:
         try:
             parse_address(server)
-        except ConfigError as exc:
+        except ChpConfigError as exc:
             raise ValueError(str(exc)) from None
     return found
 
@@ -105,7 +105,7 @@ def _settings(options: Mapping[str, str], schema_: StructType) -> ChpSourceSetti
         chunk_rows=values["captureChunkRows"])
     return ChpSourceSettings(
         capture=capture,
-        limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
+        limits=SourceLimits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
                       values["maxTriggerDelay"]),
         min_partitions=values["minPartitions"], read_from=values["readFrom"],
         columns=_columns(values, schema_))

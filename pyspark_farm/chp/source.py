@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from connectors.chp.client import read_snapshot
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from ..compat import (EqualNullSafe, EqualTo, Filter, In, ReadLimit, StartTracker,
                       StringStartsWith, SupportsTriggerAvailableNow, pushdown_allowed)
 from ..log_access import LogPartition, LogPlanner, PieceReader, log_end
@@ -55,7 +55,7 @@ class ValueColumns:
 class ChpSourceSettings:
     """The stream's options, typed; picklable (no sockets)."""
     capture: CaptureSettings
-    limits: Limits
+    limits: SourceLimits
     min_partitions: int
     read_from: str
     columns: ValueColumns

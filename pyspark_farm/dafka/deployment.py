@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from connectors.dafka import ConfigError, DafkaConfig, StoreClient
+from connectors.dafka import DafkaConfigError, DafkaConfig, StoreClient
 from connectors.dafka.config import config_from_zpl
 
 from ..errors import OptionError
@@ -27,7 +27,7 @@ def towers(value: str) -> tuple[str, ...]:
         raise ValueError("expected tcp://HOST:PORT[,tcp://HOST:PORT...]")
     try:
         DafkaConfig().with_towers(list(found))
-    except ConfigError as exc:
+    except DafkaConfigError as exc:
         raise ValueError(str(exc)) from None
     return found
 
@@ -43,7 +43,7 @@ def dafka_config(tower: tuple[str, ...], raw: Mapping[str, str]) -> DafkaConfig:
              if str(k).lower().startswith(PASSTHROUGH)}
     try:
         return config_from_zpl(paths, DafkaConfig().with_towers(list(tower))).validate()
-    except ConfigError as exc:
+    except DafkaConfigError as exc:
         raise OptionError(f"{PASSTHROUGH}*", f"{exc}; dafka.* options take the Dafka "
                           "config paths (beacon/interval, beacon/timeout in ms...)") from None
 

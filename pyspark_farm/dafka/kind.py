@@ -6,7 +6,7 @@ from typing import Mapping
 
 from pyspark.sql.types import StructType
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..errors import OptionError
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
@@ -78,7 +78,7 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
         subscription=Subscription.from_options(values["subscribe"],
                                                values["subscribePattern"], values["assign"]),
         starting=starting, ending=ending,
-        limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
+        limits=SourceLimits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
                       values["maxTriggerDelay"]),
         fail_on_data_loss=values["failOnDataLoss"], read_committed=values["readCommitted"],
         connection=FarmClientOptions.from_options(values) if values["readCommitted"] else None,

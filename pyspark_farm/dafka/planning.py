@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from .index import Range
 from .offsets import PartitionKey
 
 
 def batch_ends(starts: Mapping[PartitionKey, int], latest: Mapping[PartitionKey, int],
-               limits: Limits, *, waited: float = 0.0, available_now: bool = False
+               limits: SourceLimits, *, waited: float = 0.0, available_now: bool = False
                ) -> dict[PartitionKey, int]:
     """The end offset of every partition for the next micro-batch. `starts` holds each
     partition's start (new partitions start at 0), `latest` what is available."""

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from connectors.dafka import DafkaConfig, StoreClient
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from ..compat import ReadLimit, StartTracker, SupportsTriggerAvailableNow
 from ..connection import FarmClientOptions
 from ..errors import GarlicFarmSparkError
@@ -59,7 +59,7 @@ class DafkaSourceSettings:
     subscription: Subscription
     starting: OffsetsSpec
     ending: OffsetsSpec
-    limits: Limits
+    limits: SourceLimits
     fail_on_data_loss: bool
     read_committed: bool
     connection: FarmClientOptions | None     # the farm of the sink's ledger (readCommitted)

@@ -5,7 +5,7 @@ from typing import Mapping
 
 from pyspark.sql.types import StructType
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..errors import OptionError
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
@@ -66,7 +66,7 @@ def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: boo
     return RaftSourceSettings(
         connection=FarmClientOptions.from_options(values), starting=starting, ending=ending,
         starting_ms=times[0], ending_ms=times[1],
-        limits=Limits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
+        limits=SourceLimits(values["maxOffsetsPerTrigger"], values["minOffsetsPerTrigger"],
                       values["maxTriggerDelay"]),
         fail_on_data_loss=values["failOnDataLoss"], min_partitions=values["minPartitions"],
         read_from=values["readFrom"], value_format=values["valueFormat"],

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from consensus.runtime.journal_pages import JournalPage
 
-from ..admission import Limits
+from ..admission import SourceLimits
 from ..compat import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
                       LessThan, LessThanOrEqual, ReadLimit, StartTracker,
                       SupportsTriggerAvailableNow, pushdown_allowed)
@@ -40,7 +40,7 @@ class RaftSourceSettings:
     connection: FarmClientOptions
     starting: OffsetSpec
     ending: OffsetSpec
-    limits: Limits
+    limits: SourceLimits
     fail_on_data_loss: bool
     min_partitions: int
     read_from: str

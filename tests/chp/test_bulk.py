@@ -133,7 +133,7 @@ def test_bad_properties_and_oversized_frames_are_refused():
     with pytest.raises(InvalidField) as err:
         proto.decode_bulk(bad)
     assert err.value.field == "properties"
-    small = proto.Limits(max_bulk_entries=2, max_bulk_bytes=64)
+    small = proto.ChpLimits(max_bulk_entries=2, max_bulk_bytes=64)
     with pytest.raises(LimitExceeded) as err:
         proto.decode_bulk(_frames(3), small)
     assert err.value.field == "count"

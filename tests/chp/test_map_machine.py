@@ -55,7 +55,7 @@ def test_malformed_records_raise_protocol_errors_naming_the_field(body, field):
 
 
 def test_record_sizes_are_bounded_before_use():
-    limits = proto.Limits(max_key_bytes=8, max_body_bytes=16)
+    limits = proto.ChpLimits(max_key_bytes=8, max_body_bytes=16)
     with pytest.raises(LimitExceeded) as err:
         decode_record(kvset(b"k" * 9, b"v"), "chp", limits)
     assert err.value.field == "record.key"

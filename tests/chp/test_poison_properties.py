@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from connectors.chp import proto, resume
-from connectors.chp.errors import ConfigError
+from connectors.chp.errors import ChpConfigError
 from connectors.chp.kvmap import CloneMap, Entry, check_update
 from connectors.chp.map_machine import (RECORD_MAGIC, ReplicatedMap, encode_kvset,
                                         encode_tick)
@@ -246,9 +246,9 @@ def test_entries_from_a_log_or_checkpoint_are_checked():
     (dict(max_batch=0), "max_batch"), (dict(publisher_hwm=1 << 40), "publisher_hwm"),
 ])
 def test_server_options_out_of_range_are_refused_naming_them(options, named):
-    with pytest.raises(ConfigError, match=named):
+    with pytest.raises(ChpConfigError, match=named):
         ServerConfig(**options).validate()
-    with pytest.raises(ValueError, match="Limits.max_body_bytes"):
-        proto.Limits(max_body_bytes=1 << 40)
-    with pytest.raises(ConfigError, match="--farm-timeout"):
+    with pytest.raises(ValueError, match="ChpLimits.max_body_bytes"):
+        proto.ChpLimits(max_body_bytes=1 << 40)
+    with pytest.raises(ChpConfigError, match="--farm-timeout"):
         FarmOptions("127.0.0.1:9", farm_timeout=float("inf")).validate()

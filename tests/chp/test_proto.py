@@ -138,7 +138,7 @@ def test_malformed_frames_raise_typed_errors(frames, channel, error, field):
 
 
 def test_limits_are_checked_before_parsing():
-    limits = proto.Limits(max_key_bytes=4, max_properties_bytes=16, max_properties=2,
+    limits = proto.ChpLimits(max_key_bytes=4, max_properties_bytes=16, max_properties=2,
                           max_body_bytes=3)
     ok = [b"/k", bytes(8), b"", b"a=1\nb=2", b"abc"]
     assert proto.decode(ok, Channel.COLLECTOR, limits).body == b"abc"

@@ -9,7 +9,7 @@ import zmq
 
 from connectors.chp import proto
 from connectors.chp.client import CloneClient
-from connectors.chp.errors import ChpTimeout, ConfigError
+from connectors.chp.errors import ChpTimeout, ChpConfigError
 from connectors.chp.proto import Channel
 from tests.chp.support import free_port_span
 from tests.support import wait_until
@@ -66,7 +66,7 @@ def test_subtree_filtering(servers):
             assert keys == [b"/a/2", b"/a/3"]
             assert watch.get(0.3) is None
             assert [k for k, _ in reader.items()] == [b"/a/1", b"/a/2", b"/a/3"]
-            with pytest.raises(ConfigError, match="subtree"):
+            with pytest.raises(ChpConfigError, match="subtree"):
                 reader.set("/b/9", "z", confirm=True)
 
 
@@ -185,17 +185,17 @@ def test_malformed_frames_are_survived(servers):
 
 
 def test_client_errors_name_what_is_wrong():
-    with pytest.raises(ConfigError, match="HOST:PORT"):
+    with pytest.raises(ChpConfigError, match="HOST:PORT"):
         CloneClient("localhost")
     port = free_port_span()
     with CloneClient(f"127.0.0.1:{port}", server_timeout=0.2) as client:
         with pytest.raises(ChpTimeout, match=f"127.0.0.1:{port}"):
             client.wait_synced(0.5)
-        with pytest.raises(ConfigError, match="reserved"):
+        with pytest.raises(ChpConfigError, match="reserved"):
             client.set("HUGZ", "x")
-        with pytest.raises(ConfigError, match="uuid"):
+        with pytest.raises(ChpConfigError, match="uuid"):
             client.set("/k", "x", uuid=b"short")
-        with pytest.raises(ConfigError, match="ttl"):
+        with pytest.raises(ChpConfigError, match="ttl"):
             client.set("/k", "x", ttl=0)
         assert client.failovers >= 1
 

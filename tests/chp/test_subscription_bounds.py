@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.chp import ConfigError
+from connectors.chp import ChpConfigError
 from connectors.chp.client import CloneClient
 from tests.support import wait_until
 from tests.zmtp import RawPeer, probe, rss_mb
@@ -33,5 +33,5 @@ def test_no_input_kills_the_server_and_memory_comes_back(servers):
 
 
 def test_a_client_is_told_its_subtree_is_too_long():
-    with pytest.raises(ConfigError, match="max_subtree_bytes"):
+    with pytest.raises(ChpConfigError, match="max_subtree_bytes"):
         CloneClient(["127.0.0.1:1"], b"x" * 5000)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from connectors.dafka.beacon import PeerTable
-from connectors.dafka.config import (ConfigError, DafkaConfig, config_from_zpl, parse_zpl,
+from connectors.dafka.config import (DafkaConfigError, DafkaConfig, config_from_zpl, parse_zpl,
                                      tower_endpoints)
 from connectors.dafka.consumer import OffsetTracker
 from connectors.dafka.node import FetchFilter
@@ -103,17 +103,17 @@ def test_zpl_config_maps_the_c_paths():
     ("not a zpl line\n", "not a ZPL line"),
 ])
 def test_zpl_errors_name_the_line_or_option(text, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(DafkaConfigError, match=message):
         config_from_zpl(parse_zpl(text))
 
 
 def test_options_are_validated():
     assert tower_endpoints("tcp://h:5556") == ("tcp://h:5556", "tcp://h:5557")
-    with pytest.raises(ConfigError, match="--tower"):
+    with pytest.raises(DafkaConfigError, match="--tower"):
         tower_endpoints("h:5556")
-    with pytest.raises(ConfigError, match="offset/reset"):
+    with pytest.raises(DafkaConfigError, match="offset/reset"):
         DafkaConfig(offset_reset="middle").validate()
-    with pytest.raises(ConfigError, match="max_unacked"):
+    with pytest.raises(DafkaConfigError, match="max_unacked"):
         DafkaConfig(max_unacked=0).validate()
-    with pytest.raises(ConfigError, match="at least one tower"):
+    with pytest.raises(DafkaConfigError, match="at least one tower"):
         DafkaConfig().with_towers([]).validate()

@@ -11,7 +11,7 @@ import pytest
 import zmq
 from hypothesis import given, settings, strategies as st
 
-from connectors.dafka import (ConfigError, Consumer, DafkaConfig, NodeFailed, Producer, Store,
+from connectors.dafka import (DafkaConfigError, Consumer, DafkaConfig, NodeFailed, Producer, Store,
                               Tower, new_address, proto)
 from connectors.dafka.config import config_from_zpl
 from connectors.dafka.consumer import OffsetTracker
@@ -111,7 +111,7 @@ def test_a_consumer_whose_thread_died_says_why(config, nodes):
     (dict(beacon_host="a b"), "beacon/address"),
 ])
 def test_options_out_of_range_are_refused_naming_them(change, named):
-    with pytest.raises(ConfigError, match=named):
+    with pytest.raises(DafkaConfigError, match=named):
         replace(DafkaConfig(), **change).validate()
 
 
@@ -120,14 +120,14 @@ def test_options_out_of_range_are_refused_naming_them(change, named):
     ("store/high_watermark", "nan"), ("beacon/interval", "1e400"),
 ])
 def test_config_file_numbers_are_checked(line, value):
-    with pytest.raises(ConfigError, match=line):
+    with pytest.raises(DafkaConfigError, match=line):
         config_from_zpl({line: value}).validate()
 
 
 def test_tower_endpoints_and_hosts_are_checked():
-    with pytest.raises(ConfigError, match="--tower"):
+    with pytest.raises(DafkaConfigError, match="--tower"):
         DafkaConfig().with_towers(["tcp://127.0.0.1:99999"])
-    with pytest.raises(ConfigError, match="--advertise-host"):
+    with pytest.raises(DafkaConfigError, match="--advertise-host"):
         Tower(advertise_host="a b")
     for endpoint in HOSTILE_ENDPOINTS:
         with pytest.raises(proto.ProtocolError):

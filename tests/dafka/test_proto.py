@@ -154,7 +154,7 @@ def test_fuzz_random_and_mutated_inputs_raise_only_protocol_error():
     rng = random.Random(46)
     samples = _valid_samples()
     decoder = proto.Decoder()
-    tiny = proto.Decoder(proto.Limits(max_frame_bytes=64, max_content_bytes=4,
+    tiny = proto.Decoder(proto.DafkaLimits(max_frame_bytes=64, max_content_bytes=4,
                                       max_topic_bytes=3, max_subjects=1))
     outcomes = {"ok": 0, "error": 0}
     for i in range(20000):
@@ -210,7 +210,7 @@ def test_limits_are_checked_before_allocation():
     item = frame[:count_at] + b"\x00\x00\x00\x01\x7f\xff\xff\xff"
     with pytest.raises(LimitExceeded):
         proto.decode([item])
-    small = proto.Limits(max_content_bytes=3, max_frame_bytes=60, max_topic_bytes=5)
+    small = proto.DafkaLimits(max_content_bytes=3, max_frame_bytes=60, max_topic_bytes=5)
     for frames, field in ((RECORD, "content"), ([RECORD[0] * 2, b""], "frame0"),
                           (proto.encode(proto.Head("hello!", "A" * 32, "s", 1)), "topic")):
         with pytest.raises(LimitExceeded) as err:
@@ -222,7 +222,7 @@ def test_lax_addresses_accept_other_ids_when_asked():
     msg = proto.Head("t", "not-a-uuid", "t", 1)
     with pytest.raises(InvalidField):
         proto.decode(proto.encode(msg))
-    assert proto.decode(proto.encode(msg), proto.Limits(strict_addresses=False)) == msg
+    assert proto.decode(proto.encode(msg), proto.DafkaLimits(strict_addresses=False)) == msg
 
 
 def test_encode_rejects_what_the_wire_cannot_carry():
@@ -331,7 +331,7 @@ def test_corrupt_bulk_frames_raise_the_codecs_error(frames, error, field):
 
 
 def test_bulk_limits_are_checked_before_use():
-    small = proto.Decoder(proto.Limits(max_bulk_records=2, max_bulk_bytes=16))
+    small = proto.Decoder(proto.DafkaLimits(max_bulk_records=2, max_bulk_bytes=16))
     with pytest.raises(LimitExceeded) as err:
         small.decode(BULK)                                         # 3 records > 2
     assert err.value.field == "count"
@@ -348,7 +348,7 @@ def test_fuzz_bulk_frames_raise_only_protocol_error():
     rng = random.Random(4646)
     samples = [BULK, proto.encode(proto.BulkFetch(A, B, C, "topic", 1, 2, 3)),
                proto.encode(proto.BulkRecords(B, A, C, "", 0, 0, True, b""))]
-    tiny = proto.Decoder(proto.Limits(max_bulk_records=2, max_bulk_bytes=12))
+    tiny = proto.Decoder(proto.DafkaLimits(max_bulk_records=2, max_bulk_bytes=12))
     outcomes = {"ok": 0, "error": 0}
     for _ in range(10000):
         frames = _mutate(rng.choice(samples), rng)
@@ -413,7 +413,7 @@ def test_corrupt_heads_frames_raise_the_codecs_error(frames, error, field):
 
 
 def test_heads_limits_are_checked_before_use():
-    small = proto.Decoder(proto.Limits(max_bulk_heads=1, max_topic_bytes=32))
+    small = proto.Decoder(proto.DafkaLimits(max_bulk_heads=1, max_topic_bytes=32))
     with pytest.raises(LimitExceeded) as err:
         small.decode(HEADS)                                       # 2 entries > 1
     assert err.value.field == "count"
@@ -463,7 +463,7 @@ def test_fuzz_heads_frames_raise_only_protocol_error():
     rng = random.Random(4747)
     samples = [HEADS, proto.encode(proto.BulkGetHeads(A, B, 3, "topic")),
                proto.encode(proto.BulkHeads(B, A, 0, 0, 0))]
-    tiny = proto.Decoder(proto.Limits(max_bulk_heads=1, max_topic_bytes=32))
+    tiny = proto.Decoder(proto.DafkaLimits(max_bulk_heads=1, max_topic_bytes=32))
     outcomes = {"ok": 0, "error": 0}
     for _ in range(10000):
         frames = _mutate(rng.choice(samples), rng)

@@ -12,7 +12,7 @@ import pytest
 
 from consensus.linearizability import (History, KVModel, Outcome, Verdict, check,
                                        read_history)
-from consensus.runtime.torture import (EXIT_SETUP, Outcome as RunOutcome, TortureResult,
+from consensus.runtime.torture import (EXIT_SETUP, TortureOutcome, TortureResult,
                                        TortureSetupError, judge, main, parse_faults,
                                        parse_options, render, result_document)
 from consensus.runtime.torture_nemesis import (Fault, FaultRecord, NemesisLog, connectivity,
@@ -339,7 +339,7 @@ def _result(**changes) -> TortureResult:
     stats = ClientStats()
     stats.outcomes.update({("append", "ok"): 10, ("get", "ok"): 5, ("put", "info"): 2})
     log = NemesisLog([FaultRecord(Action(Fault.KILL, (2,), description="kill -9 n2"), 1.0, 2.0)])
-    result = TortureResult(RunOutcome.PASS, [], 42, 3.5,
+    result = TortureResult(TortureOutcome.PASS, [], 42, 3.5,
                            check([], KVModel()), Audit(checked=10), stats, log, "h.edn")
     for k, v in changes.items():
         setattr(result, k, v)
@@ -348,7 +348,7 @@ def _result(**changes) -> TortureResult:
 
 def test_judge_and_report():
     ok = _result()
-    assert ok.outcome is RunOutcome.PASS and ok.exit_code == 0
+    assert ok.outcome is TortureOutcome.PASS and ok.exit_code == 0
     out = io.StringIO()
     render(ok, out)
     text = out.getvalue()
@@ -359,13 +359,13 @@ def test_judge_and_report():
     assert doc["operations"]["append:ok"] == 10 and doc["faults"][0]["fault"] == "kill"
 
     lost = _result(audit=Audit(lost=(("a1", "x7"),), checked=10))
-    assert lost.outcome is RunOutcome.FAIL and lost.exit_code == 1
+    assert lost.outcome is TortureOutcome.FAIL and lost.exit_code == 1
     assert "1 acknowledged append(s) lost: a1:x7" in lost.reasons[0]
 
     nothing = ClientStats()
     nothing.outcomes.update({("get", "ok"): 3, ("put", "info"): 4})
     vacuous = _result(clients=nothing)
-    assert vacuous.outcome is RunOutcome.UNKNOWN and vacuous.exit_code == 2
+    assert vacuous.outcome is TortureOutcome.UNKNOWN and vacuous.exit_code == 2
 
     bug = ClientStats()
     bug.outcomes.update({("put", "ok"): 3})

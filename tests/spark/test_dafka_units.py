@@ -9,7 +9,7 @@ import warnings
 import pyarrow as pa
 import pytest
 
-from pyspark_farm.admission import Limits
+from pyspark_farm.admission import SourceLimits
 from pyspark_farm.dafka import kind
 from pyspark_farm.dafka.index import (GapNotFillable, PartitionIndex, PartitionIndexError,
                                       Pending, commit_ranges, merge)
@@ -160,20 +160,20 @@ def test_max_offsets_are_split_across_partitions_by_volume():
     a, b, c = ("t", P1), ("t", P2), ("u", P1)
     starts = {a: 10, b: 0}
     latest = {a: 110, b: 300, c: 100}                 # c is new: it starts at 0
-    assert batch_ends(starts, latest, Limits()) == latest
-    ends = batch_ends(starts, latest, Limits(max_rows=50))
+    assert batch_ends(starts, latest, SourceLimits()) == latest
+    ends = batch_ends(starts, latest, SourceLimits(max_rows=50))
     taken = {k: ends[k] - starts.get(k, 0) for k in ends}
     assert sum(taken.values()) == 50
     assert taken == {a: 10, b: 30, c: 10}             # 100 : 300 : 100
-    small = batch_ends(starts, latest, Limits(max_rows=1))
+    small = batch_ends(starts, latest, SourceLimits(max_rows=1))
     assert sum(small[k] - starts.get(k, 0) for k in small) == 1
     # A partition the stores no longer list keeps its offset.
-    assert batch_ends({a: 10}, {}, Limits(max_rows=5)) == {a: 10}
+    assert batch_ends({a: 10}, {}, SourceLimits(max_rows=5)) == {a: 10}
 
 
 def test_min_offsets_wait_for_rows_or_the_delay():
     a = ("t", P1)
-    limits = Limits(min_rows=100, max_trigger_delay=5.0)
+    limits = SourceLimits(min_rows=100, max_trigger_delay=5.0)
     assert batch_ends({a: 0}, {a: 40}, limits, waited=1.0) == {a: 0}
     assert batch_ends({a: 0}, {a: 40}, limits, waited=6.0) == {a: 40}
     assert batch_ends({a: 0}, {a: 40}, limits, available_now=True) == {a: 40}

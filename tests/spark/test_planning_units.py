@@ -9,7 +9,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 
 import numpy as np
 
-from pyspark_farm.admission import Limits, choose_end
+from pyspark_farm.admission import SourceLimits, choose_end
 from pyspark_farm.errors import OptionError
 from pyspark_farm.offsets import OffsetSpec, index_of, offset_spec_parser
 from pyspark_farm.options import UnknownOptionWarning, duration
@@ -126,32 +126,32 @@ def test_no_limits_reads_everything_without_counting():
     def boom():
         raise AssertionError("rows were counted")
         yield
-    assert choose_end(10, 15, boom(), Limits()) == 15
+    assert choose_end(10, 15, boom(), SourceLimits()) == 15
 
 
 def test_max_rows_takes_whole_entries_within_the_limit():
-    assert choose_end(10, 15, iter(ROWS), Limits(max_rows=8)) == 13       # 3+0+5 = 8
-    assert choose_end(10, 15, iter(ROWS), Limits(max_rows=7)) == 12       # 3+0, next would be 8
-    assert choose_end(10, 15, iter(ROWS), Limits(max_rows=100)) == 15
+    assert choose_end(10, 15, iter(ROWS), SourceLimits(max_rows=8)) == 13       # 3+0+5 = 8
+    assert choose_end(10, 15, iter(ROWS), SourceLimits(max_rows=7)) == 12  # 3+0, next: 8
+    assert choose_end(10, 15, iter(ROWS), SourceLimits(max_rows=100)) == 15
     # One entry larger than the limit is taken alone: the only overshoot.
-    assert choose_end(12, 15, iter(ROWS[2:]), Limits(max_rows=2)) == 13
+    assert choose_end(12, 15, iter(ROWS[2:]), SourceLimits(max_rows=2)) == 13
 
 
 def test_min_rows_waits_until_enough_or_the_delay():
-    limits = Limits(min_rows=20, max_trigger_delay=60)
+    limits = SourceLimits(min_rows=20, max_trigger_delay=60)
     assert choose_end(10, 15, iter(ROWS), limits, waited=1) == 10          # 13 rows < 20
     assert choose_end(10, 15, iter(ROWS), limits, waited=61) == 15         # delay passed
     assert choose_end(10, 15, iter(ROWS), limits, available_now=True) == 15
-    assert choose_end(10, 15, iter(ROWS), Limits(min_rows=8), waited=0) == 15
+    assert choose_end(10, 15, iter(ROWS), SourceLimits(min_rows=8), waited=0) == 15
 
 
 def test_limits_under_the_engines_read_limit():
-    limits = Limits(max_rows=5, min_rows=2)
+    limits = SourceLimits(max_rows=5, min_rows=2)
     assert limits.default_read_limit() == ReadMaxRows(5)
-    assert Limits(min_rows=2).default_read_limit() == ReadMinRows(2)
-    assert Limits().default_read_limit() == ReadAllAvailable()
+    assert SourceLimits(min_rows=2).default_read_limit() == ReadMinRows(2)
+    assert SourceLimits().default_read_limit() == ReadAllAvailable()
     assert limits.under(ReadAllAvailable()).unlimited
-    assert limits.under(ReadMaxRows(9)) == Limits(max_rows=9, min_rows=2)
+    assert limits.under(ReadMaxRows(9)) == SourceLimits(max_rows=9, min_rows=2)
 
 
 @settings(max_examples=200, deadline=None)
@@ -159,7 +159,7 @@ def test_limits_under_the_engines_read_limit():
 def test_max_rows_property(counts, max_rows):
     rows = [(100 + i, c) for i, c in enumerate(counts)]
     end = 100 + len(counts)
-    stop = choose_end(100, end, iter(rows), Limits(max_rows=max_rows))
+    stop = choose_end(100, end, iter(rows), SourceLimits(max_rows=max_rows))
     taken = [c for i, c in rows if i < stop]
     assert 100 < stop <= end
     # Within the limit, unless one single entry is bigger than the limit on its own.
@@ -247,7 +247,7 @@ def test_a_micro_batch_reads_each_entry_size_once(member):
     from pyspark_farm.log_access import LogPlanner
     farm_log = globals()[member](journal=25, last=30, page=10)
     planner = LogPlanner()
-    planner.settings = SimpleNamespace(limits=Limits(), min_partitions=1, read_from="leader",
+    planner.settings = SimpleNamespace(limits=SourceLimits(), min_partitions=1, read_from="leader",
                                        fail_on_data_loss=True)
     planner._client = planner._probe = farm_log
     stop = planner.next_end(1, ReadAllAvailable())

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from consensus.storage import CorruptLogError, Snapshot, SnapshotNotFoundError, SnapshotStore
+from consensus.storage import CorruptLogError, StoredSnapshot, SnapshotNotFoundError, SnapshotStore
 from storage_testkit import flip_byte, payload
 
 
@@ -25,7 +25,7 @@ def test_an_empty_store(store):
 def test_save_and_read_back(store):
     data = os.urandom(100_000)
     saved = store.save(10, 3, data, {"voters": [1, 2, 3], "note": "é"})
-    assert saved == Snapshot(10, 3, data, {"voters": [1, 2, 3], "note": "é"})
+    assert saved == StoredSnapshot(10, 3, data, {"voters": [1, 2, 3], "note": "é"})
     assert store.get(10) == saved
     assert SnapshotStore(store.directory).latest() == saved  # a second store sees it
     assert store.save(11, 3, b"").meta == {}
@@ -44,7 +44,7 @@ def test_sparse_snapshots_answer_the_nearest_at_or_below(store):
 def test_saving_the_same_index_replaces_it(store):
     store.save(5, 1, b"old")
     store.save(5, 2, b"new")
-    assert store.get(5) == Snapshot(5, 2, b"new", {})
+    assert store.get(5) == StoredSnapshot(5, 2, b"new", {})
     assert store.indexes() == [5]
 
 

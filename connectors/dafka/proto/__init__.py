@@ -28,7 +28,7 @@ list[bytes]`` (`codec`), ``to_json(msg) -> dict``, ``from_json(obj) -> Message``
 (`json_form`); the messages and limits are in `messages`, the extensions' frame 1 in
 `bulk`; this package re-exports them, so callers write ``proto.X``. Every decoding
 failure is a `consensus.wire.errors.ProtocolError` subclass naming the field; declared
-sizes are checked against `Limits` before anything is sliced or allocated.
+sizes are checked against `DafkaLimits` before anything is sliced or allocated.
 
 Messages are plain ``@dataclass(slots=True)`` rather than frozen ones on purpose: the
 RECORD path decodes hundreds of thousands of messages a second and a frozen dataclass
@@ -43,7 +43,7 @@ from .messages import (ADDRESS_LENGTH, DEFAULT_LIMITS, FETCH_BLOCK, HEAD_ENTRY_M
                        VERSION, Ack, Beacon,
                        BulkFetch, BulkGetHeads, BulkHeads, BulkRecords, Command, ConsumerHello,
                        DirectHead, DirectRecord, Fetch, fetch_count, frame0_prefix, GetHeads, Head,
-                       is_address, Limits, Message, pack_sequence, ProtocolMessage, Record,
+                       is_address, DafkaLimits, Message, pack_sequence, ProtocolMessage, Record,
                        StoreHello, Subscription, subscription_prefix, TowerBeacon, Welcome)
 from .bulk import (bulk_heads_frame0, bulk_lengths, bulk_offsets, bulk_records_frame0, pack_bulk,
                    pack_heads)
@@ -55,7 +55,8 @@ __all__ = ["ProtocolError", "ADDRESS_LENGTH", "DEFAULT_LIMITS", "FETCH_BLOCK", "
            "MESSAGE_TYPES", "PROTOCOL", "VERSION", "Ack", "Beacon",
            "BulkFetch", "BulkGetHeads", "BulkHeads", "BulkRecords", "Command", "ConsumerHello",
            "DirectHead", "DirectRecord", "Fetch", "fetch_count", "frame0_prefix", "GetHeads",
-           "Head", "is_address", "Limits", "Message", "pack_sequence", "ProtocolMessage", "Record",
+           "Head", "is_address", "DafkaLimits", "Message", "pack_sequence", "ProtocolMessage",
+           "Record",
            "StoreHello", "Subscription", "subscription_prefix", "TowerBeacon", "Welcome",
            "bulk_heads_frame0", "bulk_lengths", "bulk_offsets", "bulk_records_frame0", "pack_bulk",
            "pack_heads", "decode", "Decoder", "encode", "is_host", "from_json", "to_json"]

@@ -9,7 +9,7 @@ import numpy as np
 
 from consensus.wire.errors import InvalidField, LimitExceeded, Truncated
 
-from .messages import (BulkRecords, Command, Limits, MAX_COUNT, MAX_SEQUENCE, PROTOCOL, _LAST,
+from .messages import (BulkRecords, Command, DafkaLimits, MAX_COUNT, MAX_SEQUENCE, PROTOCOL, _LAST,
                        _LE_U32, _U32_PACK, _U64_PACK, _header, _number, _string)
 
 
@@ -80,7 +80,7 @@ def bulk_offsets(msg: BulkRecords) -> np.ndarray:
     return offsets
 
 
-def _check_bulk(content: bytes | bytearray | memoryview, count: int, limits: Limits,
+def _check_bulk(content: bytes | bytearray | memoryview, count: int, limits: DafkaLimits,
                 name: str = "content") -> None:
     """Frame 1 of BULK-RECORDS holds exactly `count` lengths and their records."""
     if count > limits.max_bulk_records:

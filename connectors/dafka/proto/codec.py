@@ -8,7 +8,7 @@ from consensus.wire.errors import InvalidField, LimitExceeded, Truncated, Unknow
 
 from .messages import (ADDRESS_LENGTH, Ack, Beacon, BulkFetch, BulkGetHeads, BulkHeads, BulkRecords,
                        Command, ConsumerHello, DEFAULT_LIMITS, DirectHead, DirectRecord, Fetch,
-                       GetHeads, HEAD_ENTRY_MAX, HEAD_ENTRY_MIN, Head, Limits, MAX_COUNT,
+                       GetHeads, HEAD_ENTRY_MAX, HEAD_ENTRY_MIN, Head, DafkaLimits, MAX_COUNT,
                        MAX_SEQUENCE, Message, PROTOCOL, Record, StoreHello, Subscription,
                        TowerBeacon, VERSION, Welcome, _HEX_UPPER, _LAST, _SEQUENCED,
                        _TOPIC_IS_ADDRESS, _TWO_FRAMES, _U32_PACK, _U32_UNPACK_FROM, _U64_PACK,
@@ -39,7 +39,7 @@ def encode(msg: Message) -> list[bytes]:
             _U32_PACK(_number(msg.max_bytes, "max_bytes", MAX_COUNT))))]
     if isinstance(msg, BulkRecords):
         _check_bulk(msg.content, _number(msg.count, "count", MAX_COUNT),
-                    Limits(max_bulk_records=MAX_COUNT, max_bulk_bytes=1 << 62))
+                    DafkaLimits(max_bulk_records=MAX_COUNT, max_bulk_bytes=1 << 62))
         return [bulk_records_frame0(msg.topic, msg.address, msg.partition, msg.subject,
                                     msg.sequence, msg.count, msg.last), bytes(msg.content)]
     if isinstance(msg, BulkGetHeads):
@@ -83,7 +83,7 @@ def _text(data: bytes, name: str, offset: int) -> str:
                            offset=offset) from None
 
 
-def _check_address(data: bytes, name: str, offset: int, limits: Limits) -> str:
+def _check_address(data: bytes, name: str, offset: int, limits: DafkaLimits) -> str:
     if limits.strict_addresses and (len(data) != ADDRESS_LENGTH
                                     or data.translate(None, _HEX_UPPER)):
         raise InvalidField(name, "must be 32 uppercase hex characters",
@@ -92,7 +92,7 @@ def _check_address(data: bytes, name: str, offset: int, limits: Limits) -> str:
 
 
 class Decoder:
-    """Decodes frames under one set of `Limits`, fast on the RECORD path.
+    """Decodes frames under one set of `DafkaLimits`, fast on the RECORD path.
 
     M/D/H/E frames of one partition differ only in their last 8 bytes (the sequence),
     so the decoder remembers each header (frame 0 minus the sequence) it has fully
@@ -103,7 +103,7 @@ class Decoder:
 
     __slots__ = ("limits", "_headers", "_cache_size")
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS, cache_size: int = 4096) -> None:
+    def __init__(self, limits: DafkaLimits = DEFAULT_LIMITS, cache_size: int = 4096) -> None:
         self.limits = limits
         self._headers: dict[bytes, tuple] = {}
         self._cache_size = cache_size
@@ -132,7 +132,7 @@ class Decoder:
 _DEFAULT_DECODER = Decoder()
 
 
-def decode(frames: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> Message:
+def decode(frames: Sequence[bytes], limits: DafkaLimits = DEFAULT_LIMITS) -> Message:
     """Decode one ZeroMQ message (its frames) into a message object.
 
     Raises a `ProtocolError` subclass naming the field for anything malformed: too few
@@ -145,7 +145,7 @@ def decode(frames: Sequence[bytes], limits: Limits = DEFAULT_LIMITS) -> Message:
     return _decode(frames, limits)
 
 
-def _decode(frames: Sequence[bytes], limits: Limits) -> Message:
+def _decode(frames: Sequence[bytes], limits: DafkaLimits) -> Message:
     if not frames:
         raise Truncated("frames", "no frame at all", protocol=PROTOCOL)
     frame0 = frames[0]
@@ -214,14 +214,14 @@ def _end(frame0: bytes, pos: int) -> None:
                            protocol=PROTOCOL, offset=pos)
 
 
-def _address_subject(frame0: bytes, pos: int, limits: Limits) -> tuple[str, str, int]:
+def _address_subject(frame0: bytes, pos: int, limits: DafkaLimits) -> tuple[str, str, int]:
     raw, end = _take_string(frame0, pos, "address")
     address = _check_address(raw, "address", pos, limits)
     raw, end2 = _take_string(frame0, end, "subject")
     return address, _text(raw, "subject", end), end2
 
 
-def _content(frames: Sequence[bytes], limits: Limits) -> bytes:
+def _content(frames: Sequence[bytes], limits: DafkaLimits) -> bytes:
     content = frames[1]
     if len(content) > limits.max_content_bytes:
         raise LimitExceeded("content", f"{len(content)} bytes, limit "
@@ -374,7 +374,7 @@ def _decode_bulk_heads(frames, frame0, topic, pos, limits):
     return BulkHeads(topic, address, request, first, total, heads)
 
 
-def _bulk_names(frame0: bytes, pos: int, limits: Limits) -> tuple[str, str, str, int]:
+def _bulk_names(frame0: bytes, pos: int, limits: DafkaLimits) -> tuple[str, str, str, int]:
     """address, partition (both node addresses) and subject of X / Y frames."""
     raw, end = _take_string(frame0, pos, "address")
     address = _check_address(raw, "address", pos, limits)
@@ -401,7 +401,7 @@ _DECODERS = {
 }
 
 
-def _decode_subscription(frame0: bytes, limits: Limits) -> Subscription:
+def _decode_subscription(frame0: bytes, limits: DafkaLimits) -> Subscription:
     subscribe = frame0[0] == 1
     if len(frame0) == 1:
         return Subscription(subscribe, None)
@@ -416,7 +416,7 @@ def _decode_subscription(frame0: bytes, limits: Limits) -> Subscription:
     return Subscription(subscribe, command, _text(frame0[2:], "topic", 2))
 
 
-def _decode_beacon(frames: Sequence[bytes], limits: Limits) -> Beacon | TowerBeacon:
+def _decode_beacon(frames: Sequence[bytes], limits: DafkaLimits) -> Beacon | TowerBeacon:
     if frames[0] != b"B":
         raise InvalidField("beacon", "frame 0 must be exactly 'B'", protocol=PROTOCOL)
     if len(frames) not in (3, 4):

@@ -8,7 +8,7 @@ from consensus.wire.errors import InvalidField, ProtocolError, UnknownMessageTyp
 
 from .messages import (ADDRESS_LENGTH, Ack, Beacon, BulkFetch, BulkGetHeads, BulkHeads, BulkRecords,
                        Command, ConsumerHello, DEFAULT_LIMITS, DirectHead, DirectRecord,
-                       FETCH_BLOCK, Fetch, GetHeads, Head, Limits, MAX_SEQUENCE, MESSAGE_TYPES,
+                       FETCH_BLOCK, Fetch, GetHeads, Head, DafkaLimits, MAX_SEQUENCE, MESSAGE_TYPES,
                        Message, PROTOCOL, ProtocolMessage, Record, StoreHello, Subscription,
                        TowerBeacon, VERSION, Welcome, fetch_count, frame0_prefix, is_address,
                        pack_sequence, subscription_prefix)
@@ -97,7 +97,7 @@ def _json_value(cls: type, name: str, value: Any) -> Any:
 __all__ = [
     "ADDRESS_LENGTH", "Ack", "Beacon", "BulkFetch", "BulkGetHeads", "BulkHeads",
     "BulkRecords", "Command", "ConsumerHello", "DEFAULT_LIMITS", "Decoder",
-    "DirectHead", "DirectRecord", "FETCH_BLOCK", "Fetch", "GetHeads", "Head", "Limits",
+    "DirectHead", "DirectRecord", "FETCH_BLOCK", "Fetch", "GetHeads", "Head", "DafkaLimits",
     "MAX_SEQUENCE", "MESSAGE_TYPES", "Message", "ProtocolError", "ProtocolMessage",
     "Record", "StoreHello", "Subscription", "TowerBeacon", "VERSION", "Welcome", "decode",
     "bulk_heads_frame0", "bulk_lengths", "bulk_offsets", "bulk_records_frame0",

@@ -56,7 +56,7 @@ class Command(enum.IntEnum):
 
 
 @dataclass(frozen=True)
-class Limits:
+class DafkaLimits:
     """Bounds a decoder checks before it slices anything out of a frame.
 
     The C code accepts topics of any length, but a topic is also sent as the 1-byte
@@ -75,7 +75,7 @@ class Limits:
     max_subscriptions: int = 1024         # prefixes one connection holds on a publisher
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS = DafkaLimits()
 
 
 # --------------------------------------------------------------------------- messages
