@@ -64,7 +64,7 @@ from consensus.runtime.disk_storage import RECORD_HEAD, DiskStorage  # noqa: E40
 from consensus.runtime.envelope import encode_journal  # noqa: E402
 from consensus.runtime.machines import FarmStateMachine  # noqa: E402
 from consensus.storage import HardStateFile, SegmentedLog, SnapshotStore  # noqa: E402
-from consensus.storage import HardState as StoredHardState  # noqa: E402
+from consensus.storage import HardState  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE = 1                        # the offline-built node's id
@@ -122,7 +122,7 @@ def _save_snapshot_and_commit(node_dir: str, index: int, machine: FarmStateMachi
     configuration = Configuration.of({NODE}).encode().decode()
     SnapshotStore(os.path.join(node_dir, "snapshots")).save(
         index, TERM, data, {"configuration": configuration})
-    HardStateFile(os.path.join(node_dir, "hardstate")).save(StoredHardState(TERM, NODE, index))
+    HardStateFile(os.path.join(node_dir, "hardstate")).save(HardState(TERM, NODE, index))
     return len(data)
 
 

@@ -43,7 +43,7 @@ from consensus.runtime.errors import (FarmError, NotLeaderError, RetryableWrite,
                                       error_detail)
 from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.runtime.jraft_mapping import ResponseSlot
-from consensus.runtime.machines import CommandError, CommandOutcome as Outcome
+from consensus.runtime.machines import CommandError, CommandOutcome
 from consensus.runtime.log_calls import LogCalls
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.storage import SnapshotNotFoundError
@@ -312,7 +312,7 @@ class Service:
                 self._inflight[found[1]] = entry.index
                 self._inflight_at[entry.index] = found[1]
 
-    def on_applied(self, entry: Entry, outcome: Outcome | None) -> None:
+    def on_applied(self, entry: Entry, outcome: CommandOutcome | None) -> None:
         index = entry.index
         request_id = self._inflight_at.pop(index, None) if self._inflight_at else None
         if request_id is not None:
@@ -419,13 +419,13 @@ class Service:
             found = request_id_of(entry.value)
             self._write_result_error(conn, found[1] if found else b"", exc)
 
-    def _result_frame(self, outcome: Outcome) -> bytes:
+    def _result_frame(self, outcome: CommandOutcome) -> bytes:
         code, message = outcome.error if outcome.error is not None else (0, "")
         return ext.write_result_frame(self.node.id, self.node.core.term, outcome.request_id,
                                       outcome.index, outcome.term, code,
                                       None if code else outcome.result, message)
 
-    def _write_result(self, conn: "Connection", outcome: Outcome) -> None:
+    def _write_result(self, conn: "Connection", outcome: CommandOutcome) -> None:
         self.node.transport.reply(conn, self._result_frame(outcome))
 
     def _write_result_error(self, conn: "Connection", request_id: bytes, exc: FarmError) -> None:
