@@ -14,6 +14,7 @@ import ast
 import gzip
 import io
 import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -109,6 +110,10 @@ def normalize_sdist(path: Path, epoch: int) -> None:
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     check_jars()
+    # setuptools copies the sources into build/ and never removes what they no longer
+    # have: a module since deleted (or turned into a package) would ship beside its
+    # successor, and the wheel would differ from one built from the sdist.
+    shutil.rmtree(Path.cwd() / "build", ignore_errors=True)
     epoch = source_date_epoch()
     os.environ["SOURCE_DATE_EPOCH"] = str(epoch)
     name = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)

@@ -119,7 +119,13 @@ def test_dist_passes_twine_and_carries_every_lines_jar(dist):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_wheel_builds_again_to_the_same_bytes(dist, tmp_path):
+    # A module left in setuptools' build/ by an earlier build of a tree that has since
+    # lost it must not ship: plant one, certain, before building from the tree.
+    stale = ROOT / "build" / "lib" / "connectors" / "stale_module_of_an_earlier_tree.py"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("raise ImportError('stale')\n")
     build("--wheel", out=tmp_path)    # from the tree this time, not from the sdist
+    assert not stale.exists()
     assert sha256(wheel_of(tmp_path)) == sha256(wheel_of(dist))
 
 
