@@ -11,6 +11,7 @@ every process left in the kernel's session is killed once the kernel is gone.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -164,6 +165,12 @@ def run_notebook(notebook: nbformat.NotebookNode, name: str, cwd: Path,
         left = _sweep(state["session"])
         if keep is not None:
             nbformat.write(notebook, keep)
+        # The kernel client's ZeroMQ objects go now: collected later, their __del__ ran
+        # inside pytest's ast.parse of a failure's source and crashed the whole session
+        # (CPython 3.11: "AST constructor recursion depth mismatch", an INTERNALERROR).
+        client.kc = None
+        del client, manager
+        gc.collect()
     if failure is None and left:
         failure = f"{name}: processes outlived the kernel (killed): {left}"
     if failure is not None:
