@@ -20,7 +20,7 @@ final class Frames {
   static final int HEAD = 21;
   /** The extension shape's type range (0x20-0x23 reuse JRaft's shapes). */
   static final int FIRST_EXTENSION = 0x24;
-  static final int LAST_EXTENSION = 0x35;
+  static final int LAST_EXTENSION = 0x36;   // 0x36: GroupSelect (partitions; this client reads partition 0)
   static final int HELLO = 0x30;
   static final int WELCOME = 0x31;
   static final int CALL = 0x32;
