@@ -3,7 +3,6 @@ way, taint and reset at heal, delays, cuts, refused targets, the mesh's partitio
 no leaked threads or sockets."""
 from __future__ import annotations
 
-import gc
 import os
 import random
 import select
@@ -349,34 +348,48 @@ def test_mesh_partition_and_one_way_drop():
             s.close()
 
 
-def _open_files() -> set[tuple[int, str]]:
-    """Each open descriptor with what it points at (a socket's inode), so a descriptor
-    another test's leftover closes meanwhile is not mistaken for one this test freed."""
-    opened = set()
+def _sockets_on(ports: set[int]) -> set[int]:
+    """Inodes of this process's TCP sockets with an end on one of `ports`: other tests'
+    leftover threads may open or close descriptors meanwhile, never on these ports."""
+    mine = set()
     for name in os.listdir("/proc/self/fd"):
         try:
-            opened.add((int(name), os.readlink(f"/proc/self/fd/{name}")))
+            link = os.readlink(f"/proc/self/fd/{name}")
         except OSError:                      # closed between listdir and readlink
-            pass
-    return opened
+            continue
+        if link.startswith("socket:["):
+            mine.add(int(link[8:-1]))
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                fields = row.split()
+                local, remote, inode = fields[1], fields[2], int(fields[9])
+                if inode in mine and ({int(local.rsplit(":", 1)[1], 16),
+                                       int(remote.rsplit(":", 1)[1], 16)} & ports):
+                    found.add(inode)
+    return found
+
+
+def _proxy_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "faultproxy"]
 
 
 def test_no_thread_or_socket_leak(target):
-    # Compare what this test opened, not counts: earlier tests' garbage may close (or a
-    # collector run free) descriptors while it runs.
-    gc.collect()
-    threads, files = set(threading.enumerate()), _open_files()
+    ports = {parse_endpoint(target.endpoint)[1]}
+    before, threads = _sockets_on(ports), _proxy_threads()
     for _ in range(3):
         with FaultProxy() as proxy:
             address = proxy.add_link("a", target.endpoint)
-            proxy.add_link("b", target.endpoint)
+            ports |= {parse_endpoint(address)[1],
+                      parse_endpoint(proxy.add_link("b", target.endpoint))[1]}
             clients = [connect(address) for _ in range(4)]
             servers = [target.accept() for _ in range(4)]
+            assert len(_sockets_on(ports) - before) >= 16   # what the check would see
             proxy.block("a")
             clients[0].sendall(b"x")
             proxy.delay("b", 0.05)
         for s in clients + servers:
             s.close()
-    gc.collect()
-    assert [t for t in threading.enumerate() if t not in threads] == []
-    assert _open_files() - files == set()
+    assert _proxy_threads() == threads
+    assert _sockets_on(ports) - before == set()
