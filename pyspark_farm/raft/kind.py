@@ -1,6 +1,7 @@
 """The `raft` kind: its options and how they become readers and writers."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from pyspark.sql.types import StructType
@@ -14,7 +15,7 @@ from ..log_access import READ_FROM
 from ..offsets import OffsetSpec, offset_spec_parser
 from ..options import Option, OptionSet, choice, integer
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
-from .consumer import consumer_name
+from .consumer import consumer_name, generated_name
 from .partitions import (PARTITION_COLUMN, PartitionedBatchReader, PartitionedStreamReader,
                          chosen_partitions, farm_partitions, partition_list, per_partition)
 from .rows import RAFT_COLUMNS_DDL
@@ -140,6 +141,9 @@ def stream_reader(options: Mapping[str, str], schema_: StructType
     chosen = _chosen(options, schema_)
     if chosen is None:
         return RaftStreamReader(settings)
+    # one consumer name for the query in every partition (each leader shows its lag)
+    settings = dataclasses.replace(settings, consumer_name=settings.consumer_name
+                                   or generated_name())
     return PartitionedStreamReader(
         {p: RaftStreamReader(per_partition(settings, p, len(chosen))) for p in chosen},
         settings.limits)
