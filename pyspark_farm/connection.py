@@ -106,6 +106,7 @@ class FarmClientOptions:
     tls_key: str | None = None
     proxy: str | None = None
     timeout: float = 10.0
+    partition: int = 0      #: the farm partition (Raft group) every call addresses
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> "FarmClientOptions":
@@ -122,8 +123,9 @@ class FarmClientOptions:
                           password=self.password, wire=self.wire, tls_ca=pem_file(self.tls_ca),
                           tls_cert=pem_file(self.tls_cert), tls_key=pem_file(self.tls_key),
                           proxy=self.proxy,
-                          timeout=self.timeout if timeout is None else timeout)
+                          timeout=self.timeout if timeout is None else timeout,
+                          **({"partition": self.partition} if self.partition else {}))
 
     def __repr__(self) -> str:   # never print the password in a Spark plan or a log
         return (f"FarmClientOptions(endpoints={self.endpoints!r}, cluster={self.cluster!r}, "
-                f"username={self.username!r})")
+                f"username={self.username!r}, partition={self.partition})")

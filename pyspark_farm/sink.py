@@ -103,6 +103,9 @@ class SinkBackend(Protocol):
     def abort(self, query_id: str, batch_id: int) -> None:
         """Turn the batch's staged output into garbage."""
 
+    # A backend may also have `stage_batches(tag, batches) -> StagedOutput`, which then
+    # stages the task's record batches itself (to route rows by a column: raft partitions).
+
 
 def winning_outputs(messages: Sequence[WriterCommitMessage | None], batch_id: int | None = None
                     ) -> tuple[str | None, list[StagedOutput]]:
@@ -130,6 +133,9 @@ def winning_outputs(messages: Sequence[WriterCommitMessage | None], batch_id: in
 
 def _stage_task(backend: SinkBackend, value_format: str, tag: TaskTag,
                 batches: Iterator[pa.RecordBatch]) -> StagedOutput:
+    stage_batches = getattr(backend, "stage_batches", None)
+    if stage_batches is not None:       # a backend that routes rows by their columns
+        return stage_batches(tag, batches)
     values = (encode_values(b, value_format) for b in batches if b.num_rows)
     return backend.stage(tag, values)
 

@@ -1,21 +1,25 @@
 """The `raft` kind: its options and how they become readers and writers."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from pyspark.sql.types import StructType
 
 from ..admission import SourceLimits
 from ..connection import CONNECTION_OPTIONS, FarmClientOptions
-from ..errors import OptionError
+from ..errors import OptionError, SchemaError
 from ..kind_options import (READ_OPTIONS, VALUE_FORMAT, offset_bounds, parse_sink, parse_source,
                             sink_writers)
 from ..log_access import READ_FROM
 from ..offsets import OffsetSpec, offset_spec_parser
 from ..options import Option, OptionSet, choice, integer
 from ..schema import KindColumns, arrow_schema, source_ddl, split_schema
-from .consumer import consumer_name
+from .consumer import consumer_name, generated_name
+from .partitions import (PARTITION_COLUMN, PartitionedBatchReader, PartitionedStreamReader,
+                         chosen_partitions, farm_partitions, partition_list, per_partition)
 from .rows import RAFT_COLUMNS_DDL
+from .routed_sink import KEY_COLUMN, RoutedSinkBackend, check_key_type
 from .sink import COMPRESSIONS, RaftSinkBackend
 from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader
 from .source import batch_reader as _batch_reader
@@ -34,6 +38,9 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS.named("the raft source") + OptionSet("", (
                "appended at or after it"),
     Option("minPartitions", integer(1), 1, doc="Spark tasks per micro-batch, at least"),
     Option("readFrom", choice(*READ_FROM), "any", doc="which members serve the reads"),
+    Option("partitions", partition_list, None,
+           doc='a farm of several partitions: "all", or the ones to read ("0,2"); adds '
+               "the `partition` column"),
     Option("consumerName", consumer_name, None,
            doc="streams: the name the farm shows this query's position and lag under "
                "(default: generated when the query starts)"),
@@ -51,15 +58,43 @@ SINK_OPTIONS = CONNECTION_OPTIONS.named("the raft sink") + OptionSet("", (
 
 
 def schema(options: Mapping[str, str]) -> str:
+    """The source's DDL; with the `partitions` option, `partition int` last. The schema
+    comes from the options alone (it is made without reaching the farm)."""
     values = parse_source(SOURCE_OPTIONS, options)
-    return source_ddl(COLUMNS.selected(values["columns"]), values["valueFormat"],
-                      values["valueSchema"])
+    ddl = source_ddl(COLUMNS.selected(values["columns"]), values["valueFormat"],
+                     values["valueSchema"])
+    if values["partitions"] is None:
+        return ddl
+    return f"{ddl}, {PARTITION_COLUMN} int"
+
+
+def _partitions(values: Mapping[str, object]) -> tuple[int, ...] | None:
+    """The farm partitions to read, or None without the `partitions` option (a farm of
+    one partition, read as ever: a farm of more is refused rather than read in part)."""
+    count = farm_partitions(FarmClientOptions.from_options(values))
+    if values["partitions"] is None:
+        if count > 1:
+            raise OptionError("partitions", f"the farm has {count} partitions: set it to "
+                              "all (or to the ones to read, e.g. 0,2); the rows then carry "
+                              f"a `{PARTITION_COLUMN}` column")
+        return None
+    for name in ("startingOffsets", "endingOffsets"):
+        spec = values[name]
+        if spec is not None and spec.position == "index":
+            raise OptionError(name, '{"index": N} names a place in one log; partitions '
+                              "are read from earliest or latest (or startingTimestamp)")
+    if values["minOffsetsPerTrigger"] is not None:
+        raise OptionError("minOffsetsPerTrigger", "is not supported with the `partitions` "
+                          "option yet: drop it (maxOffsetsPerTrigger is)")
+    return chosen_partitions(count, values["partitions"])
 
 
 def _settings(options: Mapping[str, str], schema_: StructType, *, streaming: bool
               ) -> RaftSourceSettings:
     values = parse_source(SOURCE_OPTIONS, options)
-    value_columns = split_schema(COLUMNS.selected(values["columns"]), schema_)
+    own = StructType([f for f in schema_.fields if f.name != PARTITION_COLUMN]) \
+        if schema_.fieldNames()[-1:] == [PARTITION_COLUMN] else schema_
+    value_columns = split_schema(COLUMNS.selected(values["columns"]), own)
     starting, ending = offset_bounds(values["startingOffsets"], values["endingOffsets"],
                                      OffsetSpec, streaming=streaming, exact='{"index": N}')
     times = time_bounds(values, streaming=streaming)
@@ -92,20 +127,63 @@ def time_bounds(values: Mapping[str, object], *, streaming: bool
     return start, end  # type: ignore[return-value]
 
 
-def stream_reader(options: Mapping[str, str], schema_: StructType) -> RaftStreamReader:
-    return RaftStreamReader(_settings(options, schema_, streaming=True))
+def _chosen(options: Mapping[str, str], schema_: StructType) -> tuple[int, ...] | None:
+    chosen = _partitions(parse_source(SOURCE_OPTIONS, options))
+    if chosen is not None and schema_.fieldNames()[-1:] != [PARTITION_COLUMN]:
+        raise OptionError("schema", f"a farm of several partitions is read with a last "
+                          f"column `{PARTITION_COLUMN} int`: add it to the schema you give")
+    return chosen
 
 
-def batch_reader(options: Mapping[str, str], schema_: StructType) -> RaftBatchReader:
-    return _batch_reader(_settings(options, schema_, streaming=False))
+def stream_reader(options: Mapping[str, str], schema_: StructType
+                  ) -> RaftStreamReader | PartitionedStreamReader:
+    settings = _settings(options, schema_, streaming=True)
+    chosen = _chosen(options, schema_)
+    if chosen is None:
+        return RaftStreamReader(settings)
+    # one consumer name for the query in every partition (each leader shows its lag)
+    settings = dataclasses.replace(settings, consumer_name=settings.consumer_name
+                                   or generated_name())
+    return PartitionedStreamReader(
+        {p: RaftStreamReader(per_partition(settings, p, len(chosen))) for p in chosen},
+        settings.limits)
+
+
+def batch_reader(options: Mapping[str, str], schema_: StructType
+                 ) -> RaftBatchReader | PartitionedBatchReader:
+    settings = _settings(options, schema_, streaming=False)
+    chosen = _chosen(options, schema_)
+    if chosen is None:
+        return _batch_reader(settings)
+    return PartitionedBatchReader(
+        {p: RaftBatchReader(per_partition(settings, p, len(chosen))) for p in chosen})
 
 
 def _backend(options: Mapping[str, str], schema_: StructType
-             ) -> tuple[RaftSinkBackend, str]:
-    values = parse_sink(SINK_OPTIONS, options, schema_)
-    return (RaftSinkBackend(FarmClientOptions.from_options(values), values["stageBytes"],
-                            values["stageThreads"], values["compression"]),
-            values["valueFormat"])
+             ) -> tuple[RaftSinkBackend | RoutedSinkBackend, str]:
+    """Today's backend for a farm of one partition; over several, one that routes rows by
+    their `key` (routed_sink). Input errors of today's sink are found before the farm is
+    asked how many partitions it has."""
+    key = next((f for f in schema_.fields if f.name == KEY_COLUMN), None)
+    try:
+        values = parse_sink(SINK_OPTIONS, options, schema_)
+    except SchemaError:
+        routable = key is not None and key.dataType.typeName() in ("string", "binary")
+        if not routable:
+            raise
+        without_key = StructType([f for f in schema_.fields if f.name != KEY_COLUMN])
+        values = parse_sink(SINK_OPTIONS, options, without_key)
+        if farm_partitions(FarmClientOptions.from_options(values)) == 1:
+            raise       # a key routes only over several partitions: today's error
+    connection = FarmClientOptions.from_options(values)
+    backend = RaftSinkBackend(connection, values["stageBytes"], values["stageThreads"],
+                              values["compression"])
+    count = farm_partitions(connection)
+    if count == 1:
+        return backend, values["valueFormat"]
+    if key is not None:
+        check_key_type(key.dataType.typeName())
+    return RoutedSinkBackend(backend, count, values["valueFormat"]), values["valueFormat"]
 
 
 stream_writer, batch_writer = sink_writers(_backend, "a raft log is append-only")

@@ -1,0 +1,169 @@
+"""The raft sink over a farm of several partitions: rows routed by an optional `key`.
+
+A row whose `key` (string or binary) is not null goes to `_route(key) mod N`, so the
+rows of one key stay in one partition, in write order; rows without a key are spread
+row by row over the partitions in turn (from the task's number: deterministic, so a
+re-run batch routes as the first run did). Each partition gets what today's one-partition sink does: staged payloads, then
+one commit entry per (query id, batch id) that its ledger takes once; the driver commits
+the partitions one after the other, and a commit that is re-run (driver restart) commits
+the partitions still missing while the others ignore it as a duplicate. So every row is
+written exactly once per partition, but a batch is NOT atomic across partitions: a reader
+can see partition 0's part of a batch before partition 1's (docs: "Partitions").
+With valueFormat binary the key routes only (the value is stored); with json, msgpack or
+arrow it is encoded into the value with the other columns, as today.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import SchemaError
+from ..sink import CommitOutcome, StagedOutput, TaskTag
+from ..value_formats import encode_values
+from .sink import RaftSinkBackend, _Stager, ipc_payload, payload_chunks
+
+KEY_COLUMN = "key"
+
+
+def _route(keys: pa.Array, count: int) -> np.ndarray:
+    """TEMPORARY (replaced at merge by pyspark_farm.raft.partitioning's Kafka murmur2):
+    the partition of each key (crc32 of its bytes, mod `count`), -1 for a null key."""
+    targets = np.full(len(keys), -1, dtype=np.int64)
+    for row, key in enumerate(keys.to_pylist()):
+        if key is not None:
+            data = key.encode() if isinstance(key, str) else key
+            targets[row] = zlib.crc32(data) % count
+    return targets
+
+
+def check_key_type(type_name: str | None) -> None:
+    """The `key` column, when there is one (`type_name`), holds strings or bytes."""
+    if type_name is not None and type_name not in ("string", "binary"):
+        raise SchemaError(f"the garlicfarm sink routes rows by a '{KEY_COLUMN}' column of "
+                          f"strings or bytes; this one is {type_name}: cast it to string")
+
+
+@dataclass
+class RoutedOutput(StagedOutput):
+    """A task's commit message: its staged refs and row counts, per farm partition."""
+    routed: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = dataclasses.field(
+        default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoutedSinkBackend:
+    """`sink.SinkBackend` over `partitions` farm partitions (picklable settings)."""
+    base: RaftSinkBackend
+    partitions: int
+    value_format: str
+
+    def _of(self, partition: int) -> RaftSinkBackend:
+        return dataclasses.replace(self.base, connection=dataclasses.replace(
+            self.base.connection, partition=partition))
+
+    def stage_batches(self, tag: TaskTag, batches: Iterator[pa.RecordBatch]) -> RoutedOutput:
+        """Route the task's rows and stage each partition's share there, `in_flight`
+        payloads at a time per partition (memory: ~stage_bytes per partition)."""
+        base = self.base
+        stagers: dict[int, _Stager] = {}
+        pending: dict[int, list[pa.Array]] = {}
+        sizes: dict[int, int] = {}
+        futures: dict[int, deque[Future]] = {}
+        refs: dict[int, list[int]] = {}
+        rows: dict[int, list[int]] = {}
+        nbytes = 0
+
+        def flush(partition: int) -> None:
+            nonlocal nbytes
+            if partition not in stagers:
+                stagers[partition] = _Stager(self._of(partition).connection, base.in_flight)
+            for chunks, count in payload_chunks(iter(pending.pop(partition, [])),
+                                                base.stage_bytes):
+                payload = ipc_payload(chunks, base.compression)
+                nbytes += len(payload)
+                rows.setdefault(partition, []).append(count)
+                queue = futures.setdefault(partition, deque())
+                queue.append(stagers[partition].submit(tag, payload))
+                while len(queue) > base.in_flight:      # backpressure: bounded memory
+                    refs.setdefault(partition, []).append(queue.popleft().result())
+            sizes[partition] = 0
+
+        try:
+            turn = tag.partition
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                for partition, share in self._split(batch, turn):
+                    values = encode_values(share, self.value_format)
+                    pending.setdefault(partition, []).append(values)
+                    sizes[partition] = sizes.get(partition, 0) + values.nbytes
+                    if sizes[partition] >= base.stage_bytes:
+                        flush(partition)
+                turn += batch.num_rows
+            for partition in list(pending):
+                flush(partition)
+            for partition, queue in futures.items():
+                refs.setdefault(partition, []).extend(f.result() for f in queue)
+        finally:
+            for stager in stagers.values():
+                stager.close()
+        routed = {p: (tuple(refs[p]), tuple(rows[p])) for p in sorted(refs)}
+        return RoutedOutput(tag, tuple(r for p in routed for r in routed[p][0]),
+                            tuple(n for p in routed for n in routed[p][1]), nbytes, routed)
+
+    def _split(self, batch: pa.RecordBatch, turn: int
+               ) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(partition, rows) of one input batch, in row order within each partition; the
+        keyless rows go round-robin from partition `turn` mod N."""
+        spread = (turn + np.arange(batch.num_rows, dtype=np.int64)) % self.partitions
+        if KEY_COLUMN in batch.schema.names:
+            targets = _route(batch.column(KEY_COLUMN), self.partitions)
+            targets = np.where(targets < 0, spread, targets)
+        else:
+            targets = spread
+        if self.value_format == "binary":       # the key routes; the value is stored
+            batch = batch.drop_columns([KEY_COLUMN])
+        for partition in np.unique(targets).tolist():
+            yield partition, batch.filter(pa.array(targets == partition))
+
+    def stage(self, tag: TaskTag, values: Iterator[pa.Array]) -> StagedOutput:
+        raise TypeError("a routed sink stages record batches (stage_batches)")
+
+    def commit(self, query_id: str, batch_id: int, outputs: Sequence[StagedOutput]
+               ) -> CommitOutcome:
+        """One commit per partition that has rows, each taken once by its ledger."""
+        committed = duplicate = False
+        first: int | None = None
+        total = 0
+        named: list[int] = []
+        for partition in range(self.partitions):
+            parts = [o.routed[partition] for o in outputs
+                     if isinstance(o, RoutedOutput) and partition in o.routed]
+            staged = [ref for refs, _ in parts for ref in refs]
+            if not staged:
+                continue
+            counts = [n for _, rows in parts for n in rows]
+            metadata = {"rows": counts, "partitions": len(parts), "writer": "pyspark_farm"}
+            client = self._of(partition).connection.client()
+            try:
+                result = client.commit_batch(query_id, batch_id, staged, metadata=metadata)
+            finally:
+                client.close()
+            committed |= result.committed
+            duplicate = duplicate or result.duplicate
+            first = result.index if first is None else first
+            total += sum(counts)
+            named += staged
+        return CommitOutcome(committed, duplicate and not committed, first, total,
+                             tuple(named))
+
+    def abort(self, query_id: str, batch_id: int) -> None:
+        for partition in range(self.partitions):
+            self._of(partition).abort(query_id, batch_id)
