@@ -48,8 +48,10 @@ class LogCalls:
         self.reads = LogReads(wake=node.transport.wake) if node.reads is None else node.reads
 
     def pump(self) -> None:
-        """Queue the finished pages on their connections (the loop, every turn)."""
-        self.reads.pump(self.node.transport.reply)
+        """Queue the finished pages on their connections (the loop, every turn). Readers
+        the node shares among its groups are pumped by the node, once per turn."""
+        if self._owns_reads:
+            self.reads.pump(self.node.transport.reply)
 
     def close(self) -> None:
         if self._owns_reads:

@@ -245,7 +245,7 @@ class FarmNode:
                 for group in groups:        # an idle group's turn waits for its ticks
                     if ticks.now or group.busy():
                         group.turn(now)
-                self.reads.pump(transport.reply)    # pages of groups that skipped
+                self.reads.pump(transport.reply)    # every group's finished pages, once
                 if self.balancer is not None and ticks.now:
                     self.balancer.tick(now)
                 if now >= next_status:
