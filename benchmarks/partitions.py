@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import threading
 import time
 
 import psutil
 
 from consensus.runtime.local import LocalCluster
+from raft_throughput import Window, async_clients
 
 RECORDS = [bytes(100)] * 100
 
@@ -29,36 +29,10 @@ def _load(endpoints: str, password: str, partition: int, clients: int, warmup: f
           seconds: float, conn) -> None:
     """One client process: `clients` closed-loop writers to one partition."""
     from consensus.runtime.client import FarmClient
-    start = time.monotonic() + warmup
-    end = start + seconds
-    ops, errors, lock, done = [0], [0], threading.Lock(), threading.Event()
-    live = [clients]
     client = FarmClient(endpoints, username="farm", password=password, partition=partition,
                         timeout=30)
-
-    def send() -> None:
-        client.append_async(RECORDS).add_done_callback(completed)
-
-    def completed(future) -> None:
-        now = time.monotonic()
-        with lock:
-            if start <= now < end:
-                if future.exception() is None:
-                    ops[0] += 1
-                else:
-                    errors[0] += 1
-            if now >= end:
-                live[0] -= 1
-                if live[0] == 0:
-                    done.set()
-                return
-        send()
-
-    with client:
-        for _ in range(clients):
-            send()
-        done.wait(end - time.monotonic() + 60)
-    conn.send((ops[0], errors[0]))
+    load = async_clients(client, RECORDS, clients, Window(warmup, seconds), seconds)
+    conn.send((load.ops, load.errors))
 
 
 def node_cpu(farm: LocalCluster) -> dict[int, float]:

@@ -289,7 +289,7 @@ def _farm_clients(options: dict, clients: int, warmup: float, seconds: float, mo
     value = b"v" * (SIZE - 1) + b"\n"
     window = Window(warmup, seconds)
     if mode == "async":
-        conn.send(_async_clients(FarmClient(**options), value, clients, window, seconds))
+        conn.send(async_clients(FarmClient(**options), [value], clients, window, seconds))
         return
     results = [Load(seconds=seconds) for _ in range(clients)]
 
@@ -325,15 +325,17 @@ def _farm_clients(options: dict, clients: int, warmup: float, seconds: float, mo
     conn.send(total)
 
 
-def _async_clients(client, value: bytes, clients: int, window: Window, seconds: float) -> Load:
-    """`clients` logical closed-loop clients over `client.append_async` (callbacks run in
-    the client's background thread, one at a time)."""
+def async_clients(client, records: list[bytes], clients: int, window: Window,
+                  seconds: float) -> Load:
+    """`clients` logical closed-loop clients over `client.append_async`, each write one
+    entry of `records` (callbacks run in the client's background thread, one at a time;
+    benchmarks/partitions.py loads each partition with it too)."""
     load = Load(seconds=seconds)
     done = threading.Event()
     live = [clients]
 
     def send() -> None:
-        client.append_async([value]).add_done_callback(completed)
+        client.append_async(records).add_done_callback(completed)
 
     def completed(future) -> None:
         now = time.monotonic()
