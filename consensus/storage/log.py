@@ -32,7 +32,7 @@ from consensus.storage.recovery import RecordHeads, RecoveryReport, recover
 from consensus.storage.segment import FLAG_RESET, HEADER_SIZE, PinnedRecords, Segment
 
 Payload = bytes | bytearray | memoryview
-READ_ATTEMPTS = 3   #: reads off the lock that a truncation may void, the last one under it
+READ_ATTEMPTS = 3   #: reads of one call: off the lock (a truncation may void them), the last under it
 
 
 @dataclass(frozen=True)
@@ -360,12 +360,9 @@ class SegmentedLog:
         # Read off the lock, then check no truncation cut a file meanwhile (its bytes may
         # be short, or rewritten by later appends); such a read is redone, the last time
         # under the lock, so a reader always gets records the log held at one moment.
-        for attempt in range(READ_ATTEMPTS):
-            locked = attempt == READ_ATTEMPTS - 1
+        for _ in range(READ_ATTEMPTS - 1):
             with self._lock:
                 cuts, pieces = self._cuts, self._pin(start, stop, max_bytes)
-                if locked:
-                    return self._read_pieces(pieces)
             try:
                 payloads = self._read_pieces(pieces)
             except CorruptLogError:
@@ -376,7 +373,8 @@ class SegmentedLog:
             with self._lock:
                 if self._cuts == cuts:
                     return payloads
-        raise AssertionError("unreachable: the last attempt reads under the lock")
+        with self._lock:
+            return self._read_pieces(self._pin(start, stop, max_bytes))
 
     def _pin(self, start: int, stop: int, max_bytes: int | None) -> list[PinnedRecords]:
         """Locate records [start, stop) as `read` chooses them (under _lock)."""
