@@ -185,7 +185,8 @@ class Group:
 
     def turn(self, now: float) -> None:
         """One loop turn: peers' messages and ticks, lease-sensitive reads, the clients'
-        calls and writes (one `propose_many`), the Ready driver, the pages read meanwhile.
+        calls and writes (one `propose_many`), the Ready driver, the pages read meanwhile
+        (by readers of its own; the node pumps the readers its groups share).
         A leader or candidate steps the messages first: it never misses the answers
         waiting for it. A follower takes the ticks first: the heartbeats that waited
         through a stall count as heard now (stamped late, never early: its refusal of
