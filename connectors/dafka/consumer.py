@@ -51,7 +51,7 @@ from connectors.dafka.sockets import Run, Runs, drain_runs
 
 BULK_WINDOW = 65536          # records one BULK-FETCH asks for
 BULK_BYTES = 64 << 20        # payload bytes one BULK-FETCH asks for (the store's cap)
-BULK_SILENCE = 1.0           # seconds without a slice before a gap is FETCHed anew
+BULK_SILENCE = 2.0           # seconds without a slice before a gap is FETCHed anew
 BULK_SILENCE_MAX = 16.0      # the silence allowed doubles per unanswered ask, up to this
 
 
@@ -69,6 +69,29 @@ class ConsumerRecord(NamedTuple):
 class _Cursor:
     last: int                                        # last delivered (-1: none yet)
     ahead: dict[int, bytes] = field(default_factory=dict)   # buffered out-of-order
+
+
+@dataclass(slots=True)
+class BulkAsk:
+    """The BULK-FETCH a partition waits on. A silent answer may only be slow: the
+    store replaces it when our new ask arrives, but slices it sent before that, its last
+    among them, still reach us, and that last must not end the new ask."""
+    reader: str
+    end: int                     # the window's end: an answer reaching it asks the next
+    at: float                    # when its last slice came (the silence timer's start)
+    superseded: int = 0          # earlier answers whose last slice may still come
+    superseded_end: int = 0      # ... ending at most here
+
+    def supersede(self, earlier: "BulkAsk") -> None:
+        self.superseded = earlier.superseded + 1
+        self.superseded_end = max(earlier.end, earlier.superseded_end)
+
+    def ends_superseded(self, stop: int) -> bool:
+        """Whether a last slice ending at `stop` is a superseded answer's end (taken)."""
+        if self.superseded and stop <= self.superseded_end:
+            self.superseded -= 1
+            return True
+        return False
 
 
 class OffsetTracker:
@@ -190,8 +213,7 @@ class Consumer(Node):
         self.store_readers: set[str] = set()
         self.bulk = bulk
         self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
-        # (subject, partition) -> (store reader, end of the request, last slice at)
-        self._bulk_asked: dict[tuple[str, str], tuple[str, int, float]] = {}
+        self._bulk_asked: dict[tuple[str, str], BulkAsk] = {}   # (subject, partition) ->
         # (subject, partition) -> asks in a row that went silent (the backoff's exponent)
         self._bulk_silent: dict[tuple[str, str], int] = {}
         self._ready: deque[ConsumerRecord] = deque()
@@ -355,7 +377,7 @@ class Consumer(Node):
             if self.tracker.cursors[key].last + 1 != seq:
                 continue   # repaired within this drain
             asked = self._bulk_asked.get(key)
-            if asked is not None and now - asked[2] < BULK_SILENCE:
+            if asked is not None and now - asked.at < BULK_SILENCE:
                 continue   # a bulk answer is under way
             if self.fetch_filter.allow(*key, seq, now):
                 self._fetch(*key, seq, now)
@@ -382,7 +404,7 @@ class Consumer(Node):
         reader = readers[zlib.crc32(address.encode()) % len(readers)]
         self.send(proto.BulkFetch(reader, self.address, address, subject, seq,
                                   BULK_WINDOW, BULK_BYTES))
-        self._bulk_asked[(subject, address)] = (reader, seq + BULK_WINDOW, now)
+        self._bulk_asked[(subject, address)] = BulkAsk(reader, seq + BULK_WINDOW, now)
         self.stats["bulk_fetches"] += 1
 
     def _ask_again_after_silence(self, now: float) -> None:
@@ -390,18 +412,21 @@ class Consumer(Node):
         with no producer's HEAD to reveal the gap) is asked again from where delivery
         stands, after a silence that doubles per silent ask in a row."""
         if self._paused:     # we are not reading: the answer's slices wait in our queue
-            for key, (reader, end, _) in self._bulk_asked.items():
-                self._bulk_asked[key] = (reader, end, now)
+            for asked in self._bulk_asked.values():
+                asked.at = now
             return
-        for key, (_, _, at) in list(self._bulk_asked.items()):
+        for key, asked in list(self._bulk_asked.items()):
             silent = self._bulk_silent.get(key, 0)
-            if now - at < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
+            if now - asked.at < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
                 continue
             del self._bulk_asked[key]
             self._bulk_silent[key] = silent + 1
             self.stats["bulk_silences"] += 1
             cursor = self.tracker.cursors.get(key)
             self._fetch(*key, cursor.last + 1 if cursor is not None else 0, now)
+            again = self._bulk_asked.get(key)
+            if again is not None:
+                again.supersede(asked)
 
     def _on_bulk(self, msg: proto.BulkRecords, delivered: list[ConsumerRecord],
                  fetches: dict[tuple[str, str], int], now: float) -> None:
@@ -411,8 +436,8 @@ class Consumer(Node):
         unlike the C consumer we do not wait for a HEAD)."""
         key = (msg.subject, msg.partition)
         asked = self._bulk_asked.get(key)
-        if asked is not None and asked[0] == msg.address:
-            self._bulk_asked[key] = (asked[0], asked[1], now)
+        if asked is not None and asked.reader == msg.address:
+            asked.at = now
             self._bulk_silent.pop(key, None)
         count = msg.count
         if count:
@@ -420,19 +445,23 @@ class Consumer(Node):
             offsets = proto.bulk_offsets(msg).tolist()
             contents = [data[base + start:base + stop]
                         for start, stop in zip(offsets, offsets[1:])]
+            before = len(delivered)
             fetch = self.tracker.on_records(*key, msg.sequence, contents, delivered)
             if fetch is not None:
                 fetches[key] = fetch
-            self.stats["bulk_records"] += count
-        if not msg.last or asked is None or asked[0] != msg.address:
+            self.stats["bulk_records"] += len(delivered) - before
+            self.stats["bulk_duplicates"] += count - (len(delivered) - before)
+        if not msg.last or asked is None or asked.reader != msg.address:
             return
+        if count and asked.ends_superseded(msg.sequence + count):
+            return                      # a slow answer's end: ours is still coming
         del self._bulk_asked[key]
         nxt = self.tracker.cursors[key].last + 1 if key in self.tracker.cursors else 0
         if count == 0:
             self.send(proto.Fetch(msg.partition, self.address, msg.subject, nxt,
                                   proto.fetch_count(nxt)))
             self.stats["fetches"] += 1
-        elif msg.sequence + count >= asked[1]:
+        elif msg.sequence + count >= asked.end:
             self._fetch(*key, nxt, now)
 
 
