@@ -247,7 +247,10 @@ class FarmClient:
 
         def operation(link: Link, deadline: float):
             call_id = next(self._call_ids)
-            link.send(encode(ext.Call(0, 0, 0, call_id, op, args), GARLICFARM_REGISTRY))
+            sent = args
+            if leader and endpoint is None and link.endpoint == self.directory.leader:
+                sent = {**args, "as_leader": True}   # not leading any more: say who does
+            link.send(encode(ext.Call(0, 0, 0, call_id, op, sent), GARLICFARM_REGISTRY))
             while True:
                 frame = link.next_frame(deadline)
                 if isinstance(frame, ext.Reply) and frame.call_id == call_id:

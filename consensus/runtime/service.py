@@ -439,6 +439,11 @@ class Service:
             self.fail(conn, call.call_id, FarmError(
                 f"unknown call {call.op!r}; this node knows {', '.join(sorted(self._calls))}"))
             return
+        if call.args.get("as_leader") and self.node.core.role is not Role.LEADER:
+            # a call any member serves, sent here as to the leader: name the leader, or
+            # the client keeps reading a former leader's view after a transfer
+            self.fail(conn, call.call_id, self.not_leader())
+            return
         try:
             result = handler(conn, call, call.args)
         except FarmError as exc:

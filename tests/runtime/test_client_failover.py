@@ -99,3 +99,25 @@ def test_maybe_applied_says_when_a_write_certainly_did_not_happen():
             with pytest.raises(Unavailable) as definite:
                 client.append([b"never"])
             assert definite.value.maybe_applied is False
+
+
+def test_a_leader_call_follows_a_transfer_to_the_new_leader():
+    """log_bounds and read_entries are served by any member, so a former leader would
+    answer a reader's leader calls from its own view for as long as its connection
+    lives. Sent as to the leader, they are refused with the leader's name instead."""
+    with LocalCluster(3, status_interval=60.0) as farm, farm.client() as admin, \
+            farm.client() as reader:
+        old = farm.wait_for_leader(30)
+        admin.append([b"x"])
+        assert reader.log_bounds()[1] >= 1
+        assert reader.directory.leader == farm.endpoint_of(old)
+        new = next(n for n in farm.node_ids if n != old)
+        admin.transfer_leader(new, timeout=30)
+        wait_until(lambda: admin.ping(farm.endpoint_of(old))["leader"] == new, 30,
+                   message=f"node {old} following {new}")
+        assert reader.log_bounds()[1] >= 1
+        assert reader.directory.leader == farm.endpoint_of(new)
+        assert reader.read_entries(1, 2)[0].index == 1
+        # a call to a member named, and a call not asking for the leader, are its own
+        assert reader.ping(farm.endpoint_of(old))["node"] == old
+        assert reader.log_bounds(farm.endpoint_of(old))[1] >= 1
