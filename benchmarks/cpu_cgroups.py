@@ -142,21 +142,25 @@ class CpuGroups:
         for folder in self._dirs(member):
             (folder / "cgroup.procs").write_text(str(pid))
 
-    def quota(self, fraction: float | None) -> None:
-        """Each member may use `fraction` of one CPU (None: no limit)."""
+    def quota(self, fraction: float | None, period_us: int = 100_000) -> None:
+        """Each member may use `fraction` of one CPU (None: no limit), granted per
+        `period_us` (the kernel's default 100 ms lets a member run its whole share at
+        once and then stall for the rest of the period; a short period spreads it, as a
+        slower CPU would)."""
         if fraction is not None and fraction < MIN_FRACTION:
             raise ValueError(f"a CPU quota below {MIN_FRACTION:.0%} of a CPU is refused "
                              f"by the kernel: not {fraction:.2%}")
+        if not 1_000 <= period_us <= 1_000_000:
+            raise ValueError(f"a CPU quota period must be 1 ms to 1 s, not {period_us} us")
+        limit = None if fraction is None else max(1_000, int(period_us * fraction))
         for member in self.members:
             folder = self._dirs(member)[0]
             if self.where.version == 1:
-                period = int((folder / "cpu.cfs_period_us").read_text())
-                value = "-1" if fraction is None else str(int(period * fraction))
-                (folder / "cpu.cfs_quota_us").write_text(value)
+                (folder / "cpu.cfs_quota_us").write_text("-1")   # any period is valid then
+                (folder / "cpu.cfs_period_us").write_text(str(period_us))
+                (folder / "cpu.cfs_quota_us").write_text(str(limit or -1))
             else:
-                period = int((folder / "cpu.max").read_text().split()[1])
-                limit = "max" if fraction is None else str(int(period * fraction))
-                (folder / "cpu.max").write_text(f"{limit} {period}")
+                (folder / "cpu.max").write_text(f"{limit or 'max'} {period_us}")
 
     def usage(self) -> dict:
         """CPU seconds each member's group has spent since it was made."""

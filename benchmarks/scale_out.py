@@ -3,8 +3,9 @@
 each node stands for a machine of that speed.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scale_out.py [--nodes 3] [--partitions 1]
-        [--farm single-group] [--quotas 20,50,unlimited] [--rounds 2] [--seconds 10]
-        [--writers 8] [--records 100] [--value-bytes 100] [--json FILE]
+        [--farm single-group] [--quotas 20,50,unlimited] [--period-ms 10] [--rounds 2]
+        [--seconds 10]
+        [--writers 64] [--records 100] [--value-bytes 100] [--json FILE]
 
 As root, with cgroup v1 (`cpu.cfs_quota_us`, `cpuacct.usage`) or v2 (`cpu.max`,
 `cpu.stat`): benchmarks/cpu_cgroups.py makes one group per node and removes them on exit,
@@ -199,10 +200,10 @@ class Window:
         return self.cpu[leader] / self.entries, statistics.mean(followers) / self.entries
 
 
-def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, layout: Layout,
-            load: Load) -> Window:
+def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, period_us: int,
+            layout: Layout, load: Load) -> Window:
     """One window at `quota`: every partition loaded by its own client process."""
-    groups.quota(quota)
+    groups.quota(quota, period_us)
     leaders = farm.leaders()
     pipes, procs = [], []
     try:
@@ -245,7 +246,7 @@ def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, layout:
 
 
 def run(factory: FarmFactory, layout: Layout, load: Load, quotas: list[float | None],
-        rounds: int, where: Cgroups) -> list[Window]:
+        period_us: int, rounds: int, where: Cgroups) -> list[Window]:
     """Every quota `rounds` times (rotating order) on one farm whose every node process is
     in a CPU group of its own; the groups are removed before this returns."""
     farm = factory(layout)
@@ -258,7 +259,7 @@ def run(factory: FarmFactory, layout: Layout, load: Load, quotas: list[float | N
             for number in range(rounds):
                 shift = number % len(quotas)
                 for quota in quotas[shift:] + quotas[:shift]:
-                    windows.append(measure(farm, groups, quota, layout, load))
+                    windows.append(measure(farm, groups, quota, period_us, layout, load))
                     print(f"  round {number + 1}: {describe(windows[-1])}", flush=True)
             groups.quota(None)
             return windows
@@ -335,10 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--quotas", type=parse_quotas, default=parse_quotas("20,50,unlimited"),
                         help="CPU quota of each node process, percent of one CPU")
+    parser.add_argument("--period-ms", type=float, default=10.0,
+                        help="the quota's period: each node gets its share of every period "
+                             "(1-1000 ms; the kernel's default is 100)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--writers", type=int, default=8, help="closed-loop writers per partition")
+    parser.add_argument("--writers", type=int, default=64, help="closed-loop writers per partition")
     parser.add_argument("--records", type=int, default=100, help="records per entry")
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--json", help="also write the windows and the report to this file")
@@ -349,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")
     if not 1 <= args.seconds <= 600 or not 0 <= args.warmup <= 60:
         parser.error("--seconds must be 1-600 and --warmup 0-60")
+    if not 1 <= args.period_ms <= 1000:
+        parser.error("--period-ms must be 1 to 1000")
+    period_us = int(args.period_ms * 1000)
     if args.records * args.value_bytes > 16 << 20:
         parser.error("--records x --value-bytes must stay within 16 MiB an entry")
 
@@ -363,10 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"scale-out: farm {args.farm}, {layout.nodes} nodes, {layout.partitions} "
               f"partition(s); entries of {load.records} records x {load.value_bytes} B, "
               f"{load.writers} writers per partition; {args.rounds} rounds of "
-              f"{load.seconds:g} s; cgroup v{where.version}; {os.cpu_count()} CPUs")
+              f"{load.seconds:g} s; quota period {args.period_ms:g} ms, cgroup "
+              f"v{where.version}; {os.cpu_count()} CPUs")
     print(header, flush=True)
     try:
-        windows = run(FARMS[args.farm], layout, load, args.quotas, args.rounds, where)
+        windows = run(FARMS[args.farm], layout, load, args.quotas, period_us, args.rounds,
+                      where)
     except ValueError as exc:
         parser.error(str(exc))
     lines = [header, *report(windows, args.quotas, load)]
