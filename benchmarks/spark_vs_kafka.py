@@ -16,8 +16,8 @@ append as the farm does per batch; `os` is Kafka's default). The same cached Dat
            once: Spark's Kafka sink has no exactly-once) and parquet (Spark's file commit
            protocol; one copy, no fsync); Kafka twice: `kafka` with the producer's
            defaults (the connector's kafka-clients 3.9: linger.ms 0, 16 KiB batches, no
-           compression) and `kafka tuned` as a
-           Kafka user tunes bulk writes (KAFKA_TUNED: linger 50 ms, 1 MiB batches, zstd);
+           compression) and `kafka tuned` as a Kafka user tunes bulk writes
+           (KAFKA_TUNED: linger 50 ms, 1 MiB batches, zstd);
   source   spark.read of the same rows into Spark's `noop` sink: the raft log range (all
            its columns, and `columns=value`), the Kafka topic (earliest to latest), the
            parquet folder, and the floor of any Python data source: `bench_ceiling`, which

