@@ -24,7 +24,7 @@ def _cpu_cgroup(pid: int) -> str:
     """The process's cgroup path in the hierarchy that holds the cpu controller."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
-        if ("cpu" in controllers.split(",")) == (WHERE.version == 1):
+        if ("cpu" in controllers.split(",") if WHERE.version == 1 else controllers == ""):
             return path
     raise AssertionError(f"no cpu cgroup line for {pid}")
 
