@@ -2,8 +2,8 @@
 (a cgroup each), low enough that the quota binds rather than the shared machine; then
 each node stands for a machine of that speed.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/scale_out.py [--nodes 3] [--partitions 1]
-        [--farm single-group] [--quotas 20,50,unlimited] [--period-ms 10] [--rounds 2]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scale_out.py [--nodes 3] [--partitions 1,3,6]
+        [--farm local] [--quotas 20,50,unlimited] [--period-ms 10] [--rounds 2]
         [--seconds 10]
         [--writers 64] [--records 100] [--value-bytes 100] [--json FILE]
 
@@ -24,11 +24,15 @@ spend (L + 2F) / 3 of each node per entry instead of the single leader's L: thei
 bounded by 3L / (L + 2F), printed per quota (the one where the quota binds is the bound
 that counts).
 
-The farm comes from a factory (`FARMS`, `--farm`): `single-group` is today's farm, one
-Raft group on `--nodes` node processes. A farm of many groups plugs in as another
-`FarmFactory` returning a `FarmUnderTest`: its node processes, each partition's leader,
-and the FarmClient settings of a writer to a partition; the harness then loads every
-partition at once and the same figures follow.
+`--partitions 1,3,6` runs one farm per count, in that order, and then compares them per
+quota: each count's entries/s, its gain on the first (median of the rounds' own ratios)
+and the first's bound. Every partition is loaded at once, by its own client process;
+L and F are only attributed on one partition (with several, a node's CPU is its
+leaderships' and followerships' together). The farm comes from a factory (`FARMS`,
+`--farm`): `local` is LocalCluster's node processes on loopback, each hosting every
+partition, its leaders spread by the balancer; another farm plugs in as a `FarmFactory`
+returning a `FarmUnderTest` (its node processes, each partition's leader, the FarmClient
+settings of a writer to a partition).
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Protocol
@@ -86,19 +91,24 @@ class FarmUnderTest(Protocol):
 FarmFactory = Callable[[Layout], FarmUnderTest]
 
 
-class SingleGroupFarm:
-    """Today's farm: one Raft group, partition 0, on `layout.nodes` node processes
-    (LocalCluster, fsync per batch as the farm's default)."""
+class LocalGroupsFarm:
+    """`layout.nodes` node processes on loopback, each hosting `layout.partitions` Raft
+    groups (LocalCluster, fsync per batch as the farm's default), started and waited for
+    until every partition has a leader and the balancer has spread them (no node leads
+    more than its share, ceil(partitions / nodes); 60 s at most, then as they are)."""
 
     def __init__(self, layout: Layout) -> None:
         from consensus.runtime import LocalCluster
-        if layout.partitions != 1:
-            raise ValueError(f"--partitions {layout.partitions}: the single-group farm is one "
-                             "Raft group; run --partitions 1, or a --farm with partitions")
-        self._cluster = LocalCluster(nodes=layout.nodes, fsync="batch")
+        self.layout = layout
+        self._cluster = LocalCluster(nodes=layout.nodes, fsync="batch",
+                                     partitions=layout.partitions)
         self._cluster.__enter__()
         try:
-            self._cluster.wait_for_leader(timeout=30)
+            share = -(-layout.partitions // layout.nodes)
+            deadline = time.monotonic() + 60
+            while max(Counter(self.leaders().values()).values()) > share \
+                    and time.monotonic() < deadline:
+                time.sleep(0.5)      # the balancer moves leaderships every 0.5-2 s
         except BaseException:
             self.close()
             raise
@@ -111,17 +121,19 @@ class SingleGroupFarm:
         return pids  # type: ignore[return-value]
 
     def leaders(self) -> dict[int, int]:
-        return {0: self._cluster.wait_for_leader(timeout=30)}
+        return {partition: self._cluster.wait_for_leader(timeout=30, partition=partition)
+                for partition in range(self.layout.partitions)}
 
     def client_options(self, partition: int) -> dict[str, Any]:
         return dict(endpoints=self._cluster.endpoints, cluster=self._cluster.cluster,
-                    username=self._cluster.username, password=self._cluster.password)
+                    username=self._cluster.username, password=self._cluster.password,
+                    partition=partition)
 
     def close(self) -> None:
         self._cluster.__exit__(None, None, None)
 
 
-FARMS: dict[str, FarmFactory] = {"single-group": SingleGroupFarm}
+FARMS: dict[str, FarmFactory] = {"local": LocalGroupsFarm}
 
 
 def _writer(options: dict[str, Any], load: Load, conn: Connection) -> None:
@@ -329,11 +341,49 @@ def parse_quotas(text: str) -> list[float | None]:
     return quotas
 
 
+def compare(layouts: list[Layout], results: dict[Layout, list[Window]],
+            quotas: list[float | None]) -> list[str]:
+    """Per quota, each layout's entries/s and its gain on the first layout (median of the
+    rounds' own ratios), beside the bound of the first layout's L and F."""
+    first = layouts[0]
+    lines = [f"  {'quota':<10} " + " ".join(f"{f'{l.partitions}p/{l.nodes}n':>16}"
+                                             for l in layouts) + f" {'3L/(L+2F)':>10}"]
+    for quota in quotas:
+        base = [w for w in results[first] if w.quota == quota]
+        cells = []
+        for layout in layouts:
+            mine = [w for w in results[layout] if w.quota == quota]
+            rate = statistics.median(w.rate for w in mine)
+            gains = [w.rate / b.rate for w, b in zip(mine, base) if b.rate]
+            gain = f" {statistics.median(gains):.2f}x" if layout != first and gains else ""
+            cells.append(f"{f'{rate:,.0f}{gain}':>16}")
+        shares = [s for s in (w.leader_follower() for w in base) if s is not None]
+        limit = bound(statistics.median(s[0] for s in shares),
+                      statistics.median(s[1] for s in shares)) if shares else None
+        lines.append(f"  {quota_name(quota):<10} " + " ".join(cells)
+                     + f" {'-' if limit is None else f'{limit:.2f}':>10}")
+    return lines
+
+
+def parse_counts(text: str) -> list[int]:
+    """'1,3,6' -> [1, 3, 6] (partition counts, each 1 to 1,000)."""
+    try:
+        counts = [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--partitions: {text!r} is not a comma-separated list of counts") from None
+    if not all(1 <= c <= 1000 for c in counts) or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(
+            f"--partitions: {text!r}: each count 1 to 1,000, none twice")
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--farm", choices=sorted(FARMS), default="single-group")
+    parser.add_argument("--farm", choices=sorted(FARMS), default="local")
     parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--partitions", type=parse_counts, default=[1],
+                        help="partition counts, one farm each, in this order (e.g. 1,3,6)")
     parser.add_argument("--quotas", type=parse_quotas, default=parse_quotas("20,50,unlimited"),
                         help="CPU quota of each node process, percent of one CPU")
     parser.add_argument("--period-ms", type=float, default=10.0,
@@ -347,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--json", help="also write the windows and the report to this file")
     args = parser.parse_args(argv)
-    for name, least in (("nodes", 1), ("partitions", 1), ("rounds", 1), ("writers", 1),
-                        ("records", 1), ("value_bytes", 1)):
+    for name, least in (("nodes", 1), ("rounds", 1), ("writers", 1), ("records", 1),
+                        ("value_bytes", 1)):
         if getattr(args, name) < least:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")
     if not 1 <= args.seconds <= 600 or not 0 <= args.warmup <= 60:
@@ -363,26 +413,32 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(where, str):
         print(f"scale_out: skipped, no CPU quotas here: {where}")
         return 0
-    layout = Layout(args.nodes, args.partitions)
+    layouts = [Layout(args.nodes, count) for count in args.partitions]
     load = Load(args.writers, args.records, args.value_bytes, args.warmup, args.seconds)
     # a SIGTERM runs the finally blocks too: the cgroups and the farm go
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    header = (f"scale-out: farm {args.farm}, {layout.nodes} nodes, {layout.partitions} "
-              f"partition(s); entries of {load.records} records x {load.value_bytes} B, "
-              f"{load.writers} writers per partition; {args.rounds} rounds of "
-              f"{load.seconds:g} s; quota period {args.period_ms:g} ms, cgroup "
-              f"v{where.version}; {os.cpu_count()} CPUs")
+    header = (f"scale-out: farm {args.farm}, {args.nodes} nodes; entries of {load.records} "
+              f"records x {load.value_bytes} B, {load.writers} writers per partition; "
+              f"{args.rounds} rounds of {load.seconds:g} s; quota period "
+              f"{args.period_ms:g} ms, cgroup v{where.version}; {os.cpu_count()} CPUs")
     print(header, flush=True)
-    try:
-        windows = run(FARMS[args.farm], layout, load, args.quotas, period_us, args.rounds,
-                      where)
-    except ValueError as exc:
-        parser.error(str(exc))
-    lines = [header, *report(windows, args.quotas, load)]
+    lines = [header]
+    results: dict[Layout, list[Window]] = {}
+    for layout in layouts:
+        print(f"{layout.partitions} partition(s):", flush=True)
+        results[layout] = run(FARMS[args.farm], layout, load, args.quotas, period_us,
+                              args.rounds, where)
+        lines += [f"{layout.partitions} partition(s) on {layout.nodes} nodes",
+                  *report(results[layout], args.quotas, load)]
+    if len(layouts) > 1:
+        lines += ["entries/s by layout (gain on the first), and the first's bound",
+                  *compare(layouts, results, args.quotas)]
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"lines": lines, "windows": [asdict(w) for w in windows]}, out, indent=1)
+            json.dump({"lines": lines, "windows": {
+                str(layout.partitions): [asdict(w) for w in results[layout]]
+                for layout in layouts}}, out, indent=1)
     return 0
 
 
