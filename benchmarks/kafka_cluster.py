@@ -101,12 +101,14 @@ class KafkaCluster:
                 f"-Dlog4j.configuration=file:{self.folder}/log4j.properties",
                 "-cp", classpath, *args]
 
-    def _tool(self, what: str, *args: str, timeout: float = 120) -> None:
-        """Run one of Kafka's command-line tools to its end; RuntimeError if it fails."""
+    def tool(self, what: str, *args: str, timeout: float = 120, stdin: str = "") -> str:
+        """Run one of Kafka's command-line tools to its end, `stdin` its input; its
+        output (RuntimeError if it fails)."""
         done = subprocess.run(self._java(*args), capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, input=stdin)
         if done.returncode != 0:
             raise RuntimeError(f"{what} failed: {done.stdout}{done.stderr}")
+        return done.stdout
 
     def start(self, timeout: float = 120) -> "KafkaCluster":
         ports = free_ports(2 * self.brokers)
@@ -142,7 +144,7 @@ class KafkaCluster:
             if self.fsync_every_message:
                 lines["log.flush.interval.messages"] = "1"
             properties.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-            self._tool("formatting the storage", "kafka.tools.StorageTool", "format", "-t",
+            self.tool("formatting the storage", "kafka.tools.StorageTool", "format", "-t",
                        cluster_id, "-c", str(properties))
             log = open(self.folder / f"broker-{number}.out", "wb")
             self._procs.append(subprocess.Popen(
@@ -168,7 +170,7 @@ class KafkaCluster:
                     time.sleep(0.2)
 
     def create_topic(self, name: str, partitions: int) -> None:
-        self._tool(f"creating topic {name}", "org.apache.kafka.tools.TopicCommand",
+        self.tool(f"creating topic {name}", "org.apache.kafka.tools.TopicCommand",
                    "--bootstrap-server", self.bootstrap, "--create", "--topic", name,
                    "--partitions", str(partitions),
                    "--replication-factor", str(min(3, self.brokers)))
@@ -176,7 +178,7 @@ class KafkaCluster:
     def produce_steadily(self, topic: str, rate: int, seconds: float, record_bytes: int) -> None:
         """Kafka's own ProducerPerformance: `rate` records/s of `record_bytes` for
         `seconds`, acks=all (each record stamped with its CreateTime)."""
-        self._tool("ProducerPerformance", "org.apache.kafka.tools.ProducerPerformance",
+        self.tool("ProducerPerformance", "org.apache.kafka.tools.ProducerPerformance",
                    "--topic", topic, "--num-records", str(int(rate * seconds)),
                    "--record-size", str(record_bytes), "--throughput", str(rate),
                    "--producer-props", f"bootstrap.servers={self.bootstrap}", "acks=all",

@@ -14,7 +14,10 @@ append as the farm does per batch; `os` is Kafka's default). The same cached Dat
   sink     df.write into garlicfarm (raft, the exactly-once commit; and `raft 1 node`, a
            one-node farm with fsync never: a parquet file's durability), Kafka (at least
            once: Spark's Kafka sink has no exactly-once) and parquet (Spark's file commit
-           protocol; one copy, no fsync);
+           protocol; one copy, no fsync); Kafka twice: `kafka` with the producer's
+           defaults (the connector's kafka-clients 3.9: linger.ms 0, 16 KiB batches, no
+           compression) and `kafka tuned` as a Kafka user tunes bulk writes
+           (KAFKA_TUNED: linger 50 ms, 1 MiB batches, zstd);
   source   spark.read of the same rows into Spark's `noop` sink: the raft log range (all
            its columns, and `columns=value`), the Kafka topic (earliest to latest), the
            parquet folder, and the floor of any Python data source: `bench_ceiling`, which
@@ -62,6 +65,10 @@ from pyspark_farm.jvm import jar_path  # noqa: E402
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL  # noqa: E402
 
 WARM_ROWS = 10_000
+#: The producer settings a Kafka user sets for bulk writes (the sink's `kafka tuned` case):
+#: wait up to 50 ms to fill batches of up to 1 MiB per partition, compressed with zstd.
+KAFKA_TUNED = {"kafka.linger.ms": "50", "kafka.batch.size": str(1 << 20),
+               "kafka.compression.type": "zstd"}
 
 
 def rotate(cases: list, round_number: int) -> list:
@@ -198,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         with kafka, LocalFarm(nodes=3) as farm, LocalFarm(nodes=1, fsync="never") as single:
             lines = [f"spark {spark.version}, connector {args.connector_version}, "
                      f"kafka: {json.dumps(kafka.settings)}, farm: 3 nodes, fsync batch; "
-                     "raft 1 node: one node, fsync never (a parquet file's durability)"]
+                     "raft 1 node: one node, fsync never (a parquet file's durability); "
+                     f"kafka tuned: {json.dumps(KAFKA_TUNED)}"]
             kafka_options = {"kafka.bootstrap.servers": kafka.bootstrap}
 
             def topic() -> str:
@@ -214,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                     .options(**single.options).mode("append").save(),
                     "kafka": lambda: frame.write.format("kafka").options(**kafka_options)
                     .option("kafka.acks", "all").option("topic", topics["sink"]).save(),
+                    "kafka tuned": lambda: frame.write.format("kafka").options(**kafka_options)
+                    .options(**KAFKA_TUNED).option("kafka.acks", "all")
+                    .option("topic", topics["sink"]).save(),
                     "parquet": lambda: frame.write.mode("overwrite")
                     .parquet(os.path.join(work, "sink.parquet")),
                 }
@@ -228,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                 ledger = CpuLedger()
                 sink_seconds = run_rounds(args.rounds, sinks(frame, {"sink": topic()}), ledger)
                 lines += report("sink: df.write", args.rows, sink_seconds,
-                                [("raft", "kafka"), ("raft", "parquet"),
-                                 ("raft 1 node", "parquet")])
+                                [("raft", "kafka"), ("raft", "kafka tuned"),
+                                 ("raft", "parquet"), ("raft 1 node", "parquet")])
                 lines += ledger.lines(args.rows)
 
             # the source's rows: written once by each side, untimed

@@ -1,7 +1,8 @@
 """The raft sink over a farm of several partitions: rows routed by an optional `key`.
 
-A row whose `key` (string or binary) is not null goes to `_route(key) mod N`, so the
-rows of one key stay in one partition, in write order; rows without a key are spread
+A row whose `key` (string or binary) is not null goes to the partition Kafka's default
+partitioner picks for it (`partitioning.key_partitions`: murmur2 of the key's bytes, mod
+N), so the rows of one key stay in one partition, in write order; rows without a key are spread
 row by row over the partitions in turn (from the task's number: deterministic, so a
 re-run batch routes as the first run did). Each partition gets what today's one-partition sink does: staged payloads, then
 one commit entry per (query id, batch id) that its ledger takes once; the driver commits
@@ -15,7 +16,6 @@ arrow it is encoded into the value with the other columns, as today.
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,20 +27,10 @@ import pyarrow as pa
 from ..errors import SchemaError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
 from ..value_formats import encode_values
+from .partitioning import NO_PARTITION, key_partitions
 from .sink import RaftSinkBackend, _Stager, ipc_payload, payload_chunks
 
 KEY_COLUMN = "key"
-
-
-def _route(keys: pa.Array, count: int) -> np.ndarray:
-    """TEMPORARY (replaced at merge by pyspark_farm.raft.partitioning's Kafka murmur2):
-    the partition of each key (crc32 of its bytes, mod `count`), -1 for a null key."""
-    targets = np.full(len(keys), -1, dtype=np.int64)
-    for row, key in enumerate(keys.to_pylist()):
-        if key is not None:
-            data = key.encode() if isinstance(key, str) else key
-            targets[row] = zlib.crc32(data) % count
-    return targets
 
 
 def check_key_type(type_name: str | None) -> None:
@@ -124,8 +114,9 @@ class RoutedSinkBackend:
         keyless rows go round-robin from partition `turn` mod N."""
         spread = (turn + np.arange(batch.num_rows, dtype=np.int64)) % self.partitions
         if KEY_COLUMN in batch.schema.names:
-            targets = _route(batch.column(KEY_COLUMN), self.partitions)
-            targets = np.where(targets < 0, spread, targets)
+            targets = key_partitions(batch.column(KEY_COLUMN), self.partitions,
+                                     name=KEY_COLUMN)
+            targets = np.where(targets == NO_PARTITION, spread, targets)
         else:
             targets = spread
         if self.value_format == "binary":       # the key routes; the value is stored

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pyspark_farm import LocalFarm
+from pyspark_farm.raft.partitioning import partition_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -103,6 +104,9 @@ def test_keyed_write_reads_back_once_each_key_in_one_partition_in_order(spark, f
         homes.setdefault(value.rsplit("-", 1)[0], set()).add(partition)
     keyed = {k: p for k, p in homes.items() if k != "w-none"}
     assert all(len(p) == 1 for p in keyed.values()), keyed        # a key stays in one
+    # ... the one Kafka's default partitioner picks (murmur2; crc32 would differ)
+    assert {k.removeprefix("w-"): min(p) for k, p in keyed.items()} == \
+        {k: partition_for(k, PARTITIONS) for k in keys}
     assert len({min(p) for p in keyed.values()}) >= 2             # keys use the partitions
     assert len(homes["w-none"]) >= 2                              # keyless rows are spread
     for key in keyed:                                             # in write order
