@@ -168,8 +168,7 @@ def _backend(options: Mapping[str, str], schema_: StructType
     try:
         values = parse_sink(SINK_OPTIONS, options, schema_)
     except SchemaError:
-        routable = key is not None and key.dataType.typeName() in ("string", "binary")
-        if not routable:
+        if key is None:
             raise
         without_key = StructType([f for f in schema_.fields if f.name != KEY_COLUMN])
         values = parse_sink(SINK_OPTIONS, options, without_key)

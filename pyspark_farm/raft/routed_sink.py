@@ -1,6 +1,6 @@
 """The raft sink over a farm of several partitions: rows routed by an optional `key`.
 
-A row whose `key` (string or binary) is not null goes to the partition Kafka's default
+A row whose `key` (string, binary or integer) is not null goes to the partition Kafka's default
 partitioner picks for it (`partitioning.key_partitions`: murmur2 of the key's bytes, mod
 N), so the rows of one key stay in one partition, in write order; rows without a key are spread
 row by row over the partitions in turn (from the task's number: deterministic, so a
@@ -33,11 +33,18 @@ from .sink import RaftSinkBackend, _Stager, ipc_payload, payload_chunks
 KEY_COLUMN = "key"
 
 
+#: Spark type names of the key columns `partitioning` encodes as Kafka's serializers do.
+KEY_TYPES = ("string", "binary", "byte", "short", "integer", "long")
+
+
 def check_key_type(type_name: str | None) -> None:
-    """The `key` column, when there is one (`type_name`), holds strings or bytes."""
-    if type_name is not None and type_name not in ("string", "binary"):
+    """The `key` column, when there is one (`type_name`), is of a type whose bytes a
+    Kafka producer would send alike (partitioning's table), checked before any task runs."""
+    if type_name is not None and type_name not in KEY_TYPES:
         raise SchemaError(f"the garlicfarm sink routes rows by a '{KEY_COLUMN}' column of "
-                          f"strings or bytes; this one is {type_name}: cast it to string")
+                          f"strings, bytes or integers (byte, short, int, long); this one "
+                          f"is {type_name}, which has no stable byte encoding: cast it to "
+                          f"string")
 
 
 @dataclass

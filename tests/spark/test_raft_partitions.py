@@ -112,3 +112,27 @@ def test_keyed_write_reads_back_once_each_key_in_one_partition_in_order(spark, f
     for key in keyed:                                             # in write order
         order = [v for _, v in got if v.rsplit("-", 1)[0] == key]
         assert order == sorted(order), key
+
+
+@pytest.mark.parametrize("key_type, width", [("bigint", 8), ("int", 4)])
+def test_integer_keys_route_as_kafkas_number_serializers(spark, farm, key_type, width):
+    """A long (int) key is hashed as the 8 (4) big-endian bytes Kafka's LongSerializer
+    (IntegerSerializer) sends, so a Java producer keyed by the same numbers agrees."""
+    keys = [-7, 0, 1, 2, 255, 65536, 2**31 - 1, -2**31]
+    written = [(k, f"i{width}-{k}-{n}") for n in range(4) for k in keys]
+    frame = spark.createDataFrame(written, f"key {key_type}, value string")
+    frame.write.format("garlicfarm").options(**farm.options).mode("append").save()
+    read = (spark.read.format("garlicfarm").options(**farm.options)
+            .option("partitions", "all").load()
+            .where(f"value like 'i{width}-%'").select("partition", "value").collect())
+    got = {bytes(r["value"]).decode(): r["partition"] for r in read}
+    assert sorted(got) == sorted(v for _, v in written)
+    assert {v: got[v] for _, v in written} == \
+        {v: partition_for(k, PARTITIONS, width=width) for k, v in written}
+    assert len(set(got.values())) >= 2
+
+
+def test_a_key_column_without_a_stable_encoding_is_refused_before_any_write(spark, farm):
+    frame = spark.createDataFrame([(1.5, "f")], "key double, value string")
+    with pytest.raises(Exception, match="strings, bytes or integers.*this one is double"):
+        frame.write.format("garlicfarm").options(**farm.options).mode("append").save()
