@@ -479,13 +479,15 @@ class RaftNode:
     # Ready / advance
     # ====================================================================================
     def has_ready(self) -> bool:
-        """Is there anything to persist, send, apply or report?"""
+        """Is there anything to persist, send, apply or report? A query: replication
+        owed (proposals or a heartbeat not yet turned into messages) counts, and
+        ready() turns it into messages (possibly none, when every window is full)."""
         # asked after every step and turn, mostly to hear "no": kept to few calls
         replication = self.replication
-        if self.role is Role.LEADER and (replication.dirty or replication.heartbeat_due):
-            replication.flush()
         log, outbox, prev = self.log, self.outbox, self._prev_hard
         return bool(outbox.now or outbox.later or outbox.read_states or log.unstable
+                    or (self.role is Role.LEADER
+                        and (replication.dirty or replication.heartbeat_due))
                     or log.pending_snapshot is not None or log.has_next_committed()
                     or prev.commit != log.committed or prev.term != self.term
                     or prev.vote != self.vote or self._soft_changed())
