@@ -123,8 +123,8 @@ class Elections:
         last_index, last_term = node.log.last_index(), node.log.last_term()
         outbox = node.outbox.now if pre_vote else node.outbox.later
         for peer in sorted(node.log.configuration.all_voters - {node.id}):
-            outbox.append(RequestVote(term, node.id, peer, last_index, last_term,
-                                      pre_vote, transfer))
+            outbox.append(RequestVote(term=term, source=node.id, destination=peer, last_log_index=last_index, last_log_term=last_term,
+                                      pre_vote=pre_vote, leader_transfer=transfer))
 
     def tally(self) -> VoteResult:
         """Act on the vote as it stands: campaign for real after a won pre-vote, lead
@@ -151,8 +151,8 @@ class Elections:
             node.vote = msg.source
             self.reset_timer()
         term = msg.term if (grant and msg.pre_vote) else node.term
-        node.outbox.later.append(RequestVoteResponse(term, node.id, msg.source, grant,
-                                                     msg.pre_vote))
+        node.outbox.later.append(RequestVoteResponse(term=term, source=node.id, destination=msg.source, granted=grant,
+                                                     pre_vote=msg.pre_vote))
 
     def on_vote_response(self, msg: RequestVoteResponse) -> None:
         """A candidate's or pre-candidate's answer (other roles ignore them)."""

@@ -171,14 +171,14 @@ class Membership:
         config = node.log.configuration
         if joiner.address:
             config = config.with_observers(addresses={joiner.node_id: joiner.address})
-        node.outbox.now.append(JoinClusterRequest(node.term, node.id, joiner.node_id, config,
-                                                  node.log.committed, node.log.last_index()))
+        node.outbox.now.append(JoinClusterRequest(term=node.term, source=node.id, destination=joiner.node_id, configuration=config,
+                                                  commit=node.log.committed, last_log_index=node.log.last_index()))
         joiner.sent_tick = node.ticks
 
     def _ask_to_leave(self, leaver: Leaver) -> None:
         node = self.node
-        node.outbox.now.append(LeaveClusterRequest(node.term, node.id, leaver.node_id,
-                                                   node.log.committed, node.log.last_index()))
+        node.outbox.now.append(LeaveClusterRequest(term=node.term, source=node.id, destination=leaver.node_id,
+                                                   commit=node.log.committed, last_log_index=node.log.last_index()))
         leaver.sent_tick = node.ticks
 
     def sync_joiner(self, joiner: Joiner) -> None:
@@ -201,8 +201,8 @@ class Membership:
             return
         hi = min(log.committed, start + opts.log_sync_batch - 1)
         entries = log.slice(start, hi + 1, opts.max_bytes_per_message)
-        node.outbox.now.append(SyncLogRequest(node.term, node.id, joiner.node_id, start,
-                                              entries, log.committed))
+        node.outbox.now.append(SyncLogRequest(term=node.term, source=node.id, destination=joiner.node_id, start_index=start,
+                                              entries=entries, commit=log.committed))
         joiner.sent_tick = node.ticks
 
     def tick(self) -> None:
@@ -283,8 +283,8 @@ class Membership:
             if log.configuration_index == 0:
                 log.base_configuration = msg.configuration
                 node.after_log_change()
-        node.outbox.later.append(JoinClusterResponse(node.term, node.id, msg.source, ok,
-                                                     log.last_index() + 1))
+        node.outbox.later.append(JoinClusterResponse(term=node.term, source=node.id, destination=msg.source, accepted=ok,
+                                                     next_index=log.last_index() + 1))
 
     def on_sync_log(self, msg: SyncLogRequest) -> None:
         check_run(msg.entries, msg.start_index, "entries")
@@ -292,8 +292,8 @@ class Membership:
         log = node.log
         if not self.catching_up or msg.start_index > log.last_index() + 1 or \
                 msg.start_index < log.first_index():
-            node.outbox.later.append(SyncLogResponse(node.term, node.id, msg.source, False,
-                                                     log.last_index() + 1))
+            node.outbox.later.append(SyncLogResponse(term=node.term, source=node.id, destination=msg.source, accepted=False,
+                                                     next_index=log.last_index() + 1))
             return
         node.receiver.hear_from_leader(msg.source)
         entries = msg.entries[max(0, log.committed + 1 - msg.start_index):]
@@ -303,15 +303,15 @@ class Membership:
         end = msg.start_index + len(msg.entries) - 1
         log.commit_to(min(msg.commit, end))
         node.after_log_change()
-        node.outbox.later.append(SyncLogResponse(node.term, node.id, msg.source, True, end + 1))
+        node.outbox.later.append(SyncLogResponse(term=node.term, source=node.id, destination=msg.source, accepted=True, next_index=end + 1))
 
     def on_leave_cluster(self, msg: LeaveClusterRequest) -> None:
         node = self.node
         changing = node.log.configuration_index > node.log.committed
         if not changing and node.receiver.hear_from_leader(msg.source):
             self.start_leaving()
-        node.outbox.later.append(LeaveClusterResponse(node.term, node.id, msg.source,
-                                                      not changing))
+        node.outbox.later.append(LeaveClusterResponse(term=node.term, source=node.id, destination=msg.source,
+                                                      accepted=not changing))
 
     # -- our own membership -----------------------------------------------------------------
     def update_removed(self) -> None:

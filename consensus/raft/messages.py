@@ -32,7 +32,7 @@ class PullStatus(enum.IntEnum):
     INDEX_UNDERFLOW = 2     #: the index was compacted away: reset from a snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     term: int
     source: int
@@ -42,7 +42,7 @@ class Message:
 
 
 # -- elections (Raft §5.2, PreVote from the dissertation §9.6) ------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestVote(Message):
     """A candidate asks for a vote. With `pre_vote`, `term` is the term it *would* use
     and nobody changes state; `leader_transfer` overrides the receiver's leader lease
@@ -54,14 +54,14 @@ class RequestVote(Message):
     leader_transfer: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestVoteResponse(Message):
     granted: bool
     pre_vote: bool = False
 
 
 # -- replication (Raft §5.3, JournalKeeper's parallel replication) ----------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppendEntries(Message):
     """Entries after (prev_log_index, prev_log_term), or none as a heartbeat. `ctx` is
     the leader's send stamp; the response echoes it (leases and ReadIndex rounds)."""
@@ -73,7 +73,7 @@ class AppendEntries(Message):
     ctx: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppendEntriesResponse(Message):
     """`log_index` (first index of the request = its prev_log_index + 1), `entry_count`
     and `ctx` echo the request. On success the follower holds the leader's entries up to
@@ -87,7 +87,7 @@ class AppendEntriesResponse(Message):
     ctx: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstallSnapshot(Message):
     """One chunk of the leader's snapshot (Raft §7; JRaft's SnapshotSyncRequest)."""
 
@@ -100,7 +100,7 @@ class InstallSnapshot(Message):
     commit: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstallSnapshotResponse(Message):
     """`next_offset` is where the next chunk starts (JRaft's nextIndex); after the last
     chunk, `success` means the snapshot was installed (or was not needed)."""
@@ -111,13 +111,13 @@ class InstallSnapshotResponse(Message):
     done: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TimeoutNow(Message):
     """Leader transfer: start an election now, without pre-vote."""
 
 
 # -- reads ----------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReadIndexRequest(Message):
     """A follower forwards a linearizable read to the leader."""
 
@@ -125,7 +125,7 @@ class ReadIndexRequest(Message):
     lease: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReadIndexResponse(Message):
     ctx: bytes
     index: int
@@ -133,7 +133,7 @@ class ReadIndexResponse(Message):
 
 
 # -- JRaft's single-server membership flows ----------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MembershipReply(Message):
     """A joining or leaving server's answer: it takes no part in elections, so its term
     never deposes the leader."""
@@ -143,7 +143,7 @@ class MembershipReply(Message):
     TERM_RULES: ClassVar[bool] = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JoinClusterRequest(Message):
     """The leader invites a new server and hands it the current configuration."""
 
@@ -152,12 +152,12 @@ class JoinClusterRequest(Message):
     last_log_index: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JoinClusterResponse(MembershipReply):
     next_index: int             #: the joiner's first free index
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncLogRequest(Message):
     """Committed entries for a joining server, written from `start_index` on."""
 
@@ -166,12 +166,12 @@ class SyncLogRequest(Message):
     commit: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncLogResponse(MembershipReply):
     next_index: int             #: where the next SyncLogRequest starts
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaveClusterRequest(Message):
     """The leader tells a server it is being removed."""
 
@@ -179,20 +179,20 @@ class LeaveClusterRequest(Message):
     last_log_index: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaveClusterResponse(MembershipReply):
     """Accepted unless a configuration change is still uncommitted at the server."""
 
 
 # -- observers (JournalKeeper getServerEntries / getServerState) ------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ObserverMessage(Message):
     """Observer pulls and their answers: outside elections, no term rules."""
 
     TERM_RULES: ClassVar[bool] = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PullEntries(ObserverMessage):
     """An observer asks any member for committed entries from `index` on."""
 
@@ -201,7 +201,7 @@ class PullEntries(ObserverMessage):
     max_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PullEntriesResponse(ObserverMessage):
     status: PullStatus
     index: int
@@ -210,7 +210,7 @@ class PullEntriesResponse(ObserverMessage):
     commit: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PullSnapshot(ObserverMessage):
     """An observer that fell below a member's log fetches its snapshot in chunks;
     `snapshot_index` is 0 on the first request."""
@@ -219,7 +219,7 @@ class PullSnapshot(ObserverMessage):
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PullSnapshotResponse(ObserverMessage):
     """A chunk of the member's latest snapshot; a different `snapshot_index` than asked
     for means the member took a newer one, and the chunk starts again at offset 0."""

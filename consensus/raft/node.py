@@ -312,14 +312,14 @@ class RaftNode:
         later = self.outbox.later
         if isinstance(msg, AppendEntries):
             later.append(AppendEntriesResponse(
-                self.term, self.id, msg.source, False, self.log.last_index() + 1,
-                msg.prev_log_index + 1, len(msg.entries), msg.ctx))
+                term=self.term, source=self.id, destination=msg.source, success=False, next_index=self.log.last_index() + 1,
+                log_index=msg.prev_log_index + 1, entry_count=len(msg.entries), ctx=msg.ctx))
         elif isinstance(msg, InstallSnapshot):
             later.append(InstallSnapshotResponse(
-                self.term, self.id, msg.source, False, 0, msg.snapshot_index))
+                term=self.term, source=self.id, destination=msg.source, success=False, next_offset=0, snapshot_index=msg.snapshot_index))
         elif isinstance(msg, RequestVote):
             later.append(RequestVoteResponse(
-                self.term, self.id, msg.source, False, msg.pre_vote))
+                term=self.term, source=self.id, destination=msg.source, granted=False, pre_vote=msg.pre_vote))
 
     # ====================================================================================
     # Role changes (the collaborators call them)

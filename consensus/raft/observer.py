@@ -60,12 +60,12 @@ class Puller:
         if pull.parent not in parents:      # JournalKeeper: a random parent per round
             pull.parent = node.rng.choice(parents)
         if pull.fetching_snapshot:
-            msg: Message = PullSnapshot(node.term, node.id, pull.parent, pull.snapshot_index,
-                                        len(pull.snapshot_data))
+            msg: Message = PullSnapshot(term=node.term, source=node.id, destination=pull.parent, snapshot_index=pull.snapshot_index,
+                                        offset=len(pull.snapshot_data))
         else:
             opts = node.options
-            msg = PullEntries(node.term, node.id, pull.parent, node.log.committed + 1,
-                              opts.observer_pull_max_entries, opts.max_bytes_per_message)
+            msg = PullEntries(term=node.term, source=node.id, destination=pull.parent, index=node.log.committed + 1,
+                              max_entries=opts.observer_pull_max_entries, max_bytes=opts.max_bytes_per_message)
         node.outbox.now.append(msg)
         pull.sent_tick = node.ticks
 
@@ -138,18 +138,18 @@ class Puller:
             status = PullStatus.SUCCESS
             hi = min(commit, msg.index + max(1, msg.max_entries) - 1)
             entries = log.slice(msg.index, hi + 1, msg.max_bytes)
-        node.outbox.now.append(PullEntriesResponse(node.term, node.id, msg.source, status,
-                                                   msg.index, entries, first, commit))
+        node.outbox.now.append(PullEntriesResponse(term=node.term, source=node.id, destination=msg.source, status=status,
+                                                   index=msg.index, entries=entries, min_index=first, commit=commit))
 
     def serve_snapshot(self, msg: PullSnapshot) -> None:
         node = self.node
         snap = node.log.storage.catch_up_snapshot()
         if snap is None:
-            node.outbox.now.append(PullSnapshotResponse(node.term, node.id, msg.source, 0, 0,
-                                                        EMPTY, 0, b"", True))
+            node.outbox.now.append(PullSnapshotResponse(term=node.term, source=node.id, destination=msg.source, snapshot_index=0, snapshot_term=0,
+                                                        configuration=EMPTY, offset=0, data=b"", done=True))
             return
         offset = msg.offset if msg.snapshot_index == snap.index else 0
         chunk = snap.data[offset:offset + node.options.snapshot_chunk_bytes]
         node.outbox.now.append(PullSnapshotResponse(
-            node.term, node.id, msg.source, snap.index, snap.term, snap.configuration, offset,
-            chunk, offset + len(chunk) >= len(snap.data)))
+            term=node.term, source=node.id, destination=msg.source, snapshot_index=snap.index, snapshot_term=snap.term, configuration=snap.configuration, offset=offset,
+            data=chunk, done=offset + len(chunk) >= len(snap.data)))

@@ -43,8 +43,8 @@ class ReadIndex:
         if node.role is Role.LEADER:
             self.leader_read(ctx, lease, None)
         elif node.leader_id is not None and node.role is not Role.OBSERVER:
-            node.outbox.now.append(ReadIndexRequest(node.term, node.id, node.leader_id, ctx,
-                                                    lease))
+            node.outbox.now.append(ReadIndexRequest(term=node.term, source=node.id, destination=node.leader_id, ctx=ctx,
+                                                    lease=lease))
         else:
             raise NotLeader(node.id, node.leader_id)
 
@@ -110,9 +110,9 @@ class ReadIndex:
         if read.requester is None:
             node.outbox.read_states.append(ReadState(read.ctx, read.index, status))
         else:
-            node.outbox.now.append(ReadIndexResponse(node.term, node.id, read.requester,
-                                                     read.ctx, read.index,
-                                                     status is ReadStatus.OK))
+            node.outbox.now.append(ReadIndexResponse(term=node.term, source=node.id, destination=read.requester,
+                                                     ctx=read.ctx, index=read.index,
+                                                     success=status is ReadStatus.OK))
 
     # -- messages ---------------------------------------------------------------------------
     def on_request_at_leader(self, msg: ReadIndexRequest) -> None:
@@ -120,8 +120,8 @@ class ReadIndex:
 
     def on_request_elsewhere(self, msg: ReadIndexRequest) -> None:
         node = self.node
-        node.outbox.now.append(ReadIndexResponse(node.term, node.id, msg.source, msg.ctx, 0,
-                                                 False))
+        node.outbox.now.append(ReadIndexResponse(term=node.term, source=node.id, destination=msg.source, ctx=msg.ctx, index=0,
+                                                 success=False))
 
     def on_response(self, msg: ReadIndexResponse) -> None:
         status = ReadStatus.OK if msg.success else ReadStatus.NOT_LEADER

@@ -83,8 +83,8 @@ class Receiver:
 
     def _reply(self, msg: AppendEntries, success: bool, next_index: int) -> AppendEntriesResponse:
         node = self.node
-        return AppendEntriesResponse(node.term, node.id, msg.source, success, next_index,
-                                     msg.prev_log_index + 1, len(msg.entries), msg.ctx)
+        return AppendEntriesResponse(term=node.term, source=node.id, destination=msg.source, success=success, next_index=next_index,
+                                     log_index=msg.prev_log_index + 1, entry_count=len(msg.entries), ctx=msg.ctx)
 
     def on_install_snapshot(self, msg: InstallSnapshot) -> None:
         if not self.hear_from_leader(msg.source):
@@ -94,8 +94,8 @@ class Receiver:
         if msg.snapshot_index <= node.log.committed:
             self.incoming = None
             later.append(InstallSnapshotResponse(
-                node.term, node.id, msg.source, True, len(msg.data) + msg.offset,
-                msg.snapshot_index, done=True))
+                term=node.term, source=node.id, destination=msg.source, success=True, next_offset=len(msg.data) + msg.offset,
+                snapshot_index=msg.snapshot_index, done=True))
             return
         inc = self.incoming
         if inc is None or (inc.leader, inc.term, inc.index) != (msg.source, msg.term,
@@ -104,19 +104,19 @@ class Receiver:
                                                    msg.snapshot_term)
         if msg.offset != len(inc.data):
             later.append(InstallSnapshotResponse(
-                node.term, node.id, msg.source, False, len(inc.data), msg.snapshot_index))
+                term=node.term, source=node.id, destination=msg.source, success=False, next_offset=len(inc.data), snapshot_index=msg.snapshot_index))
             return
         inc.data += msg.data
         if not msg.done:
             later.append(InstallSnapshotResponse(
-                node.term, node.id, msg.source, True, len(inc.data), msg.snapshot_index))
+                term=node.term, source=node.id, destination=msg.source, success=True, next_offset=len(inc.data), snapshot_index=msg.snapshot_index))
             return
         self.incoming = None
         self.restore(Snapshot(msg.snapshot_index, msg.snapshot_term, msg.configuration,
                               bytes(inc.data)))
         node.log.commit_to(min(msg.commit, node.log.last_index()))
         later.append(InstallSnapshotResponse(
-            node.term, node.id, msg.source, True, len(inc.data), msg.snapshot_index, done=True))
+            term=node.term, source=node.id, destination=msg.source, success=True, next_offset=len(inc.data), snapshot_index=msg.snapshot_index, done=True))
 
     def restore(self, snapshot: Snapshot) -> None:
         """Take a snapshot received from a leader or an observer's parent."""

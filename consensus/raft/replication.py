@@ -175,8 +175,8 @@ class Replicator:
         node = self.node
         commit = min(node.log.committed, prev + len(entries))
         pr.sent_commit = max(pr.sent_commit, commit)
-        node.outbox.now.append(AppendEntries(node.term, node.id, peer, prev, prev_term,
-                                             entries, commit, node.reads.stamp()))
+        node.outbox.now.append(AppendEntries(term=node.term, source=node.id, destination=peer, prev_log_index=prev, prev_log_term=prev_term,
+                                             entries=entries, commit=commit, ctx=node.reads.stamp()))
 
     def _send_heartbeat(self, peer: int, pr: Progress) -> None:
         """An empty AppendEntries at the follower's match point: it cannot fail on a
@@ -206,9 +206,9 @@ class Replicator:
         offset = min(pr.snapshot_offset, len(snap.data))
         chunk = snap.data[offset:offset + node.options.snapshot_chunk_bytes]
         done = offset + len(chunk) >= len(snap.data)
-        node.outbox.now.append(InstallSnapshot(node.term, node.id, peer, snap.index, snap.term,
-                                               snap.configuration, offset, chunk, done,
-                                               min(node.log.committed, snap.index)))
+        node.outbox.now.append(InstallSnapshot(term=node.term, source=node.id, destination=peer, snapshot_index=snap.index, snapshot_term=snap.term,
+                                               configuration=snap.configuration, offset=offset, data=chunk, done=done,
+                                               commit=min(node.log.committed, snap.index)))
         pr.snapshot_sent_tick = node.ticks
         return True
 

@@ -52,4 +52,4 @@ class Transfer:
         if self.target == peer and not self._timeout_now_sent and \
                 pr.match == node.log.last_index():
             self._timeout_now_sent = True
-            node.outbox.now.append(TimeoutNow(node.term, node.id, peer))
+            node.outbox.now.append(TimeoutNow(term=node.term, source=node.id, destination=peer))

@@ -181,7 +181,7 @@ class Group:
         voters = sorted(raft.configuration.voters)
         if raft.term == 0 and raft.last_index == 0 and voters and not self.config.observer \
                 and self.id == voters[rank % len(voters)]:
-            raft.step(TimeoutNow(0, self.id, self.id))
+            raft.step(TimeoutNow(term=0, source=self.id, destination=self.id))
 
     def turn(self, now: float) -> None:
         """One loop turn: peers' messages and ticks, lease-sensitive reads, the clients'

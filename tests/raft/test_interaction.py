@@ -178,7 +178,7 @@ class Script:
     def do_campaign(self, args: list[str], out: list[str]) -> None:
         node_id = int(args[0])
         node = self.nodes[node_id]
-        node.step(TimeoutNow(node.term, node_id, node_id))
+        node.step(TimeoutNow(term=node.term, source=node_id, destination=node_id))
 
     def do_propose(self, args: list[str], out: list[str]) -> None:
         out.append(f"index {self.nodes[int(args[0])].propose(args[1].encode())}")

@@ -110,7 +110,7 @@ def test_ready_must_be_advanced_before_the_next_one():
 def test_misrouted_message_is_refused():
     from consensus.raft import AppendEntries
     with pytest.raises(RaftError, match="for node 7"):
-        lone().step(AppendEntries(1, 2, 7, 0, 0, [], 0))
+        lone().step(AppendEntries(term=1, source=2, destination=7, prev_log_index=0, prev_log_term=0, entries=[], commit=0))
 
 
 def test_node_id_must_be_positive():
@@ -121,7 +121,7 @@ def test_node_id_must_be_positive():
 def test_entries_that_do_not_follow_prev_are_refused_untouched():
     from consensus.raft import AppendEntries, InvalidMessage
     node = lone(2, storage=storage_with([1, 1], term=1))
-    bad = AppendEntries(1, 1, 2, 2, 1, [Entry(1, 5, EntryType.APPLICATION, b"x")], 0)
+    bad = AppendEntries(term=1, source=1, destination=2, prev_log_index=2, prev_log_term=1, entries=[Entry(1, 5, EntryType.APPLICATION, b"x")], commit=0)
     with pytest.raises(InvalidMessage) as info:
         node.step(bad)
     assert info.value.field == "entries" and "follow index 2" in str(info.value)
@@ -133,9 +133,9 @@ def test_no_application_snapshot_while_a_leaders_snapshot_is_pending():
     until it is persisted, snapshot_at refuses (found by the 10,000-seed soak)."""
     from consensus.raft import InstallSnapshot
     node = lone(2, storage=storage_with([1, 1, 1], term=1))
-    node.step(AppendEntries(1, 1, 2, 3, 1, [], 3))
+    node.step(AppendEntries(term=1, source=1, destination=2, prev_log_index=3, prev_log_term=1, entries=[], commit=3))
     rd = node.ready()
-    node.step(InstallSnapshot(1, 1, 2, 10, 1, Configuration.of([1, 2, 3]), 0, b"s", True, 10))
+    node.step(InstallSnapshot(term=1, source=1, destination=2, snapshot_index=10, snapshot_term=1, configuration=Configuration.of([1, 2, 3]), offset=0, data=b"s", done=True, commit=10))
     node.log.storage.persist(rd)
     node.advance(rd)
     assert node.applied_index == 3 and node.installing_snapshot
@@ -155,13 +155,13 @@ def test_a_snapshot_with_an_empty_configuration_keeps_the_receivers():
     own configuration; the configuration entries after the snapshot replace it."""
     from consensus.raft import InstallSnapshot
     node = lone(2)
-    node.step(InstallSnapshot(1, 1, 2, 10, 1, Configuration.of(()), 0, b"s", True, 10))
+    node.step(InstallSnapshot(term=1, source=1, destination=2, snapshot_index=10, snapshot_term=1, configuration=Configuration.of(()), offset=0, data=b"s", done=True, commit=10))
     rd = node.ready()
     assert rd.snapshot.index == 10 and rd.snapshot.configuration == Configuration.of([1, 2, 3])
     node.log.storage.persist(rd)
     node.advance(rd)
     assert node.configuration == Configuration.of([1, 2, 3])
     assert node.last_index == 10
-    node.step(InstallSnapshot(1, 1, 2, 20, 1, Configuration.of([1, 2]), 0, b"t", True, 20))
+    node.step(InstallSnapshot(term=1, source=1, destination=2, snapshot_index=20, snapshot_term=1, configuration=Configuration.of([1, 2]), offset=0, data=b"t", done=True, commit=20))
     rd = node.ready()
     assert rd.snapshot.configuration == Configuration.of([1, 2])   # a real one is taken

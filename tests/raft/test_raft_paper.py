@@ -47,7 +47,7 @@ def test_5_1_higher_term_makes_any_node_a_follower(role):
         take(node)
         assert node.role is (Role.LEADER if role == "leader" else Role.CANDIDATE)
     new_term = node.term + 5
-    node.step(AppendEntries(new_term, 2, 1, 0, 0, [], 0))
+    node.step(AppendEntries(term=new_term, source=2, destination=1, prev_log_index=0, prev_log_term=0, entries=[], commit=0))
     assert node.term == new_term and node.vote is None
     assert node.role is Role.FOLLOWER and node.leader_id == 2
     take(node)
@@ -57,7 +57,7 @@ def test_5_1_higher_term_makes_any_node_a_follower(role):
 def test_5_1_stale_term_requests_are_refused():
     """§5.1: a request with a stale term is rejected (and tells the sender our term)."""
     node = lone(storage=storage_with([1, 2], term=3))
-    node.step(AppendEntries(2, 2, 1, 2, 2, [Entry(2, 3, EntryType.APPLICATION, b"x")], 0))
+    node.step(AppendEntries(term=2, source=2, destination=1, prev_log_index=2, prev_log_term=2, entries=[Entry(2, 3, EntryType.APPLICATION, b"x")], commit=0))
     replies = of_type(take(node), AppendEntriesResponse)
     assert len(replies) == 1 and not replies[0].success and replies[0].term == 3
     assert node.last_index == 2
@@ -131,16 +131,16 @@ def test_5_2_candidate_wins_with_a_majority(granted, rejected, expected):
         node.tick()
     take(node)
     for voter in sorted(granted | rejected):
-        node.step(RequestVoteResponse(node.term, voter, 1, voter in granted))
+        node.step(RequestVoteResponse(term=node.term, source=voter, destination=1, granted=voter in granted))
     assert node.role is expected
 
 
 def test_5_2_each_server_votes_once_per_term():
     """§5.2: each server votes for at most one candidate in a term, first come first served."""
     node = lone(voters=(1, 2, 3))
-    node.step(RequestVote(1, 2, 1, 0, 0))
-    node.step(RequestVote(1, 3, 1, 0, 0))
-    node.step(RequestVote(1, 2, 1, 0, 0))      # the same candidate again: yes again
+    node.step(RequestVote(term=1, source=2, destination=1, last_log_index=0, last_log_term=0))
+    node.step(RequestVote(term=1, source=3, destination=1, last_log_index=0, last_log_term=0))
+    node.step(RequestVote(term=1, source=2, destination=1, last_log_index=0, last_log_term=0))      # the same candidate again: yes again
     replies = of_type(take(node), RequestVoteResponse)
     assert [(m.destination, m.granted) for m in replies] == [(2, True), (3, False), (2, True)]
     assert node.hard_state().vote == 2
@@ -153,7 +153,7 @@ def test_5_2_candidate_steps_down_for_a_leader_of_its_term():
     for _ in range(OPTIONS.election_timeout_max):
         node.tick()
     take(node)
-    node.step(AppendEntries(node.term, 3, 1, 0, 0, [], 0))
+    node.step(AppendEntries(term=node.term, source=3, destination=1, prev_log_index=0, prev_log_term=0, entries=[], commit=0))
     assert node.role is Role.FOLLOWER and node.leader_id == 3
 
 
@@ -211,9 +211,9 @@ def test_5_3_follower_refuses_entries_without_a_matching_predecessor():
     """§5.3: the consistency check: a follower refuses AppendEntries unless it holds an
     entry at prev_log_index with prev_log_term."""
     node = lone(storage=storage_with([1, 1, 2], term=2))
-    node.step(AppendEntries(2, 2, 1, 3, 1, [Entry(2, 4, EntryType.APPLICATION, b"x")], 0))
-    node.step(AppendEntries(2, 2, 1, 5, 2, [Entry(2, 6, EntryType.APPLICATION, b"y")], 0))
-    node.step(AppendEntries(2, 2, 1, 3, 2, [Entry(2, 4, EntryType.APPLICATION, b"z")], 0))
+    node.step(AppendEntries(term=2, source=2, destination=1, prev_log_index=3, prev_log_term=1, entries=[Entry(2, 4, EntryType.APPLICATION, b"x")], commit=0))
+    node.step(AppendEntries(term=2, source=2, destination=1, prev_log_index=5, prev_log_term=2, entries=[Entry(2, 6, EntryType.APPLICATION, b"y")], commit=0))
+    node.step(AppendEntries(term=2, source=2, destination=1, prev_log_index=3, prev_log_term=2, entries=[Entry(2, 4, EntryType.APPLICATION, b"z")], commit=0))
     replies = of_type(take(node), AppendEntriesResponse)
     assert [m.success for m in replies] == [False, False, True]
     assert node.last_index == 4 and node.log.slice(4, 5)[0].data == b"z"
@@ -223,8 +223,8 @@ def test_5_3_follower_deletes_conflicts_and_appends():
     """§5.3: if an existing entry conflicts with a new one (same index, different term),
     delete it and all that follow, then append the new entries."""
     node = lone(storage=storage_with([1, 1, 2, 2, 2], term=3))
-    node.step(AppendEntries(3, 2, 1, 2, 1, [Entry(3, 3, EntryType.APPLICATION, b"n3"),
-                                            Entry(3, 4, EntryType.APPLICATION, b"n4")], 0))
+    node.step(AppendEntries(term=3, source=2, destination=1, prev_log_index=2, prev_log_term=1, entries=[Entry(3, 3, EntryType.APPLICATION, b"n3"),
+                                            Entry(3, 4, EntryType.APPLICATION, b"n4")], commit=0))
     take(node)
     assert [node.log.term(i) for i in range(1, node.last_index + 1)] == [1, 1, 3, 3]
 
@@ -232,7 +232,7 @@ def test_5_3_follower_deletes_conflicts_and_appends():
 def test_5_3_follower_applies_what_the_leader_committed():
     """§5.3: once a follower learns an entry is committed, it applies it in log order."""
     node = lone(storage=storage_with([1, 1, 1], term=1))
-    node.step(AppendEntries(1, 2, 1, 3, 1, [], 2))
+    node.step(AppendEntries(term=1, source=2, destination=1, prev_log_index=3, prev_log_term=1, entries=[], commit=2))
     rd = node.ready()
     assert [e.index for e in rd.committed_entries] == [1, 2]
     node.advance(rd)
@@ -288,15 +288,15 @@ def test_5_4_1_votes_go_only_to_up_to_date_candidates(last_index, last_term, gra
     """§5.4.1: a voter denies its vote if its own log is more up to date than the
     candidate's (compare last terms, then lengths)."""
     node = lone(storage=storage_with([1, 2, 2], term=2))
-    node.step(RequestVote(3, 2, 1, last_index, last_term))
+    node.step(RequestVote(term=3, source=2, destination=1, last_log_index=last_index, last_log_term=last_term))
     reply = of_type(take(node), RequestVoteResponse)[0]
     assert reply.granted is granted
 
 
 def _acknowledge(leader: RaftNode, follower: int, index: int) -> None:
     """What a follower's success for the request [index] carries (a crafted reply)."""
-    leader.step(AppendEntriesResponse(leader.term, follower, leader.id, True, index + 1,
-                                      index, 1))
+    leader.step(AppendEntriesResponse(term=leader.term, source=follower, destination=leader.id, success=True, next_index=index + 1,
+                                      log_index=index, entry_count=1))
 
 
 def test_5_4_2_leader_commits_only_entries_of_its_own_term_by_counting():
@@ -401,7 +401,7 @@ def test_6_configuration_rolls_back_when_its_entry_is_truncated():
     storage.append([Entry(2, 2, EntryType.CONFIGURATION, joint.encode())])
     node = lone(3, voters=(1, 2, 3), storage=storage)
     assert node.configuration.is_joint
-    node.step(AppendEntries(3, 1, 3, 1, 1, [Entry(3, 2, EntryType.NOOP, b"")], 1))
+    node.step(AppendEntries(term=3, source=1, destination=3, prev_log_index=1, prev_log_term=1, entries=[Entry(3, 2, EntryType.NOOP, b"")], commit=1))
     assert node.configuration == Configuration.of([1, 2, 3])
 
 

@@ -54,7 +54,7 @@ def test_read_index_fails_when_leadership_is_lost():
     cluster.isolate(1)
     leader.read_index(b"r")
     cluster.deliver()
-    leader.step(AppendEntries(leader.term + 1, 2, 1, 0, 0, [], 0))
+    leader.step(AppendEntries(term=leader.term + 1, source=2, destination=1, prev_log_index=0, prev_log_term=0, entries=[], commit=0))
     cluster.process(1)
     assert [s.status for s in cluster.read_states[1]] == [ReadStatus.NOT_LEADER]
 
@@ -102,11 +102,11 @@ def test_follower_in_a_lease_refuses_to_vote():
     """The lease is safe because a follower that heard from the leader within the
     shortest election timeout ignores candidates (CheckQuorum's lease)."""
     node = lone(2, check_quorum=True)
-    node.step(AppendEntries(1, 1, 2, 0, 0, [], 0))
+    node.step(AppendEntries(term=1, source=1, destination=2, prev_log_index=0, prev_log_term=0, entries=[], commit=0))
     take(node)
-    node.step(RequestVote(2, 3, 2, 5, 1))
+    node.step(RequestVote(term=2, source=3, destination=2, last_log_index=5, last_log_term=1))
     assert node.term == 1 and not of_type(take(node), RequestVoteResponse)
-    node.step(RequestVote(2, 3, 2, 5, 1, leader_transfer=True))     # TimeoutNow's campaign
+    node.step(RequestVote(term=2, source=3, destination=2, last_log_index=5, last_log_term=1, leader_transfer=True))     # TimeoutNow's campaign
     assert of_type(take(node), RequestVoteResponse)[0].granted
 
 
@@ -114,12 +114,12 @@ def test_restarted_node_refuses_votes_for_a_while():
     """A node may have acknowledged a leader just before crashing: after a restart it
     waits out one election timeout before it votes for anyone new."""
     node = lone(2, check_quorum=True)
-    node.step(RequestVote(1, 3, 2, 0, 0))
+    node.step(RequestVote(term=1, source=3, destination=2, last_log_index=0, last_log_term=0))
     assert not take(node)
     for _ in range(OPTIONS.election_timeout_max):
         node.tick()
     take(node)
-    node.step(RequestVote(node.term + 1, 3, 2, 0, 0))
+    node.step(RequestVote(term=node.term + 1, source=3, destination=2, last_log_index=0, last_log_term=0))
     assert of_type(take(node), RequestVoteResponse)[0].granted
 
 
@@ -261,10 +261,10 @@ def test_lease_lapses_at_a_non_voter_that_stops_hearing_the_leader():
     joint configuration that needs it from ever electing a leader (found by the
     10,000-seed soak)."""
     node = lone(2, voters=(1, 3), check_quorum=True)
-    node.step(AppendEntries(1, 1, 2, 0, 0, [], 0))
+    node.step(AppendEntries(term=1, source=1, destination=2, prev_log_index=0, prev_log_term=0, entries=[], commit=0))
     take(node)
     for _ in range(OPTIONS.election_timeout_max):
         node.tick()
     assert node.leader_id is None and node.role is Role.FOLLOWER
-    node.step(RequestVote(2, 3, 2, 5, 1))
+    node.step(RequestVote(term=2, source=3, destination=2, last_log_index=5, last_log_term=1))
     assert of_type(take(node), RequestVoteResponse)[0].granted

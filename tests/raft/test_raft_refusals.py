@@ -67,7 +67,7 @@ def refusing_follower_run(respond) -> list:
 
 def test_a_refused_snapshot_is_resent_with_backoff_not_at_once():
     def refuse(msg: InstallSnapshot):
-        return InstallSnapshotResponse(msg.term, 2, 1, False, 0, msg.snapshot_index)
+        return InstallSnapshotResponse(term=msg.term, source=2, destination=1, success=False, next_offset=0, snapshot_index=msg.snapshot_index)
     sent = refusing_follower_run(refuse)
     # At once would be one per delivery round (the cluster never goes quiet); with
     # backoff (retry ticks, doubling up to 8x) 200 ticks hold about a dozen.
@@ -81,8 +81,8 @@ def test_a_follower_asking_to_resume_elsewhere_is_answered_at_once():
 
     def resync_then_accept(msg: InstallSnapshot):
         ok = next(answers, True)
-        return InstallSnapshotResponse(msg.term, 2, 1, ok, 0 if not ok else len(msg.data),
-                                       msg.snapshot_index, done=ok and msg.done)
+        return InstallSnapshotResponse(term=msg.term, source=2, destination=1, success=ok, next_offset=0 if not ok else len(msg.data),
+                                       snapshot_index=msg.snapshot_index, done=ok and msg.done)
     sent = refusing_follower_run(resync_then_accept)
     assert len(sent) == 2
 
@@ -100,8 +100,8 @@ def test_an_append_refused_where_the_follower_should_take_it_backs_off():
         if isinstance(msg, AppendEntries) and msg.destination == 2 and msg.entries:
             refused.append(msg)
             end = msg.prev_log_index + 1
-            cluster.queue.append(AppendEntriesResponse(msg.term, 2, 1, False, end, end, 0,
-                                                       msg.ctx))
+            cluster.queue.append(AppendEntriesResponse(term=msg.term, source=2, destination=1, success=False, next_index=end, log_index=end, entry_count=0,
+                                                       ctx=msg.ctx))
             return True
         return False
     cluster.drop = refuse

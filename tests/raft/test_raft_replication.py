@@ -39,9 +39,9 @@ def test_several_requests_in_flight_up_to_the_window():
 
 def reply(msg: AppendEntries, success: bool = True, next_index: int | None = None) -> AppendEntriesResponse:
     end = msg.prev_log_index + len(msg.entries)
-    return AppendEntriesResponse(msg.term, msg.destination, msg.source, success,
-                                 end + 1 if next_index is None else next_index,
-                                 msg.prev_log_index + 1, len(msg.entries), msg.ctx)
+    return AppendEntriesResponse(term=msg.term, source=msg.destination, destination=msg.source, success=success,
+                                 next_index=end + 1 if next_index is None else next_index,
+                                 log_index=msg.prev_log_index + 1, entry_count=len(msg.entries), ctx=msg.ctx)
 
 
 def test_out_of_order_success_is_held_until_rep_start_reaches_it():
@@ -117,8 +117,8 @@ def test_stale_append_entries_never_truncates_the_log():
     entries the follower already holds - a duplicate, or an old request overtaken by
     later ones - must not cut the entries after them."""
     node = lone(2, storage=storage_with([1, 1, 1, 1, 1], term=1))
-    old = AppendEntries(1, 1, 2, 1, 1, [Entry(1, 2, EntryType.APPLICATION, b"e2t1"),
-                                        Entry(1, 3, EntryType.APPLICATION, b"e3t1")], 0)
+    old = AppendEntries(term=1, source=1, destination=2, prev_log_index=1, prev_log_term=1, entries=[Entry(1, 2, EntryType.APPLICATION, b"e2t1"),
+                                        Entry(1, 3, EntryType.APPLICATION, b"e3t1")], commit=0)
     node.step(old)
     replies = of_type(take(node), AppendEntriesResponse)
     assert node.last_index == 5
@@ -128,9 +128,9 @@ def test_stale_append_entries_never_truncates_the_log():
 
 def test_stale_request_below_the_commit_index_is_acknowledged_not_applied():
     node = lone(2, storage=storage_with([1, 1, 1, 1], term=1))
-    node.step(AppendEntries(1, 1, 2, 4, 1, [], 4))          # commit 4
+    node.step(AppendEntries(term=1, source=1, destination=2, prev_log_index=4, prev_log_term=1, entries=[], commit=4))          # commit 4
     take(node)
-    node.step(AppendEntries(1, 1, 2, 0, 0, [Entry(1, 1, EntryType.APPLICATION, b"e1t1")], 4))
+    node.step(AppendEntries(term=1, source=1, destination=2, prev_log_index=0, prev_log_term=0, entries=[Entry(1, 1, EntryType.APPLICATION, b"e1t1")], commit=4))
     replies = of_type(take(node), AppendEntriesResponse)
     assert replies[-1].success and node.last_index == 4 and node.commit_index == 4
 
@@ -139,14 +139,14 @@ def test_follower_commit_never_passes_what_the_request_vouches_for():
     """Raft Figure 2: commitIndex = min(leaderCommit, index of last new entry) - not the
     follower's last index, which may hold entries the leader does not have."""
     node = lone(2, storage=storage_with([1, 1, 1, 2, 2], term=3))
-    node.step(AppendEntries(3, 1, 2, 2, 1, [], 10))
+    node.step(AppendEntries(term=3, source=1, destination=2, prev_log_index=2, prev_log_term=1, entries=[], commit=10))
     take(node)
     assert node.commit_index == 2
 
 
 def test_rejection_hint_skips_a_whole_conflicting_term():
     node = lone(2, storage=storage_with([1, 2, 2, 2, 2], term=3))
-    node.step(AppendEntries(3, 1, 2, 5, 3, [], 0))
+    node.step(AppendEntries(term=3, source=1, destination=2, prev_log_index=5, prev_log_term=3, entries=[], commit=0))
     reply_ = of_type(take(node), AppendEntriesResponse)[0]
     assert not reply_.success and reply_.next_index == 2     # first index of term 2
 

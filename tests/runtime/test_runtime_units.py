@@ -223,14 +223,14 @@ CONFIG = Configuration(frozenset({1, 2}), frozenset({1, 3}), frozenset({4}),
 def test_entries_survive_the_jraft_wire():
     entries = [Entry(2, 5, EntryType.NOOP), Entry(2, 6, EntryType.APPLICATION, b"data"),
                Entry(3, 7, EntryType.CONFIGURATION, CONFIG.encode())]
-    msg = AppendEntries(3, 1, 2, 4, 2, entries, 4, ctx=99)
+    msg = AppendEntries(term=3, source=1, destination=2, prev_log_index=4, prev_log_term=2, entries=entries, commit=4, ctx=99)
     wire, echo = jm.to_wire(msg, extensions=True)
     back = jm.from_wire(JRaftDecoder(registry=ext.GARLICFARM_REGISTRY).feed(
         encode(wire, ext.GARLICFARM_REGISTRY))[0])
     assert back.entries == entries and back.prev_log_index == 4 and back.commit == 4
     assert Configuration.decode(back.entries[2].data) == CONFIG
     response = jm.response_from_wire(
-        jm.to_wire(AppendEntriesResponse(3, 2, 1, True, 8, 5, 3), True)[0], echo)
+        jm.to_wire(AppendEntriesResponse(term=3, source=2, destination=1, success=True, next_index=8, log_index=5, entry_count=3), True)[0], echo)
     assert (response.log_index, response.entry_count, response.ctx) == (5, 3, 99)
     plain, _ = jm.to_wire(msg, extensions=False)
     voters_only = jm.entries_from_wire(plain.entries, 5)[2]
@@ -244,20 +244,20 @@ def test_hot_frames_are_the_generic_codec_s_bytes():
     limits = JRaftLimits()
     entries = [Entry(2, 5, EntryType.NOOP), Entry(2, 6, EntryType.APPLICATION, b"data"),
                Entry(3, 7, EntryType.APPLICATION, b"x" * 300)]
-    msg = AppendEntries(3, 1, 2, 4, 2, entries, 4, ctx=99)
+    msg = AppendEntries(term=3, source=1, destination=2, prev_log_index=4, prev_log_term=2, entries=entries, commit=4, ctx=99)
     bodies: dict = {}
     frame = jm.append_entries_frame(msg, bodies)
     assert frame == encode(jm.to_wire(msg, extensions=True)[0], registry)
-    assert jm.append_entries_frame(AppendEntries(3, 1, 3, 4, 2, entries, 5), bodies)[45:] \
+    assert jm.append_entries_frame(AppendEntries(term=3, source=1, destination=3, prev_log_index=4, prev_log_term=2, entries=entries, commit=5), bodies)[45:] \
         == frame[45:]                                   # the body is encoded once
-    assert jm.append_entries_frame(AppendEntries(3, 1, 2, 7, 3, [], 7), bodies) == \
-        encode(jm.to_wire(AppendEntries(3, 1, 2, 7, 3, [], 7), True)[0], registry)
+    assert jm.append_entries_frame(AppendEntries(term=3, source=1, destination=2, prev_log_index=7, prev_log_term=3, entries=[], commit=7), bodies) == \
+        encode(jm.to_wire(AppendEntries(term=3, source=1, destination=2, prev_log_index=7, prev_log_term=3, entries=[], commit=7), True)[0], registry)
     generic = jm.from_wire(JRaftDecoder(registry=registry).feed(frame)[0])
     assert jm.append_entries_from_frame(frame, limits) == generic
     # a configuration entry, a value type that is not Application, too many entries:
     # not the common shape (None), and the generic decoder names what is wrong
-    with_config = AppendEntries(3, 1, 2, 4, 2, [Entry(3, 5, EntryType.CONFIGURATION,
-                                                      CONFIG.encode())], 4)
+    with_config = AppendEntries(term=3, source=1, destination=2, prev_log_index=4, prev_log_term=2, entries=[Entry(3, 5, EntryType.CONFIGURATION,
+                                                      CONFIG.encode())], commit=4)
     assert jm.append_entries_frame(with_config, {}) is None
     bad_type = bytearray(frame)
     bad_type[45 + 8] = 9                                # entries[0].valueType
@@ -269,7 +269,7 @@ def test_hot_frames_are_the_generic_codec_s_bytes():
     assert jm.append_entries_from_frame(frame[:-1], limits) is None         # cut short
     # the response, paired with its request's echo
     _, echo = jm.to_wire(msg, extensions=True)
-    answer = AppendEntriesResponse(3, 2, 1, True, 8, 5, 3, 99)
+    answer = AppendEntriesResponse(term=3, source=2, destination=1, success=True, next_index=8, log_index=5, entry_count=3, ctx=99)
     answer_frame = jm.append_response_frame(answer)
     assert answer_frame == encode(jm.to_wire(answer, True)[0], registry)
     assert jm.append_response_from_frame(answer_frame, echo) == answer
@@ -283,7 +283,7 @@ def test_hot_frames_are_the_generic_codec_s_bytes():
 
 def test_split_returns_the_frames_feed_decodes_in_any_chunking():
     registry = ext.GARLICFARM_REGISTRY
-    msgs = [AppendEntries(3, 1, 2, 4, 2, [Entry(3, 5, EntryType.APPLICATION, b"v" * i)], 4)
+    msgs = [AppendEntries(term=3, source=1, destination=2, prev_log_index=4, prev_log_term=2, entries=[Entry(3, 5, EntryType.APPLICATION, b"v" * i)], commit=4)
             for i in range(1, 6)]
     data = b"".join(jm.append_entries_frame(m, {}) for m in msgs) + \
         encode(ext.Call(0, 0, 0, 7, "ping", {}), registry)
@@ -299,27 +299,27 @@ def test_split_returns_the_frames_feed_decodes_in_any_chunking():
 
 
 def test_only_the_garlicfarm_wire_carries_extensions():
-    pre_vote = RequestVote(4, 1, 2, 10, 3, pre_vote=True)
+    pre_vote = RequestVote(term=4, source=1, destination=2, last_log_index=10, last_log_term=3, pre_vote=True)
     assert jm.to_wire(pre_vote, extensions=False) is None
     wire, echo = jm.to_wire(pre_vote, extensions=True)
     assert wire.message_type == ext.ExtType.PRE_VOTE_REQUEST and echo is None
-    pulled = PullEntriesResponse(1, 2, 3, PullStatus.SUCCESS, 7, [Entry(1, 7, EntryType.NOOP)],
-                                 1, 7)
+    pulled = PullEntriesResponse(term=1, source=2, destination=3, status=PullStatus.SUCCESS, index=7, entries=[Entry(1, 7, EntryType.NOOP)],
+                                 min_index=1, commit=7)
     assert jm.to_wire(pulled, extensions=False) is None
     wire, _ = jm.to_wire(pulled, extensions=True)
     assert jm.from_wire(wire) == pulled
 
 
 def test_snapshot_chunks_carry_the_configuration():
-    chunk = InstallSnapshot(5, 1, 2, 40, 4, CONFIG, 0, b"state", True, 40)
+    chunk = InstallSnapshot(term=5, source=1, destination=2, snapshot_index=40, snapshot_term=4, configuration=CONFIG, offset=0, data=b"state", done=True, commit=40)
     wire, echo = jm.to_wire(chunk, extensions=True)
     assert jm.from_wire(wire) == chunk and echo.done
     assert wire.message_type == MessageType.INSTALL_SNAPSHOT_REQUEST
 
 
 def test_a_response_of_the_wrong_type_is_refused():
-    _, echo = jm.to_wire(RequestVote(1, 1, 2, 0, 0), extensions=True)
-    wrong, _ = jm.to_wire(AppendEntriesResponse(1, 2, 1, True, 1, 1, 0), True)
+    _, echo = jm.to_wire(RequestVote(term=1, source=1, destination=2, last_log_index=0, last_log_term=0), extensions=True)
+    wrong, _ = jm.to_wire(AppendEntriesResponse(term=1, source=2, destination=1, success=True, next_index=1, log_index=1, entry_count=0), True)
     with pytest.raises(InvalidField):
         jm.response_from_wire(wrong, echo)
 
@@ -328,23 +328,23 @@ def _one_of_each() -> list:
     """A core message of every type in `RaftMessage`, with fields a wire must carry."""
     entries = [Entry(2, 5, EntryType.NOOP), Entry(2, 6, EntryType.APPLICATION, b"data")]
     return [
-        RequestVote(4, 1, 2, 10, 3), RequestVote(4, 1, 2, 10, 3, pre_vote=True),
-        RequestVote(4, 1, 2, 10, 3, leader_transfer=True),
-        m.RequestVoteResponse(4, 2, 1, True),
-        m.RequestVoteResponse(4, 2, 1, False, pre_vote=True),
-        AppendEntries(3, 1, 2, 4, 2, entries, 4, ctx=9),
-        AppendEntriesResponse(3, 2, 1, True, 7, 5, 2, 9),
-        InstallSnapshot(5, 1, 2, 40, 4, CONFIG, 0, b"state", True, 40),
-        m.InstallSnapshotResponse(5, 2, 1, True, 5, 40, True),
-        m.TimeoutNow(5, 1, 2), m.ReadIndexRequest(5, 2, 1, b"ctx", True),
-        m.ReadIndexResponse(5, 1, 2, b"ctx", 11, True),
-        m.JoinClusterRequest(5, 1, 4, CONFIG, 30, 31), m.JoinClusterResponse(5, 4, 1, True, 32),
-        m.SyncLogRequest(5, 1, 4, 5, entries, 30), m.SyncLogResponse(5, 4, 1, True, 7),
-        m.LeaveClusterRequest(5, 1, 3, 30, 31), m.LeaveClusterResponse(5, 3, 1, True),
-        m.PullEntries(0, 4, 1, 7, 100, 1 << 20),
-        PullEntriesResponse(0, 1, 4, PullStatus.SUCCESS, 5, entries, 1, 6),
-        m.PullSnapshot(0, 4, 1, 0, 0),
-        m.PullSnapshotResponse(0, 1, 4, 40, 4, CONFIG, 0, b"s", True),
+        RequestVote(term=4, source=1, destination=2, last_log_index=10, last_log_term=3), RequestVote(term=4, source=1, destination=2, last_log_index=10, last_log_term=3, pre_vote=True),
+        RequestVote(term=4, source=1, destination=2, last_log_index=10, last_log_term=3, leader_transfer=True),
+        m.RequestVoteResponse(term=4, source=2, destination=1, granted=True),
+        m.RequestVoteResponse(term=4, source=2, destination=1, granted=False, pre_vote=True),
+        AppendEntries(term=3, source=1, destination=2, prev_log_index=4, prev_log_term=2, entries=entries, commit=4, ctx=9),
+        AppendEntriesResponse(term=3, source=2, destination=1, success=True, next_index=7, log_index=5, entry_count=2, ctx=9),
+        InstallSnapshot(term=5, source=1, destination=2, snapshot_index=40, snapshot_term=4, configuration=CONFIG, offset=0, data=b"state", done=True, commit=40),
+        m.InstallSnapshotResponse(term=5, source=2, destination=1, success=True, next_offset=5, snapshot_index=40, done=True),
+        m.TimeoutNow(term=5, source=1, destination=2), m.ReadIndexRequest(term=5, source=2, destination=1, ctx=b"ctx", lease=True),
+        m.ReadIndexResponse(term=5, source=1, destination=2, ctx=b"ctx", index=11, success=True),
+        m.JoinClusterRequest(term=5, source=1, destination=4, configuration=CONFIG, commit=30, last_log_index=31), m.JoinClusterResponse(term=5, source=4, destination=1, accepted=True, next_index=32),
+        m.SyncLogRequest(term=5, source=1, destination=4, start_index=5, entries=entries, commit=30), m.SyncLogResponse(term=5, source=4, destination=1, accepted=True, next_index=7),
+        m.LeaveClusterRequest(term=5, source=1, destination=3, commit=30, last_log_index=31), m.LeaveClusterResponse(term=5, source=3, destination=1, accepted=True),
+        m.PullEntries(term=0, source=4, destination=1, index=7, max_entries=100, max_bytes=1 << 20),
+        PullEntriesResponse(term=0, source=1, destination=4, status=PullStatus.SUCCESS, index=5, entries=entries, min_index=1, commit=6),
+        m.PullSnapshot(term=0, source=4, destination=1, snapshot_index=0, offset=0),
+        m.PullSnapshotResponse(term=0, source=1, destination=4, snapshot_index=40, snapshot_term=4, configuration=CONFIG, offset=0, data=b"s", done=True),
     ]
 
 

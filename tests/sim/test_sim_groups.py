@@ -132,7 +132,7 @@ def test_a_crash_keeps_the_rewritten_entries_in_their_write_order():
 
 def test_a_cut_link_loses_every_group_s_messages_in_the_packet():
     network = SimNetwork(random.Random(0), LinkFaults(coalesce=True))
-    beat = [(g, AppendEntries(1, 1, 2, 0, 0, [], 0, b"")) for g in range(3)]
+    beat = [(g, AppendEntries(term=1, source=1, destination=2, prev_log_index=0, prev_log_term=0, entries=[], commit=0, ctx=b"")) for g in range(3)]
     network.send(Packet(1, 2, beat), 0)
     assert [m for p in network.due(1, False) for m in p.messages] == beat
     network.cut_one_way(1, 2)

@@ -102,8 +102,8 @@ def test_announcing_the_whole_commit_index_to_lagging_followers_is_caught(monkey
 
     def uncapped(self, peer, pr, prev, prev_term, entries):
         node = self.node
-        node.outbox.now.append(AppendEntries(node.term, node.id, peer, prev, prev_term,
-                                             entries, node.log.committed, node.reads.stamp()))
+        node.outbox.now.append(AppendEntries(term=node.term, source=node.id, destination=peer, prev_log_index=prev, prev_log_term=prev_term,
+                                             entries=entries, commit=node.log.committed, ctx=node.reads.stamp()))
     monkeypatch.setattr(Replicator, "emit_append", uncapped)
     caught = [r for r in (run_seed(seed, SimSettings()) for seed in range(5))
               if r.violation is not None]
