@@ -20,6 +20,31 @@ from consensus.runtime.jraft_mapping import Echo, ResponseSlot
 READ_CHUNK = 256 << 10
 
 
+WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def read_available(sock: socket.socket, limit: int) -> tuple[bytes, bool]:
+    """What a non-blocking socket has now, up to `limit` bytes, and whether the peer
+    closed (the loop's connections and the handshake gate read alike)."""
+    chunks = []
+    total = 0
+    recv = sock.recv
+    while total < limit:
+        try:
+            data = recv(min(READ_CHUNK, limit - total))
+        except WOULD_BLOCK:
+            break
+        except OSError:
+            return b"".join(chunks), True
+        if not data:
+            return b"".join(chunks), True
+        chunks.append(data)
+        total += len(data)
+        if len(data) < READ_CHUNK and total < limit and not isinstance(sock, ssl.SSLSocket):
+            break                   # a short read drained it: spare the EAGAIN syscall
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), False
+
+
 class Connection:
     __slots__ = ("sock", "fd", "kind", "outgoing", "peer_id", "label", "out", "echoes",
                  "slots", "extensions", "subscriptions", "closed", "writing", "decoder",
@@ -65,25 +90,7 @@ class Connection:
 
     def receive(self, limit: int) -> tuple[bytes, bool]:
         """What the socket has now, up to `limit` bytes, and whether the peer closed."""
-        chunks = []
-        total = 0
-        recv = self.sock.recv
-        while total < limit:
-            try:
-                data = recv(min(READ_CHUNK, limit - total))
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                    ssl.SSLWantWriteError):
-                break
-            except OSError:
-                return b"".join(chunks), True
-            if not data:
-                return b"".join(chunks), True
-            chunks.append(data)
-            total += len(data)
-            if len(data) < READ_CHUNK and total < limit and \
-                    not isinstance(self.sock, ssl.SSLSocket):
-                break
-        return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), False
+        return read_available(self.sock, limit)
 
     def more_to_read(self, received: int, limit: int) -> bool:
         """Whether a read that took `received` of `limit` bytes may have left some (a

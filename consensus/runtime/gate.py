@@ -34,6 +34,7 @@ from consensus.runtime.accept import (TLS_RECORD, AcceptedStream, Opening, Wrong
                                       claimed_node, sniff, tls_failure)
 from consensus.runtime.admission import (AdmissionLimits, Established, Pending, Pool,
                                          Reason, RefusalLog, Tarpit)
+from consensus.runtime.connection import WOULD_BLOCK, read_available
 from consensus.runtime.security import Security
 from consensus.wire.handshake import (BUSY_RESPONSE, Accepted, Challenged, HandshakeReceiver,
                                       NeedData, Refused)
@@ -47,8 +48,6 @@ CPU_WINDOW = 0.1            #: seconds
 CPU_SHARE = 0.25            #: of each window, at most, on the gate's CPU time
 _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
-_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                ssl.SSLWantWriteError)
 
 
 def fit_fd_limit(limits: AdmissionLimits, spare: int = 256) -> None:
@@ -282,7 +281,7 @@ class Gate:
     def _tls_sniff(self, conn: _Conn) -> None:
         try:
             first = conn.sock.recv(1, socket.MSG_PEEK)
-        except _WOULD_BLOCK:
+        except WOULD_BLOCK:
             return
         except OSError as exc:
             self._refuse(conn, Reason.CLOSED, f"closed before TLS: {exc}")
@@ -318,22 +317,11 @@ class Gate:
 
     def _read(self, conn: _Conn, most: int) -> tuple[bytes, bool]:
         """At most about `most` bytes (what a socket has now), and whether it closed."""
-        chunks, total = [], 0
-        while total < most:
-            try:
-                chunk = conn.sock.recv(min(65536, most - total))
-            except _WOULD_BLOCK:
-                return b"".join(chunks), False
-            except OSError:
-                return b"".join(chunks), True
-            if not chunk:
-                return b"".join(chunks), True
-            chunks.append(chunk)
-            total += len(chunk)
-        if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
+        data, closed = read_available(conn.sock, most)
+        if not closed and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
             # the rest of a decrypted record, which no selector reports (16 KiB at most)
-            chunks.append(conn.sock.recv(conn.sock.pending()))
-        return b"".join(chunks), False
+            data += conn.sock.recv(conn.sock.pending())
+        return data, closed
 
     def _receive(self, conn: _Conn) -> None:
         # sniffing needs the first bytes only: a marker or JRaft stream goes to the loop
@@ -425,7 +413,7 @@ class Gate:
         while conn.out:
             try:
                 sent = conn.sock.send(conn.out)
-            except _WOULD_BLOCK:
+            except WOULD_BLOCK:
                 self._register(conn, _WRITE)
                 return
             except OSError:
