@@ -87,7 +87,8 @@ class DiskStorage:
 
     def __init__(self, data_dir: str, *, fsync: str = "batch", segment_bytes: int = 64 << 20,
                  commit_save_interval: float = 1.0, keep_snapshots: int = 8,
-                 cache_entries: int = 32768, cache_bytes: int = 32 << 20) -> None:
+                 cache_entries: int = 32768, cache_bytes: int = 32 << 20,
+                 saver: "CommitSaver | None" = None) -> None:
         self.data_dir = data_dir
         os.makedirs(data_dir, exist_ok=True)
         self.log = SegmentedLog.open(os.path.join(data_dir, "log"), fsync=fsync,
@@ -104,11 +105,9 @@ class DiskStorage:
         self._file_lock = threading.Lock()
         self._lazy: tuple[HardState, int] | None = None
         self._version = self._saved_version = 0
-        self._lazy_ready = threading.Condition()
-        self._closing = False
-        self._saver = threading.Thread(target=self._lazy_saver, daemon=True,
-                                       name="hardstate-saver")
-        self._saver.start()
+        self._lazy_lock = threading.Lock()
+        self._own_saver = saver is None     # a storage alone; a node's groups share one
+        self._saver = saver if saver is not None else CommitSaver()
         self._latest = self._load_latest_snapshot()
         self._catch_up: Snapshot | None = None     # cached: the leader sends it in chunks
         self._first = self._recover_first_index()
@@ -346,9 +345,9 @@ class DiskStorage:
             self._save_hard(state, self._version)
         elif time.monotonic() - self._saved_at >= self.commit_save_interval:
             self._saved_at = time.monotonic()
-            with self._lazy_ready:
+            with self._lazy_lock:
                 self._lazy = (state, self._version)
-                self._lazy_ready.notify()
+            self._saver.due(self)
 
     def _save_hard(self, state: HardState, version: int) -> None:
         """Write `state` unless a later one (by `version`) was written: saves take turns,
@@ -365,19 +364,15 @@ class DiskStorage:
             self.hard_state_file.save(written)
             self._saved_hard, self._saved_version = written, version
 
-    def _lazy_saver(self) -> None:
-        while True:
-            with self._lazy_ready:
-                while self._lazy is None and not self._closing:
-                    self._lazy_ready.wait()
-                state, self._lazy = self._lazy, None
-            if state is not None:
-                try:
-                    self._save_hard(*state)
-                except OSError as exc:      # the next save tries again; the commit index
-                    log.warning("saving the commit index failed: %s", exc)  # is optional
-            if self._closing:
-                return
+    def save_lazily_due(self) -> None:
+        """The `CommitSaver`'s side: write the commit index handed to it, if any."""
+        with self._lazy_lock:
+            state, self._lazy = self._lazy, None
+        if state is not None:
+            try:
+                self._save_hard(*state)
+            except OSError as exc:      # the next save tries again; the commit index
+                log.warning("saving the commit index failed: %s", exc)  # is optional
 
     def compact(self, needed_from: int) -> None:
         """Drop whole segments of entries below `needed_from` that a kept snapshot covers
@@ -410,10 +405,9 @@ class DiskStorage:
                    if not name.endswith(".lock"))
 
     def close(self) -> None:
-        with self._lazy_ready:
-            self._closing = True
-            self._lazy_ready.notify()
-        self._saver.join()
+        self._saver.forget(self)
+        if self._own_saver:
+            self._saver.close()
         try:
             self.log.sync()          # what was appended is durable: the commit may say so
             self._save_hard(self._hard, self._version + 1)
@@ -479,6 +473,47 @@ class SyncThread:
 
     def close(self) -> None:
         """Finish the rounds asked for, then stop the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+
+
+class CommitSaver:
+    """The thread that saves commit indexes lazily (a save fsyncs a small file, which
+    the loop must not wait for), one per node, shared by its groups as the SyncThread
+    is: a thread per group made a node of 1,000 partitions hold 1,000 threads. A save
+    racing a storage's close is harmless: saves are ordered by version (`_save_hard`)."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, DiskStorage] = {}
+        self._closing = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="commit-saver")
+        self._thread.start()
+
+    def due(self, storage: DiskStorage) -> None:
+        with self._cond:
+            self._due[id(storage)] = storage
+            self._cond.notify()
+
+    def forget(self, storage: DiskStorage) -> None:
+        with self._cond:
+            self._due.pop(id(storage), None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due and not self._closing:
+                    self._cond.wait()
+                if not self._due:
+                    return
+                batch, self._due = self._due, {}
+            for storage in batch.values():
+                storage.save_lazily_due()
+
+    def close(self) -> None:
+        """Save what is due, then stop the thread."""
         with self._cond:
             self._closing = True
             self._cond.notify()

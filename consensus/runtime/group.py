@@ -19,7 +19,8 @@ from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftEr
                             RequestVote, Role,
                             Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.consumers import ConsumerBook, counted_rows
-from consensus.runtime.disk_storage import DiskStorage, SnapshotView, SyncedDisk, SyncThread
+from consensus.runtime.disk_storage import (CommitSaver, DiskStorage, SnapshotView, SyncedDisk,
+                                            SyncThread)
 from consensus.runtime.groups import group_data_dir
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.node_view import NodeView
@@ -106,7 +107,8 @@ class Group:
     """One Raft group of a node (see the module docstring)."""
 
     def __init__(self, group: int, config: "NodeConfig", *, transport: "Transport",
-                 observer: "NodeObserver", syncer: SyncThread, ticks: TurnTicks,
+                 observer: "NodeObserver", syncer: SyncThread, saver: CommitSaver,
+                 ticks: TurnTicks,
                  addresses: dict[int, str], address_of: Callable[[int], str | None],
                  learn_address: Callable[[int, str], None],
                  partitions: Callable[[], list[dict]] = lambda: [],
@@ -120,7 +122,7 @@ class Group:
         self.app_factory = app_factory
         self.learn_address = learn_address
         self.storage = DiskStorage(group_data_dir(config.data_dir, group), fsync=config.fsync,
-                                   segment_bytes=config.segment_bytes)
+                                   segment_bytes=config.segment_bytes, saver=saver)
         self.machine = self.new_machine()
         snapshot = self.storage.snapshot()
         if snapshot is not None:

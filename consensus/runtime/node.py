@@ -39,7 +39,7 @@ from consensus.raft import Message, Role, StateMachine
 from consensus.runtime.admission import AdmissionLimits
 from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.disk_storage import SyncThread
+from consensus.runtime.disk_storage import CommitSaver, SyncThread
 from consensus.runtime.group import Group, TurnTicks
 from consensus.runtime.log_reads import LogReads
 from consensus.runtime.groups import GroupSet
@@ -110,12 +110,14 @@ class FarmNode:
         self.clock = TickClock(config.tick)
         self._ticks = TurnTicks()
         self.syncer = SyncThread(self.transport.wake, self.observer.fsynced)
+        self.saver = CommitSaver()
         self.reads = LogReads(wake=self.transport.wake)    # the groups' log pages
         try:
             for group in self.partitions:
                 self.groups.append(Group(
                     group, config, transport=self.transport, observer=self.observer,
-                    syncer=self.syncer, ticks=self._ticks, addresses=self.addresses,
+                    syncer=self.syncer, saver=self.saver, ticks=self._ticks,
+                    addresses=self.addresses,
                     address_of=self.address_of, learn_address=self.learn_address,
                     partitions=self.partitions_view, reads=self.reads,
                     app_factory=app_factory))
@@ -313,6 +315,7 @@ class FarmNode:
         self.syncer.close()
         for group in self.groups:
             group.disk.close()
+        self.saver.close()
 
     # -- status -------------------------------------------------------------------------------
     def partitions_view(self) -> list[dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 
 import pytest
 
@@ -149,3 +150,14 @@ def test_a_node_started_with_fewer_partitions_refuses_its_peers_frames_and_says_
         assert "(it hosts partition 0 only)" in lines[0], lines[0]
         with farm.client(endpoints=farm.endpoint_of(3), timeout=10) as client:
             assert client.ping()["node"] == 3
+
+
+def test_a_nodes_threads_do_not_grow_with_its_partitions():
+    """Groups share the node's threads (loop, gate, fsync, commit saver, readers): a
+    thread per group made a node of 1,000 partitions hold 1,000 threads."""
+    groups = 24
+    with LocalCluster(nodes=1, partitions=groups) as farm:
+        for partition in range(groups):
+            farm.wait_for_leader(30, partition=partition)
+        threads = len(os.listdir(f"/proc/{farm.pid(farm.node_ids[0])}/task"))
+    assert threads < 12, f"{threads} threads for {groups} partitions"

@@ -37,6 +37,9 @@ def test_a_member_caught_up_by_snapshot_holds_every_staged_entry_of_its_batches(
             where = farm.endpoint_of(lagging)
             wait_until(lambda: client.log_bounds(where)[1] >= end - 1, 60,
                        message=f"node {lagging} catching up")
+            for member in farm.node_ids:     # read at each below: each has applied it
+                wait_until(lambda: client.log_bounds(farm.endpoint_of(member))[1] >= end - 1,
+                           30, message=f"node {member} applying the batch")
             first, _, snapshot = client.log_bounds(where)
             assert snapshot > 0, "the restarted member did not install a snapshot"
             assert first <= staged[0], (f"node {lagging}'s log starts at {first}, after the "
@@ -49,8 +52,9 @@ def test_a_member_caught_up_by_snapshot_holds_every_staged_entry_of_its_batches(
             # A commit that comes after the snapshot finds every payload it names.
             late = client.commit_batch("q", 2, open_batch, metadata={"rows": [1] * 60})
             assert late.committed
-            wait_until(lambda: client.log_bounds(where)[1] >= late.index, 30,
-                       message=f"node {lagging} applying the late commit")
+            for member in farm.node_ids:
+                wait_until(lambda: client.log_bounds(farm.endpoint_of(member))[1] >= late.index,
+                           30, message=f"node {member} applying the late commit")
             for member in farm.node_ids:
                 visible = list(client.read_committed(late.index, late.index + 1,
                                                      endpoint=farm.endpoint_of(member)))
