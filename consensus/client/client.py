@@ -34,23 +34,23 @@ from typing import Any, Iterable, Iterator, Sequence
 import msgpack
 
 from consensus.raft import Entry, EntryType
-from consensus.runtime import extensions as ext
-from consensus.runtime.envelope import (CommandKind, described, encode_command,
-                                        new_request_id, record_from_header)
-from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
-                                      Incomplete, NotAFarm, NotLeaderError,
-                                      ProtocolMismatch,
-                                      RetryableWrite, Unavailable, error_from_wire)
-from consensus.runtime.extensions import GARLICFARM_REGISTRY
-from consensus.runtime.groups import check_partition
-from consensus.runtime.journal_pages import JournalPage, page_from_answer
-from consensus.runtime.links import (Directory, Link, LinkPool, NoAnswer,
+from consensus.wire import extensions as ext
+from consensus.wire.envelope import (CommandKind, described, encode_command,
+                                     new_request_id, record_from_header)
+from consensus.common.errors import (AuthenticationError, ConfigError, FarmError,
+                                     Incomplete, NotAFarm, NotLeaderError,
+                                     ProtocolMismatch,
+                                     RetryableWrite, Unavailable, error_from_wire)
+from consensus.wire.extensions import GARLICFARM_REGISTRY
+from consensus.common.partitions import check_partition
+from consensus.wire.journal_pages import JournalPage, page_from_answer
+from consensus.client.links import (Directory, Link, LinkPool, NoAnswer,
                                     foreign_leader_text)
-from consensus.runtime.pipeline import PendingWrite, WritePipe
-from consensus.runtime.results import (BatchCommit, ClusterView, Event,
-                                       FarmStatus, LogRecord, MemberView, RowCounts,
-                                       VisibleRecords)
-from consensus.runtime.security import Security, split_endpoint
+from consensus.client.pipeline import PendingWrite, WritePipe
+from consensus.common.results import (BatchCommit, ClusterView, Event,
+                                      FarmStatus, LogRecord, MemberView, RowCounts,
+                                      VisibleRecords)
+from consensus.net.security import Security, split_endpoint
 from consensus.wire.jraft import DEFAULT_LIMITS, client_request, encode
 
 _ENTRY_TYPES = {t.value: t for t in EntryType}

@@ -34,7 +34,7 @@ from consensus.runtime.accept import (TLS_RECORD, AcceptedStream, Opening, Wrong
                                       claimed_node, sniff, tls_failure)
 from consensus.runtime.admission import (AdmissionLimits, Established, Pending, Pool,
                                          Reason, RefusalLog, Tarpit)
-from consensus.runtime.security import Security
+from consensus.net.security import Security
 from consensus.wire.handshake import (BUSY_RESPONSE, Accepted, Challenged, HandshakeReceiver,
                                       NeedData, Refused)
 

@@ -30,9 +30,9 @@ from typing import Any, Callable
 import msgpack
 
 from consensus.raft import Entry, EntryType, StateMachine
-from consensus.runtime.envelope import Command, CommandKind, decode_command, is_command, \
+from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
     is_status, request_id_of
-from consensus.runtime.errors import ErrorCode
+from consensus.common.errors import ErrorCode
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.errors import ProtocolError
 

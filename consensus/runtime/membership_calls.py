@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from consensus.raft import MembershipChangeError, NotLeader, Role
-from consensus.runtime import extensions as ext
-from consensus.runtime.errors import FarmError, Incomplete, NotLeaderError
-from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
+from consensus.wire import extensions as ext
+from consensus.common.errors import FarmError, Incomplete, NotLeaderError
+from consensus.wire.jraft_mapping import ResponseSlot, endpoint_from_jraft
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
                                   check_shape, encode)

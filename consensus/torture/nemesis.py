@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-from .faultproxy import ProxyNetwork
+from consensus.torture.faultproxy import ProxyNetwork
 
 READY_TIMEOUT = 20.0        # seconds a restarted node gets to rejoin before the next fault
 

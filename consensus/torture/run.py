@@ -39,12 +39,12 @@ from typing import Any, Sequence, TextIO
 
 from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
 
-from . import progress as progress_bar
-from .admin import console_for, print_json, print_table
-from .torture_farm import TortureFarm
-from .torture_nemesis import MEMBERSHIP_SCHEMES, Fault, Nemesis, NemesisLog
-from .torture_workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
-                               audit_appends, final_reads)
+from consensus.admin import progress_bars as progress_bar
+from consensus.admin.admin import console_for, print_json, print_table
+from consensus.torture.farm import TortureFarm
+from consensus.torture.nemesis import MEMBERSHIP_SCHEMES, Fault, Nemesis, NemesisLog
+from consensus.torture.workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
+                                        audit_appends, final_reads)
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN, EXIT_SETUP = 0, 1, 2, 3
 EXPLAIN_LINES = 40          # of the checker's explanation in the text report
@@ -108,7 +108,7 @@ class TortureResult:
 
 def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureResult:
     """One torture run, start to verdict. `progress` gets a line per phase."""
-    from consensus.runtime import FarmError
+    from consensus.common.errors import FarmError
 
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
@@ -389,7 +389,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     else:
         render(result, out)
     return result.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import msgpack
 
 from consensus.raft import Entry, EntryType
-from consensus.runtime.results import CommitInfo, LogRecord, StagedInfo
+from consensus.common.results import CommitInfo, LogRecord, StagedInfo
 from consensus.wire.errors import InvalidField, ProtocolError, Truncated
 
 MAGIC = 0xC1

@@ -10,7 +10,7 @@ from consensus.runtime.admission import (AdmissionLimits, Established, Pending, 
                                          RefusalLog, Tarpit)
 from consensus.runtime.cli import build_parser
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.errors import ConfigError
+from consensus.common.errors import ConfigError
 
 LIMITS = AdmissionLimits(pending_clients=6, pending_per_address=3, pending_per_peer=2)
 

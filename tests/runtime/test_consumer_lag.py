@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster
-from consensus.runtime.admin import EXIT_OK, command_main
+from consensus.client import FarmError
+from consensus.torture import LocalCluster
+from consensus.admin.admin import EXIT_OK, command_main
 from consensus.runtime.cli import main as node_main
 from tests.operators import scrape
 from tests.support import wait_until

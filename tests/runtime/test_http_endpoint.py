@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.errors import ConfigError
+from consensus.common.errors import ConfigError
 from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen
 
 

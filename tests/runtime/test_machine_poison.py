@@ -10,8 +10,8 @@ import msgpack
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from consensus.raft import Entry, EntryType
-from consensus.runtime.envelope import HEAD, MAGIC, VERSION, CommandKind, encode_command
-from consensus.runtime.errors import ErrorCode
+from consensus.wire.envelope import HEAD, MAGIC, VERSION, CommandKind, encode_command
+from consensus.common.errors import ErrorCode
 from consensus.runtime.machines import FarmStateMachine
 
 PROPERTIES = settings(max_examples=300, deadline=None,

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.envelope import encode_journal
+from consensus.torture import LocalCluster
+from consensus.wire.envelope import encode_journal
 from consensus.wire import marker as mk
 from tests.support import wait_until
 

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.errors import ConfigError
+from consensus.torture import LocalCluster
+from consensus.common.errors import ConfigError
 from consensus.runtime.config import NodeConfig
 from tests.support import wait_until
 

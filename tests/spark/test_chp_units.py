@@ -204,7 +204,7 @@ class _FlakyFarm:
         self.commits: list[tuple[list[int], dict]] = []
 
     def stage(self, query_id, batch, part, attempt, payload, *, content_type):
-        from consensus.runtime.errors import Unavailable
+        from consensus.common.errors import Unavailable
         self.calls += 1
         if self.calls == 2:
             raise Unavailable("the farm is electing a leader")
@@ -213,7 +213,7 @@ class _FlakyFarm:
         return index
 
     def commit_batch(self, query_id, batch, staged, *, metadata):
-        from consensus.runtime.results import BatchCommit
+        from consensus.common.results import BatchCommit
         self.commits.append((list(staged), metadata))
         return BatchCommit(True, 999, metadata=metadata)
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from consensus.raft import Entry
 
-from .envelope import described
-from .errors import ProtocolMismatch
-from .results import LogRecord
+from consensus.wire.envelope import described
+from consensus.common.errors import ProtocolMismatch
+from consensus.common.results import LogRecord
 
 #: the columns of an answer: name, array typecode (little-endian on the wire)
 COLUMNS = (("index", "q"), ("term", "q"), ("timestamp", "q"), ("count", "I"), ("sizes", "I"))
