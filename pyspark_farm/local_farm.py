@@ -1,7 +1,7 @@
 """An embedded farm beside the Spark driver: `garlicfarm node` processes on loopback, or
 on an address executors on other machines reach.
 
-`LocalFarm` is `consensus.runtime.LocalCluster` plus what a Spark program wants from it:
+`LocalFarm` is `consensus.torture.LocalCluster` plus what a Spark program wants from it:
 a ready-made option map for the data source (`farm.options`), a wait for the first leader
 on start, credentials it generated itself, and a safety net (atexit) so a notebook that
 forgets `close()` leaves no node running.

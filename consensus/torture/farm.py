@@ -112,7 +112,7 @@ class TortureFarm:
             self._admin = self.farm.client(timeout=1.0)
         return self._admin.get_servers().leader_id
 
-    # -- membership faults (torture_nemesis: Fault.MEMBERSHIP) -------------------------------
+    # -- membership faults (nemesis: Fault.MEMBERSHIP) -------------------------------
     def membership_schemes(self) -> tuple[str, ...]:
         return MEMBERSHIP_SCHEMES[self._wire]
 
@@ -195,7 +195,7 @@ class TortureFarm:
             self._retire(node)
 
     def flood(self, node_id: int) -> Flood:
-        """Hostile and greedy clients at `node_id`'s client endpoint (torture_flood)."""
+        """Hostile and greedy clients at `node_id`'s client endpoint (`flood`)."""
         farm = self.farm
         flood = Flood(farm.endpoint_of(node_id), cluster=farm.cluster,
                       username=farm.username, password=farm.password)

@@ -6,11 +6,11 @@ a recorded history, and a verdict.
 
 1. Start `--nodes` node processes (`LocalCluster`); with partition or delay faults, every
    link between two nodes goes through the fault-injecting proxy (`faultproxy`).
-2. Run `--clients` client threads (`torture_workload`): gets, puts, appends and
+2. Run `--clients` client threads (`workload`): gets, puts, appends and
    compare-and-sets on rotating keys, each recorded with invoke and completion times
    and outcome (ok / fail / info) as EDN lines (`--history`, written as they happen;
    nemesis lines are ``:process :nemesis`` and skipped by checkers).
-3. Inject faults one at a time (`torture_nemesis`) for `--duration` seconds; membership
+3. Inject faults one at a time (`nemesis`) for `--duration` seconds; membership
    faults start fresh nodes (`LocalCluster.spawn`) and change the configuration with
    the client API (`TortureFarm.membership_apply` / `membership_heal`).
 4. Heal everything (the configuration back to the original voters), restart what is
