@@ -14,8 +14,8 @@ import socket
 import threading
 import time
 
-from consensus.net.dial import dial
 from consensus.common.errors import FarmError
+from consensus.net.dial import dial
 from consensus.net.security import Security, split_endpoint
 
 REQUEST_HEAD = (b"GET /GarlicFarm/farm/1/websocket HTTP/1.1\r\nHost: farm\r\n"

@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from rich.console import Console

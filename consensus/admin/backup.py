@@ -26,14 +26,14 @@ import sys
 import time
 from typing import Iterator, Sequence, TextIO
 
-from consensus.raft import Configuration, Entry, EntryType
 from consensus.admin.admin_output import EXIT_FARM, EXIT_OK, EXIT_USAGE, UsageError, \
     print_json
 from consensus.admin.backup_format import (SNAPSHOT_CHUNK_BYTES, BackupHeader,
                                            BackupReader, BackupWriter, CorruptBackup)
-from consensus.common.errors import FarmError, IndexUnderflow
 from consensus.admin.farm_target import connection_parser, parse_node_id, \
     resolve_connection, split_endpoints
+from consensus.common.errors import FarmError, IndexUnderflow
+from consensus.raft import Configuration, Entry, EntryType
 from consensus.storage import HardState, HardStateFile, SegmentedLog, SnapshotStore
 from consensus.storage.files import fsync_directory
 from consensus.storage.snapshot import FileCheck

@@ -50,8 +50,8 @@ def collect_partitions(target: "FarmTarget", endpoints: Mapping[int, str]
     as the health probes are); a member that does not answer is left out."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from consensus.common.errors import FarmError
     from consensus.admin.health import ANSWER_SECONDS, MAX_PROBES
+    from consensus.common.errors import FarmError
     if not endpoints:
         return {}
     bound = target.dial_timeout

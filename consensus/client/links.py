@@ -24,16 +24,16 @@ import time
 from collections import deque
 from typing import Iterator
 
-from consensus.raft import Configuration
-from consensus.wire import extensions as ext
+from consensus.common.errors import (AuthenticationError, ConfigError, FarmError,
+                                     NotLeaderError, ProtocolMismatch, Unavailable)
 from consensus.net.backoff import Backoff
 from consensus.net.dial import close_quietly
 from consensus.net.dial import dial
-from consensus.common.errors import (AuthenticationError, ConfigError, FarmError,
-                                     NotLeaderError, ProtocolMismatch, Unavailable)
-from consensus.wire.extensions import GARLICFARM_REGISTRY
 from consensus.net.security import Security
+from consensus.raft import Configuration
+from consensus.wire import extensions as ext
 from consensus.wire.errors import ProtocolError
+from consensus.wire.extensions import GARLICFARM_REGISTRY
 from consensus.wire.jraft import JRaftDecoder, encode
 
 SUSPECT_SECONDS = 2.0       #: a member that failed us is tried last for this long

@@ -24,7 +24,6 @@ from typing import Callable, Iterable, Iterator
 
 from consensus.raft import Entry
 from consensus.raft.log import LogView
-
 from consensus.runtime.row_index import entry_shows
 
 #: consumers one leader keeps at most (a new name past it is refused)

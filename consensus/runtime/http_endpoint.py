@@ -22,8 +22,8 @@ import ssl
 from typing import Callable, Iterable, Mapping
 
 from consensus.common.errors import ConfigError
-from consensus.runtime.http_server import HttpLimits, HttpServer, Request, Response
 from consensus.net.security import is_loopback, split_endpoint
+from consensus.runtime.http_server import HttpLimits, HttpServer, Request, Response
 
 log = logging.getLogger("garlicfarm.http")
 

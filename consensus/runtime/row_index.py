@@ -21,7 +21,6 @@ from bisect import bisect_left
 from typing import Callable, Iterable
 
 from consensus.raft import Entry
-
 from consensus.wire.envelope import described, header_of
 
 #: (index, rows a journal entry shows, the header of an effective commit or None)

@@ -33,22 +33,22 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
+from consensus.common.errors import (FarmError, NotLeaderError, RetryableWrite, Unavailable,
+                                     error_detail)
 from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
                             ProposalDropped, ReadStatus, Role)
 from consensus.raft.retention import catch_up_index
+from consensus.runtime.log_calls import LogCalls
+from consensus.runtime.machines import CommandError, CommandOutcome
+from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
+from consensus.storage import SnapshotNotFoundError
 from consensus.wire import extensions as ext
 from consensus.wire.envelope import (HEAD, decode_command, is_command, journal_request_id,
                                      request_id_of, stamp_head)
-from consensus.common.errors import (FarmError, NotLeaderError, RetryableWrite, Unavailable,
-                                     error_detail)
-from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
-from consensus.wire.jraft_mapping import ResponseSlot
-from consensus.runtime.machines import CommandError, CommandOutcome
-from consensus.runtime.log_calls import LogCalls
-from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
-from consensus.storage import SnapshotNotFoundError
 from consensus.wire.errors import ProtocolError
+from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.wire.jraft import MessageType, RaftResponse, ValueType, check_shape, encode
+from consensus.wire.jraft_mapping import ResponseSlot
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 
+from consensus.common.errors import AuthenticationError, FarmError
 from consensus.net.backoff import Backoff
 from consensus.net.dial import dial
-from consensus.common.errors import AuthenticationError, FarmError
 from consensus.net.security import Security, split_endpoint
 from consensus.wire.handshake import handshake_path
 

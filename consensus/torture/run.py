@@ -37,10 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
-
 from consensus.admin import progress_bars as progress_bar
 from consensus.admin.admin import console_for, print_json, print_table
+from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
 from consensus.torture.farm import TortureFarm
 from consensus.torture.nemesis import MEMBERSHIP_SCHEMES, Fault, Nemesis, NemesisLog
 from consensus.torture.workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,

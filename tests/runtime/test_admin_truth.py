@@ -157,8 +157,8 @@ def test_remove_server_of_a_dead_voter_needs_no_force(farm, node_toml):
     assert voter not in servers(farm).members
     # A client meeting the farm from now on is not told the removed node's endpoint
     # (it used to be, from the configuration's addresses, and tried it for ever).
-    from consensus.raft import Configuration
     from consensus.client.links import Link
+    from consensus.raft import Configuration
     with farm.client(timeout=5) as client:
         link = Link(farm.endpoint_of(1), client.security, 5.0, b"w" * 16)
         try:

@@ -22,10 +22,10 @@ from datetime import datetime
 
 import pytest
 
-from consensus.torture import LocalCluster
 from consensus.net.dial import dial
-from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.net.security import Security
+from consensus.torture import LocalCluster
+from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.wire.jraft import JRaftDecoder, MessageType, RaftRequest, RaftResponse, encode
 from tests.support import wait_until
 

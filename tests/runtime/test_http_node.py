@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from consensus.runtime.config import NodeConfig
 from consensus.common.errors import ConfigError
+from consensus.runtime.config import NodeConfig
 from consensus.torture.local import LocalCluster
 from tests.operators import logged_url, scrape
 from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 - a fixture

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from consensus.client import FarmError, IndexUnderflow
-from consensus.torture import LocalCluster
-from consensus.runtime.disk_storage import DiskStorage
+from consensus.client import IndexUnderflow
 from consensus.raft import CompactedError, Configuration, Entry, EntryType, Snapshot
+from consensus.runtime.disk_storage import DiskStorage
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)

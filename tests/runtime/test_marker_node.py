@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from consensus.torture import LocalCluster
-from consensus.wire.envelope import encode_journal
 from consensus.wire import marker as mk
+from consensus.wire.envelope import encode_journal
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,12 +10,12 @@ import pytest
 
 import consensus.net.dial as dial_module
 from consensus.client import AuthenticationError, ProtocolMismatch
-from consensus.torture import LocalCluster
 from consensus.net.dial import dial
-from consensus.wire.extensions import GARLICFARM_REGISTRY, Call, Hello, Reply, Welcome
 from consensus.net.security import Security
+from consensus.torture import LocalCluster
 from consensus.wire.digest import Challenge, DigestAlgorithm, DigestAuthorization, \
     parse_challenges
+from consensus.wire.extensions import GARLICFARM_REGISTRY, Call, Hello, Reply, Welcome
 from consensus.wire.jraft import JRaftDecoder, encode
 from consensus.wire.marker import ConnectRequest
 from consensus.wire.marker import encode as marker_encode

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from consensus.torture import LocalCluster
 from consensus.common.errors import ConfigError
 from consensus.runtime.config import NodeConfig
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]

@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from consensus.torture import LocalCluster
 from consensus.admin.admin import EXIT_OK, EXIT_UNHEALTHY, command_main
 from consensus.common.errors import ConfigError, FarmError
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

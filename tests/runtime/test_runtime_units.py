@@ -9,16 +9,16 @@ import typing
 import msgpack
 import pytest
 
+from consensus.common.errors import ConfigError, ErrorCode
 from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration, Entry,
                             EntryType, InstallSnapshot, PullEntriesResponse, PullStatus,
                             RequestVote)
 from consensus.raft import messages as m
-from consensus.wire import envelope, extensions as ext, jraft_mapping as jm
 from consensus.runtime.config import NodeConfig, parse_members
-from consensus.common.errors import ConfigError, ErrorCode
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.marker_wire import entry_bytes, entry_from_bytes
 from consensus.runtime.status import choose_publisher, parse_status, status_json
+from consensus.wire import envelope, extensions as ext, jraft_mapping as jm
 from consensus.wire.errors import InvalidField, LimitExceeded, ProtocolError, Truncated
 from consensus.wire.jraft import (JRaftDecoder, JRaftLimits, LogEntry, MessageType, RaftRequest,
                                   ValueType, encode)

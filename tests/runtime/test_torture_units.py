@@ -12,11 +12,11 @@ import pytest
 
 from consensus.linearizability import (History, KVModel, Outcome, Verdict, check,
                                        read_history)
+from consensus.torture.nemesis import (Fault, FaultRecord, NemesisLog, connectivity,
+                                       majority_sides, plan)
 from consensus.torture.run import (EXIT_SETUP, TortureOutcome, TortureResult,
                                    TortureSetupError, judge, main, parse_faults,
                                    parse_options, render, result_document)
-from consensus.torture.nemesis import (Fault, FaultRecord, NemesisLog, connectivity,
-                                       majority_sides, plan)
 from consensus.torture.workload import (APPEND, REGISTER, Audit, ClientPool,
                                         ClientStats, SharedSink, Workload,
                                         audit_appends, execute, final_reads)

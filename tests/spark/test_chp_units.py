@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql.datasource import EqualTo, In, StringStartsWith
 
 from connectors.chp.kvmap import Entry
-from pyspark_farm.chp.changelog import RESYNC_PROPERTY, Change, Changelog
 from connectors.chp.mirror import BulkEntries
 from connectors.chp.proto import decode_bulk, encode_bulk
+from pyspark_farm.chp.changelog import RESYNC_PROPERTY, Change, Changelog
 from pyspark_farm.chp.rows import (CHP_SCHEMA, PayloadError, changes_batch, decode_payload,
                                    encode_payloads, snapshot_table, table_changes)
 from pyspark_farm.chp.sink import check_input, marker_batch, row_uuid

@@ -125,8 +125,8 @@ def _pull_frame(status, entries, configuration=None) -> bytes:
     (_pull_frame(0, None, configuration=b"not json"), "configuration"),
 ], ids=["status", "entry type", "entry shape", "configuration"])
 def test_a_core_message_s_frame_with_a_bad_wire_form_names_the_field(frame, field):
-    from consensus.wire.extensions import GARLICFARM_REGISTRY
     from consensus.wire.errors import InvalidField
+    from consensus.wire.extensions import GARLICFARM_REGISTRY
     from consensus.wire.jraft import JRaftDecoder
     with pytest.raises(InvalidField) as info:
         JRaftDecoder(registry=GARLICFARM_REGISTRY).feed(frame)
