@@ -1,6 +1,6 @@
-"""The farm's client: `FarmClient` over links to the members, its write pipelines and
-journal pages, and the values and errors it returns. See docs/runtime.md ("The Python
-API").
+"""The farm's client: `FarmClient` over links to the members (`links`), its write
+pipelines (`pipeline`) and event subscriptions (`subscription`); the values and errors
+it returns are exported here too. See docs/runtime.md ("The Python API").
 
 Importing it loads no server module, so it stays cheap for Spark executors.
 """
