@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 
 
 _MEASURED = ("import resource, sys\n"

@@ -43,7 +43,7 @@ from connectors.chp.client import CloneClient  # noqa: E402
 from connectors.chp.proto import Kvset, encode  # noqa: E402
 from connectors.chp.server import CloneServer, ServerConfig  # noqa: E402
 from connectors.chp.zmqio import recv_frames, send_frames  # noqa: E402
-from consensus.runtime.progress import track  # noqa: E402
+from consensus.admin.progress_bars import track  # noqa: E402
 
 VALUE_SIZE = 100
 KEYS = 10_000

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from connectors.chp.client import CloneClient  # noqa: E402
-from consensus.runtime import LocalCluster  # noqa: E402
+from consensus.torture import LocalCluster  # noqa: E402
 from tests.chp.support import free_port_span  # noqa: E402
 
 KEYS = 1_000

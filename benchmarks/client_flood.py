@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.request
 
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 
 TURN = re.compile(rb"a loop turn took (\d+) ms")
 METRICS = re.compile(rb"metrics on (http://\S+)/metrics")

@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from tests.operators import scrape
 
 

@@ -34,7 +34,7 @@ from connectors.dafka import (Consumer, DafkaConfig, Producer, Store, StoreClien
                               Tower)
 from connectors.dafka.node import Node, new_address  # noqa: E402
 from connectors.dafka.partitions import PartitionStore  # noqa: E402
-from consensus.runtime.progress import track  # noqa: E402
+from consensus.admin.progress_bars import track  # noqa: E402
 
 SIZE = 100
 TOPIC = "bench"

@@ -61,10 +61,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from consensus.raft import Configuration, EntryType  # noqa: E402
 from consensus.raft.log import RaftLog  # noqa: E402
 from consensus.runtime.disk_storage import RECORD_HEAD, DiskStorage  # noqa: E402
-from consensus.runtime.envelope import encode_journal  # noqa: E402
 from consensus.runtime.machines import FarmStateMachine  # noqa: E402
 from consensus.storage import HardStateFile, SegmentedLog, SnapshotStore  # noqa: E402
 from consensus.storage import HardState  # noqa: E402
+from consensus.wire.envelope import encode_journal  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE = 1                        # the offline-built node's id
@@ -185,7 +185,7 @@ def start_farm(root: str):
 def wait_applied(client, target: int, endpoint: str | None = None,
                  timeout: float = 1800.0) -> None:
     """Until the member (default: the leader) answers with `target` committed and applied."""
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -27,10 +27,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from consensus.runtime.dial import dial  # noqa: E402
-from consensus.runtime.errors import FarmError  # noqa: E402
-from consensus.runtime.local import LocalCluster  # noqa: E402
-from consensus.runtime.security import Security  # noqa: E402
+from consensus.common.errors import FarmError  # noqa: E402
+from consensus.net.dial import dial  # noqa: E402
+from consensus.net.security import Security  # noqa: E402
+from consensus.torture.local import LocalCluster  # noqa: E402
 from tests.hostile import (HonestLogins, ImpatientFlood, PasswordFlood,  # noqa: E402
                            Slowloris)
 from tests.operators import logged_url, scrape  # noqa: E402

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from consensus.runtime.local import LocalCluster
+from consensus.torture.local import LocalCluster
 
 
 def _status(pid: int, field: str) -> int:

@@ -1,5 +1,5 @@
 """Core message <-> Garlic Farm bytes, per message, through the runtime's mapping
-(`consensus/runtime/jraft_mapping.py`) and the extension codec (`extensions.py`).
+(`consensus/wire/jraft_mapping.py`) and the extension codec (`extensions.py`).
 
 Each case is one message sent (core message -> bytes, as `JRaftWire.send` / `respond` do)
 or received (bytes -> core message, as `JRaftWire.on_data` does). AppendEntries and its
@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration,  # noqa: E402
                             Entry, EntryType, PullEntriesResponse, PullSnapshotResponse,
                             PullStatus, ReadIndexRequest, ReadIndexResponse, RequestVote)
-from consensus.runtime import jraft_mapping as jm  # noqa: E402
-from consensus.runtime.extensions import GARLICFARM_REGISTRY  # noqa: E402
+from consensus.wire import jraft_mapping as jm  # noqa: E402
+from consensus.wire.extensions import GARLICFARM_REGISTRY  # noqa: E402
 from consensus.wire.jraft import DEFAULT_LIMITS, encode  # noqa: E402
 
 HEAD = {"term": 7, "source": 1, "destination": 2}

@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-from consensus.runtime.local import LocalCluster
+from consensus.torture.local import LocalCluster
 from raft_throughput import Window, async_clients
 
 RECORDS = [bytes(100)] * 100
@@ -28,7 +28,7 @@ RECORDS = [bytes(100)] * 100
 def _load(endpoints: str, password: str, partition: int, clients: int, warmup: float,
           seconds: float, conn) -> None:
     """One client process: `clients` closed-loop writers to one partition."""
-    from consensus.runtime.client import FarmClient
+    from consensus.client.client import FarmClient
     client = FarmClient(endpoints, username="farm", password=password, partition=partition,
                         timeout=30)
     load = async_clients(client, RECORDS, clients, Window(warmup, seconds), seconds)

@@ -52,7 +52,7 @@ from multiprocessing.connection import Connection
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from consensus.runtime.progress import track  # noqa: E402
+from consensus.admin.progress_bars import track  # noqa: E402
 
 SIZE = 100
 KEYS = 1000
@@ -284,7 +284,7 @@ def _farm_clients(options: dict, clients: int, warmup: float, seconds: float, mo
     - "threads": `clients` threads, each with a FarmClient calling `append` in a loop;
     - "latency": one caller doing `append` one after the other, each latency recorded.
     """
-    from consensus.runtime import FarmClient, FarmError
+    from consensus.client import FarmClient, FarmError
 
     value = b"v" * (SIZE - 1) + b"\n"
     window = Window(warmup, seconds)
@@ -366,7 +366,8 @@ class FarmBench:
     """A LocalCluster of 3 node processes and the client processes that load it."""
 
     def __init__(self, fsync: str, wire: str) -> None:
-        from consensus.runtime import FarmError, LocalCluster
+        from consensus.client import FarmError
+        from consensus.torture import LocalCluster
 
         self._cluster = LocalCluster(nodes=3, wire=wire, fsync=fsync)
         self.farm = self._cluster.__enter__()

@@ -98,7 +98,7 @@ class LocalGroupsFarm:
     more than its share, ceil(partitions / nodes); 60 s at most, then as they are)."""
 
     def __init__(self, layout: Layout) -> None:
-        from consensus.runtime import LocalCluster
+        from consensus.torture import LocalCluster
         self.layout = layout
         self._cluster = LocalCluster(nodes=layout.nodes, fsync="batch",
                                      partitions=layout.partitions)
@@ -140,7 +140,7 @@ def _writer(options: dict[str, Any], load: Load, conn: Connection) -> None:
     """One client process loading one partition: ready once an entry is committed, then
     `load.writers` closed-loop writers; sends back the entries committed (and the writes
     failed) within the window the parent sends."""
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
     entry = [b"v" * load.value_bytes] * load.records
     counts: dict[str, float] = {"entries": 0, "errors": 0, "cpu": 0.0}

@@ -50,7 +50,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     WriterCommitMessage)
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
-from consensus.runtime.progress import track  # noqa: E402
+from consensus.admin.progress_bars import track  # noqa: E402
 from pyspark_farm import LocalFarm, spark_session  # noqa: E402
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL  # noqa: E402
 from pyspark_farm.raft.sink import ipc_payload  # noqa: E402

@@ -15,14 +15,14 @@ import sys
 # name -> (module, one-line help). Modules own their argument parsing.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "node": ("consensus.runtime.cli", "run one Raft node of a farm"),
-    "status": ("consensus.runtime.admin", "show leader, term, publisher and members of a farm"),
-    "add-server": ("consensus.runtime.admin", "add a voter to a farm"),
-    "remove-server": ("consensus.runtime.admin", "remove a member from a farm (--force too)"),
-    "transfer-leader": ("consensus.runtime.admin", "hand leadership to a named node"),
-    "config": ("consensus.runtime.admin", "export or import a farm's configuration"),
-    "snapshot": ("consensus.runtime.backup", "save a running farm to a file, restore it "
+    "status": ("consensus.admin.admin", "show leader, term, publisher and members of a farm"),
+    "add-server": ("consensus.admin.admin", "add a voter to a farm"),
+    "remove-server": ("consensus.admin.admin", "remove a member from a farm (--force too)"),
+    "transfer-leader": ("consensus.admin.admin", "hand leadership to a named node"),
+    "config": ("consensus.admin.admin", "export or import a farm's configuration"),
+    "snapshot": ("consensus.admin.backup", "save a running farm to a file, restore it "
                  "into a new farm's first member, check a file"),
-    "torture": ("consensus.runtime.torture", "fault-inject a real cluster and check linearizability"),
+    "torture": ("consensus.torture.run", "fault-inject a real cluster and check linearizability"),
 }
 
 
@@ -42,7 +42,7 @@ def dispatch(prog: str, table: dict[str, tuple[str, str]], argv: list[str]) -> i
         return 0
     name, rest = argv[0], argv[1:]
     if name not in table:
-        from consensus.runtime.suggest import nearest
+        from consensus.common.suggest import nearest
         guess = nearest(name, table)
         print(f"{prog}: unknown command {name!r}; did you mean {guess}? (`{prog} --help` "
               f"lists the commands)" if guess else

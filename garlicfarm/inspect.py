@@ -64,7 +64,7 @@ class Codec:
 
 
 PROTOCOLS: dict[str, Codec] = {codec.name: codec for codec in (
-    Codec("garlicfarm", "consensus.runtime.extensions", "GarlicFarmDecoder",
+    Codec("garlicfarm", "consensus.wire.extensions", "GarlicFarmDecoder",
           "handshake + JRaft binary and garlicfarm's extension frames over TCP",
           http_head=True),
     Codec("jraft", "consensus.wire.jraft", "JRaftDecoder", "JRaft binary over TCP (raw)"),

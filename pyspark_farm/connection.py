@@ -18,7 +18,7 @@ from .errors import OptionError
 from .options import Option, OptionSet, choice, non_empty, positive_float, text
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 _ENDPOINT = re.compile(r"^(?:tcp://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})$")
 
@@ -118,7 +118,7 @@ class FarmClientOptions:
     def client(self, *, timeout: float | None = None) -> "FarmClient":
         """A new client; `timeout` overrides the option's seconds per call (a probe of
         each member must not wait the whole timeout for one that is down)."""
-        from consensus.runtime import FarmClient
+        from consensus.client import FarmClient
         return FarmClient(self.endpoints, cluster=self.cluster, username=self.username,
                           password=self.password, wire=self.wire, tls_ca=pem_file(self.tls_ca),
                           tls_cert=pem_file(self.tls_cert), tls_key=pem_file(self.tls_key),

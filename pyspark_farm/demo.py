@@ -219,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from consensus.runtime.farm_target import FarmTarget
-    from consensus.runtime.status_page import StatusPage
+    from consensus.admin.farm_target import FarmTarget
+    from consensus.admin.status_page import StatusPage
     from . import LocalFarm, spark_session
     owned = SparkSession.getActiveSession() is None
     console.print(f"[bold]starting Spark[/] (local[2]) and a local farm of {args.nodes} "

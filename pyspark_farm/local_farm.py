@@ -1,7 +1,7 @@
 """An embedded farm beside the Spark driver: `garlicfarm node` processes on loopback, or
 on an address executors on other machines reach.
 
-`LocalFarm` is `consensus.runtime.LocalCluster` plus what a Spark program wants from it:
+`LocalFarm` is `consensus.torture.LocalCluster` plus what a Spark program wants from it:
 a ready-made option map for the data source (`farm.options`), a wait for the first leader
 on start, credentials it generated itself, and a safety net (atexit) so a notebook that
 forgets `close()` leaves no node running.
@@ -19,10 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from consensus.runtime.security import WILDCARDS, is_loopback
+from consensus.net.security import WILDCARDS, is_loopback
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient, LocalCluster
+    from consensus.client import FarmClient
+    from consensus.torture import LocalCluster
 
     from .farm_certificates import FarmCertificates
 
@@ -82,7 +83,7 @@ class LocalFarm:
         """Start the nodes and wait for a leader; `close()` stops them (or leave a `with`)."""
         if self._cluster is not None:
             return self
-        from consensus.runtime import LocalCluster
+        from consensus.torture import LocalCluster
         if self._settings["data_dir"] is not None:
             Path(self._settings["data_dir"]).mkdir(parents=True, exist_ok=True)
         network = dict(host=self.host, advertise=self.advertise)

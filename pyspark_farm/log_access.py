@@ -36,8 +36,8 @@ from .members import (PROBE_SECONDS, EntriesGone, farm_members, member_firsts,
 from .planning import EntrySize, Piece, Sizes, plan_tasks
 
 if TYPE_CHECKING:
-    from consensus.runtime import ClusterView, FarmClient, LogRecord
-    from consensus.runtime.journal_pages import JournalPage
+    from consensus.client import ClusterView, FarmClient, LogRecord
+    from consensus.wire.journal_pages import JournalPage
 
     from .connection import FarmClientOptions
 
@@ -104,7 +104,7 @@ def read_held(client: "FarmClient", start: int, stop: int, *,
     the leader has not applied yet (a new leader a little behind the log's end that its
     predecessor reported) are waited for, with backoff, up to the client's timeout.
     `ask(member, endpoint)` asks something else of the member (entry_rows)."""
-    from consensus.runtime import IndexOverflow, IndexUnderflow
+    from consensus.client import IndexOverflow, IndexUnderflow
     ask = ask or entries_of(start, stop, **options)
     deadline = time.monotonic() + client.timeout
     delay = 0.01
@@ -134,7 +134,7 @@ def size_pages(client: "FarmClient", start: int, stop: int, *,
     does not know that call (headers only when the farm supports it: S1); at the leader
     or a member that still holds them (`read_held`). With `query_id`, only the committed
     batches of that query (journal entries show none)."""
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     cursor = start
     by_rows = hasattr(client, "entry_rows")
     while cursor < stop:
@@ -306,7 +306,7 @@ class PieceReader:
         still behind, ask the leader. Where the range was compacted away (at that member,
         or at the leader), read it from a member that still holds it, and read on there
         (EntriesGone when none does)."""
-        from consensus.runtime import FarmError, IndexOverflow, IndexUnderflow
+        from consensus.client import FarmError, IndexOverflow, IndexUnderflow
         ask = ask or entries_of(start, stop)
         endpoint = self.endpoint
         try:
@@ -338,7 +338,7 @@ class PieceReader:
         asked once: a log's start only moves up, and a compaction since then shows as
         IndexUnderflow on the read itself. A member that does not answer counts as holding
         it: the read then waits for it or goes to the leader."""
-        from consensus.runtime import FarmError
+        from consensus.client import FarmError
         endpoint = self.endpoint
         first = self._firsts.get(endpoint)
         if first is None:
@@ -372,8 +372,8 @@ class PieceReader:
     def _journal(self, start: int, stop: int) -> "JournalPage":
         """One page of [start, stop): `read_journal`, or, from a member older than that
         call, read_entries turned into the same columns here."""
-        from consensus.runtime import FarmError
-        from consensus.runtime.journal_pages import page_answer, page_from_answer
+        from consensus.client import FarmError
+        from consensus.wire.journal_pages import page_answer, page_from_answer
         if self._columns:
             try:
                 return self._call(self.client, start, stop, ask=lambda member, endpoint:

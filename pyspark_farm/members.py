@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from .errors import GarlicFarmSparkError, describe_firsts
 
 if TYPE_CHECKING:
-    from consensus.runtime import ClusterView, FarmClient
+    from consensus.client import ClusterView, FarmClient
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ def farm_members(view: "ClusterView") -> dict[int, str]:
 
 def member_firsts(probe: "FarmClient", members: dict[int, str]) -> dict[int, int | None]:
     """Each member's first log index (None: it did not answer)."""
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     firsts: dict[int, int | None] = {}
     for node_id, endpoint in sorted(members.items()):
         try:
@@ -64,7 +64,7 @@ def read_anywhere(client: "FarmClient", probe: "FarmClient", start: int, *,
     `probe`), in rounds with backoff until `deadline`, since a member that is down or
     behind may answer later. EntriesGone when every member answered that its log starts
     after `start`; Unavailable when some never answered."""
-    from consensus.runtime import FarmError, IndexUnderflow, Unavailable
+    from consensus.client import FarmError, IndexUnderflow, Unavailable
     delay = 0.05
     while True:
         firsts: dict[int, int | None] = {}

@@ -14,9 +14,9 @@ import socket
 import threading
 import time
 
-from consensus.runtime.dial import dial
-from consensus.runtime.errors import FarmError
-from consensus.runtime.security import Security, split_endpoint
+from consensus.common.errors import FarmError
+from consensus.net.dial import dial
+from consensus.net.security import Security, split_endpoint
 
 REQUEST_HEAD = (b"GET /GarlicFarm/farm/1/websocket HTTP/1.1\r\nHost: farm\r\n"
                 b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n")

@@ -33,7 +33,7 @@ def count_link_attempts(monkeypatch) -> "Counter[str]":
     where each one starts: `links.Link`), for tests that bound a client's retries."""
     from collections import Counter
 
-    from consensus.runtime import links
+    from consensus.client import links
     attempts: Counter = Counter()
     original = links.Link.__init__
 

@@ -240,7 +240,7 @@ def _farm_options(args: argparse.Namespace):
     from .replicated_server import FarmOptions
     user, password = args.farm_user, args.farm_password or os.environ.get("GARLICFARM_PASSWORD")
     if args.farm_credentials:
-        from consensus.runtime.security import read_credentials_file
+        from consensus.net.security import read_credentials_file
         try:
             pairs = read_credentials_file(args.farm_credentials)
         except ValueError as exc:   # the runtime's ConfigError, naming its own option

@@ -31,9 +31,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from consensus.runtime import (AuthenticationError, FarmClient, FarmError, IndexOverflow,
-                               IndexUnderflow, LogRecord)
-from consensus.runtime.envelope import new_request_id
+from consensus.client import (AuthenticationError, FarmClient, FarmError, IndexOverflow,
+                              IndexUnderflow, LogRecord)
+from consensus.wire.envelope import new_request_id
 
 log = logging.getLogger("garlicfarm.chp.farmlink")
 

@@ -63,8 +63,8 @@ from typing import Sequence
 
 import zmq
 
-from consensus.runtime import ConfigError as FarmConfigError
-from consensus.runtime import FarmClient, FarmError
+from consensus.client import ConfigError as FarmConfigError
+from consensus.client import FarmClient, FarmError
 from consensus.storage import SnapshotStore, StorageError
 from consensus.storage.files import DirectoryLock
 from consensus.wire.errors import ProtocolError

@@ -233,7 +233,7 @@ class PullSnapshotResponse(ObserverMessage):
 
 
 #: The closed set of messages the core sends and steps (the runtime maps each one onto a
-#: wire: consensus/runtime/jraft_mapping.py registers every member).
+#: wire: consensus/wire/jraft_mapping.py registers every member).
 RaftMessage = Union[
     RequestVote, RequestVoteResponse, AppendEntries, AppendEntriesResponse, InstallSnapshot,
     InstallSnapshotResponse, TimeoutNow, ReadIndexRequest, ReadIndexResponse,

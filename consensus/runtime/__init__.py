@@ -1,21 +1,10 @@
-"""The farm runtime: networked Raft nodes, their transports, the service API and its
-client, the built-in state machines, and LocalCluster. See docs/runtime.md.
+"""The farm's server: a node process (`node`, `group`, `service` and the calls it
+serves), its transport and the wire adapters on its sockets, disk storage, the built-in
+state machines, admission and metrics. See docs/runtime.md.
 
-Only the client side is imported here (a node's modules load on demand), so importing
-`consensus.runtime` stays cheap for Spark executors.
+The other sides live beside it: the client in `consensus.client`, the codecs in
+`consensus.wire`, what every side shares in `consensus.common` (errors, result values)
+and `consensus.net` (security, dialing, backoff), the operators' commands in
+`consensus.admin` and the test harness (`LocalCluster`, torture) in `consensus.torture`.
+Nothing is imported here: a node loads its modules on demand.
 """
-from consensus.runtime.client import FarmClient
-from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
-                                      Incomplete, IndexOverflow, IndexUnderflow,
-                                      NotLeaderError, ProtocolMismatch, Unavailable)
-from consensus.runtime.local import LocalCluster
-from consensus.runtime.results import (BatchCommit, ClusterView, CommitInfo, Event, FarmStatus,
-                                       LogRecord, MemberView, RowCounts, StagedInfo,
-                                       VisibleRecords)
-
-__all__ = [
-    "AuthenticationError", "BatchCommit", "ClusterView", "CommitInfo", "ConfigError", "Event",
-    "FarmClient", "FarmError", "FarmStatus", "Incomplete", "IndexOverflow", "IndexUnderflow",
-    "LocalCluster", "LogRecord", "MemberView", "NotLeaderError", "ProtocolMismatch",
-    "RowCounts", "StagedInfo", "Unavailable", "VisibleRecords",
-]

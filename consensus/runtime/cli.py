@@ -15,10 +15,10 @@ import importlib
 import sys
 from typing import Callable
 
+from consensus.common.errors import ConfigError, FarmError
+from consensus.common.suggest import SuggestingParser
 from consensus.runtime.config import NodeConfig, load_config_file
-from consensus.runtime.errors import ConfigError, FarmError
 from consensus.runtime.log_format import LOG_FORMATS, configure_logging
-from consensus.runtime.suggest import SuggestingParser
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,11 +23,11 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from consensus.common.errors import ConfigError
+from consensus.common.partitions import check_partitions
+from consensus.net.security import Security, split_endpoint
 from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
-from consensus.runtime.errors import ConfigError
-from consensus.runtime.groups import check_partitions
 from consensus.runtime.log_format import LOG_FORMATS
-from consensus.runtime.security import Security, split_endpoint
 from consensus.storage import FsyncPolicy
 
 if sys.version_info >= (3, 11):

@@ -13,9 +13,10 @@ import ssl
 from collections import deque
 from typing import Any
 
+from consensus.net.dial import close_quietly
 from consensus.runtime.budget import Trust
-from consensus.runtime.extensions import group_select_frame
-from consensus.runtime.jraft_mapping import Echo, ResponseSlot
+from consensus.wire.extensions import group_select_frame
+from consensus.wire.jraft_mapping import Echo, ResponseSlot
 
 READ_CHUNK = 256 << 10
 
@@ -134,11 +135,3 @@ class Connection:
         if not self.closed:
             self.closed = True
             close_quietly(self.sock)
-
-
-def close_quietly(sock: socket.socket) -> None:
-    """Close a socket whose peer may already be gone."""
-    try:
-        sock.close()
-    except OSError:
-        pass

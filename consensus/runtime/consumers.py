@@ -24,8 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from consensus.raft import Entry
 from consensus.raft.log import LogView
-
-from .row_index import entry_shows
+from consensus.runtime.row_index import entry_shows
 
 #: consumers one leader keeps at most (a new name past it is refused)
 MAX_CONSUMERS = 1000

@@ -67,7 +67,7 @@ def decode_record(index: int, payload: bytes) -> Entry:
 def write_log_base(data_dir: str, index: int, term: int) -> None:
     """Name the (index, term) of the entry just before the log's first record (the
     `log-base` file): before compacting, and when a restore lays out a data directory
-    whose log starts after 1 (consensus/runtime/backup.py)."""
+    whose log starts after 1 (consensus/admin/backup.py)."""
     head = struct.pack(">4sQQ", b"GFLB", index, term)
     replace_atomically(os.path.join(data_dir, "log-base"),
                        [head, struct.pack(">I", zlib.crc32(head))])

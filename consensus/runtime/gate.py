@@ -30,12 +30,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
+from consensus.net.security import Security
 from consensus.runtime.accept import (TLS_RECORD, AcceptedStream, Opening, WrongOpening,
                                       claimed_node, sniff, tls_failure)
 from consensus.runtime.admission import (AdmissionLimits, Established, Pending, Pool,
                                          Reason, RefusalLog, Tarpit)
 from consensus.runtime.connection import WOULD_BLOCK, read_available
-from consensus.runtime.security import Security
 from consensus.wire.handshake import (BUSY_RESPONSE, Accepted, Challenged, HandshakeReceiver,
                                       NeedData, Refused)
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import os
 
-from consensus.runtime.errors import ConfigError, ErrorCode
-from consensus.runtime.extensions import Reply, encode
-
-MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine, threads
-
+from consensus.common.errors import ErrorCode
+from consensus.wire.extensions import Reply, encode
 
 class GroupSet:
     """Groups 0..count-1 (what `in`, `len` and iteration see)."""
@@ -45,26 +42,6 @@ class GroupSet:
         return encode(Reply(node_id, 0, 0, 0, int(ErrorCode.FAILED), None,
                             f"{self.unhosted(group, node_id)}; choose a partition below "
                             f"{self.count}", {"partition": group, "partitions": self.count}))
-
-
-def check_partitions(value: object, option: str = "--partitions") -> int:
-    """A partition count from the CLI, a config file or code, or a ConfigError naming
-    the option."""
-    if isinstance(value, bool) or not isinstance(value, int) \
-            or not 1 <= value <= MAX_PARTITIONS:
-        raise ConfigError(option, f"must be a whole number from 1 to {MAX_PARTITIONS} "
-                          f"(Raft groups per node), got {value!r}")
-    return value
-
-
-def check_partition(value: object, partitions: int | None = None,
-                    option: str = "partition") -> int:
-    """A partition a client addresses (below `partitions` when known)."""
-    limit = partitions if partitions is not None else MAX_PARTITIONS
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
-        raise ConfigError(option, f"must be a whole number from 0 to {limit - 1}, "
-                          f"got {value!r}")
-    return value
 
 
 def group_data_dir(data_dir: str, group: int) -> str:

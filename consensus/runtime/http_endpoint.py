@@ -21,9 +21,9 @@ import socket
 import ssl
 from typing import Callable, Iterable, Mapping
 
-from consensus.runtime.errors import ConfigError
+from consensus.common.errors import ConfigError
+from consensus.net.security import is_loopback, split_endpoint
 from consensus.runtime.http_server import HttpLimits, HttpServer, Request, Response
-from consensus.runtime.security import is_loopback, split_endpoint
 
 log = logging.getLogger("garlicfarm.http")
 

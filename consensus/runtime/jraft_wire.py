@@ -12,13 +12,13 @@ import struct
 from typing import TYPE_CHECKING
 
 from consensus.raft import AppendEntries, AppendEntriesResponse, Message
-from consensus.runtime import jraft_mapping as jm
 from consensus.runtime.budget import Trust, jraft_limits
 from consensus.runtime.connection import Connection
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
-from consensus.runtime.jraft_mapping import Route
+from consensus.wire import jraft_mapping as jm
 from consensus.wire.errors import ProtocolError
+from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.wire.jraft import REGISTRY, JRaftDecoder, MessageType, RaftRequest, encode
+from consensus.wire.jraft_mapping import Route
 
 if TYPE_CHECKING:
     from consensus.runtime.transport import Transport

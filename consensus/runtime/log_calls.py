@@ -12,15 +12,15 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
+from consensus.common.errors import FarmError, IndexOverflow, IndexUnderflow
 from consensus.raft import CompactedError, Entry, PullStatus, Role
 from consensus.raft.reads import query_snapshot
-from consensus.runtime.envelope import described, header_of
-from consensus.runtime.errors import FarmError, IndexOverflow, IndexUnderflow
-from consensus.runtime.journal_pages import member_answer
 from consensus.runtime.log_reads import PAUSE_EVERY, LogReads
 from consensus.runtime.machines import CommandError
 from consensus.runtime.membership_calls import LATER, AdminWaits
 from consensus.runtime.row_index import RowIndex, entry_shows
+from consensus.wire.envelope import described, header_of
+from consensus.wire.journal_pages import member_answer
 
 if TYPE_CHECKING:
     from consensus.runtime.node_view import NodeView

@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from consensus.runtime.errors import FarmError, Unavailable
+from consensus.common.errors import FarmError, Unavailable
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection

@@ -29,11 +29,11 @@ from typing import Any, Callable
 
 import msgpack
 
+from consensus.common.errors import ErrorCode
 from consensus.raft import Entry, EntryType, StateMachine
-from consensus.runtime.envelope import Command, CommandKind, decode_command, is_command, \
-    is_status, request_id_of
-from consensus.runtime.errors import ErrorCode
 from consensus.runtime.status import choose_publisher, parse_status
+from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
+    is_status, request_id_of
 from consensus.wire.errors import ProtocolError
 
 log = logging.getLogger("garlicfarm.machines")

@@ -43,9 +43,9 @@ from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration,
 from consensus.raft.errors import ConfigurationError
 from consensus.runtime.budget import Trust, marker_limits
 from consensus.runtime.connection import Connection
-from consensus.runtime.jraft_mapping import ResponseSlot
 from consensus.wire import marker as mk
 from consensus.wire.errors import InvalidField, ProtocolError
+from consensus.wire.jraft_mapping import ResponseSlot
 
 if TYPE_CHECKING:
     from consensus.runtime.transport import Transport

@@ -9,13 +9,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from consensus.common.errors import FarmError, Incomplete, NotLeaderError
 from consensus.raft import MembershipChangeError, NotLeader, Role
-from consensus.runtime import extensions as ext
-from consensus.runtime.errors import FarmError, Incomplete, NotLeaderError
-from consensus.runtime.jraft_mapping import ResponseSlot, endpoint_from_jraft
+from consensus.wire import extensions as ext
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import (ClusterServer, MessageType, RaftResponse, ServerId,
                                   check_shape, encode)
+from consensus.wire.jraft_mapping import ResponseSlot, endpoint_from_jraft
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection

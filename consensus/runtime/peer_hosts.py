@@ -16,8 +16,8 @@ import socket
 import time
 from typing import Callable
 
-from consensus.runtime.errors import ConfigError
-from consensus.runtime.security import split_endpoint
+from consensus.common.errors import ConfigError
+from consensus.net.security import split_endpoint
 
 RESOLVE_EVERY = 60.0
 

@@ -21,8 +21,7 @@ from bisect import bisect_left
 from typing import Callable, Iterable
 
 from consensus.raft import Entry
-
-from .envelope import described, header_of
+from consensus.wire.envelope import described, header_of
 
 #: (index, rows a journal entry shows, the header of an effective commit or None)
 Shown = tuple[int, int, "list | None"]

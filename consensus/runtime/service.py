@@ -33,22 +33,22 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
+from consensus.common.errors import (FarmError, NotLeaderError, RetryableWrite, Unavailable,
+                                     error_detail)
 from consensus.raft import (Configuration, Entry, EntryType, MembershipChangeError, NotLeader,
                             ProposalDropped, ReadStatus, Role)
 from consensus.raft.retention import catch_up_index
-from consensus.runtime import extensions as ext
-from consensus.runtime.envelope import (HEAD, decode_command, is_command, journal_request_id,
-                                        request_id_of, stamp_head)
-from consensus.runtime.errors import (FarmError, NotLeaderError, RetryableWrite, Unavailable,
-                                      error_detail)
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
-from consensus.runtime.jraft_mapping import ResponseSlot
-from consensus.runtime.machines import CommandError, CommandOutcome
 from consensus.runtime.log_calls import LogCalls
+from consensus.runtime.machines import CommandError, CommandOutcome
 from consensus.runtime.membership_calls import LATER, AdminWaits, MembershipCalls
 from consensus.storage import SnapshotNotFoundError
+from consensus.wire import extensions as ext
+from consensus.wire.envelope import (HEAD, decode_command, is_command, journal_request_id,
+                                     request_id_of, stamp_head)
 from consensus.wire.errors import ProtocolError
+from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.wire.jraft import MessageType, RaftResponse, ValueType, check_shape, encode
+from consensus.wire.jraft_mapping import ResponseSlot
 
 if TYPE_CHECKING:
     from consensus.runtime.connection import Connection
@@ -565,7 +565,7 @@ class Service:
     def _c_read_snapshot(self, conn, call, args):
         """A chunk of the snapshot file the log builds on (the oldest kept at or above
         the log's base: the catch-up snapshot), with the log's bounds, for backups
-        (consensus/runtime/backup.py); `index` 0 asks for whichever that is now. A
+        (consensus/admin/backup.py); `index` 0 asks for whichever that is now. A
         different index in the answer means the log moved on: start again."""
         node = self.node
         offset, max_bytes = int(args.get("offset", 0)), int(args.get("max_bytes", 1 << 20))

@@ -26,23 +26,23 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from consensus.net.backoff import Backoff
+from consensus.net.dial import Dialed, dial
+from consensus.net.security import Security, split_endpoint
 from consensus.raft import AppendEntries, Message
-from consensus.runtime import jraft_mapping as jm
 from consensus.runtime.accept import AcceptedStream
 from consensus.runtime.admission import AdmissionLimits
-from consensus.runtime.backoff import Backoff
 from consensus.runtime.budget import (CLIENT_QUANTUM, CLIENT_READ_PER_TURN,
                                       DEFAULT_CLIENT_BUDGET, MAX_CLIENT_UNWRITTEN,
                                       OUTSIDER_QUANTUM, PEER_READ_PER_TURN, ClientBudget,
                                       Trust, jraft_limits)
 from consensus.runtime.connection import Connection
-from consensus.runtime.dial import Dialed, dial
 from consensus.runtime.gate import Gate
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.jraft_wire import JRaftWire
 from consensus.runtime.log_summary import LogSummary
 from consensus.runtime.peer_hosts import PeerHosts
-from consensus.runtime.security import Security, split_endpoint
+from consensus.wire import jraft_mapping as jm
 from consensus.wire.errors import ProtocolError
 from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse
 

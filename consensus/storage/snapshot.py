@@ -53,7 +53,7 @@ class SnapshotChunk:
     """Bytes [offset, offset + len(data)) of the snapshot *file* at `index` (the format
     above, CRC included: a copy is verified like the original), with the header's term
     and meta and the file's size, so a client copies a snapshot without it ever being
-    whole in memory (backups: consensus/runtime/backup.py)."""
+    whole in memory (backups: consensus/admin/backup.py)."""
     index: int
     term: int
     meta: dict

@@ -43,7 +43,7 @@ from .changelog import Change, Changelog
 from .rows import CHANGELOG_CONTENT, encode_payloads, payload_changes, snapshot_table
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 log = logging.getLogger("pyspark_farm.chp.capture")
 RETRY_FOR = 60.0      # seconds a chunk is retried against an unavailable farm
@@ -240,7 +240,7 @@ class Capture:
         the farm is unavailable, at most RETRY_FOR seconds. Any other refusal (a
         payload over the entry limit, bad credentials) cannot pass by retrying: it stops
         the capture at once, and the query with it."""
-        from consensus.runtime.errors import NotLeaderError, RetryableWrite, Unavailable
+        from consensus.common.errors import NotLeaderError, RetryableWrite, Unavailable
         token = uuid.uuid4().hex
         encoded = list(encode_payloads(changes, head))
         metadata = {"rows": [rows for _, rows in encoded], "writer": "pyspark_farm.chp",

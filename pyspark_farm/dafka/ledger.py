@@ -15,7 +15,7 @@ from ..errors import GarlicFarmSparkError
 from .index import PartitionIndex, Range, commit_ranges, index_key
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 T = TypeVar("T")
 CAS_ATTEMPTS = 100

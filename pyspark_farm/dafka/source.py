@@ -37,7 +37,7 @@ from .offsets import (Offsets, OffsetsSpec, PartitionKey, Subscription, offsets_
 from .planning import ReadTask, batch_ends, plan_tasks, task_counts
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 log = logging.getLogger("pyspark_farm.dafka")
 #: The dafka source's own columns (docs/options.md).

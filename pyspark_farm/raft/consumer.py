@@ -23,7 +23,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 log = logging.getLogger("pyspark_farm.consumer")
 
@@ -58,7 +58,7 @@ class ConsumerReport:
     def committed(self, client: "FarmClient", end: int) -> None:
         """The query committed up to `end` (the next index it reads): tell the farm,
         unless it was told so less than HEARTBEAT seconds ago."""
-        from consensus.runtime import FarmError
+        from consensus.client import FarmError
         now = time.monotonic()
         if self._reported is not None and self._reported[0] == end \
                 and now - self._reported[1] < HEARTBEAT:

@@ -37,7 +37,7 @@ PARTITION_COLUMN = "partition"
 def farm_partitions(connection: "FarmClientOptions") -> int:
     """How many partitions the farm has (asked of a member: every member hosts them all;
     a node older than the `partitions` call hosts one)."""
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     from ..log_access import unknown_call
     client = connection.client()
     try:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from ..schema import PayloadError, open_ipc
 
 if TYPE_CHECKING:
-    from consensus.runtime.journal_pages import JournalPage
+    from consensus.wire.journal_pages import JournalPage
 
 #: The raft source's own columns (docs/options.md).
 RAFT_COLUMNS_DDL = ("cluster string, index long, term long, type string, value binary, "

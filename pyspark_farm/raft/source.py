@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from consensus.runtime.journal_pages import JournalPage
+from consensus.wire.journal_pages import JournalPage
 
 from ..admission import SourceLimits
 from ..compat import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
@@ -31,7 +31,7 @@ from .rows import RowBatchBuilder, payload_chunks
 from .timestamps import index_at_time
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 
 @dataclass(frozen=True)

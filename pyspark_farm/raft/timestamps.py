@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
 
 PROBE_ENTRIES = 64          #: headers per probe when looking for the next stamped entry
 PROBE_BYTES = 64 << 10

@@ -18,7 +18,7 @@ from connectors.chp import proto
 from connectors.chp.client import CloneClient
 from connectors.chp.map_machine import encode_kvset
 from connectors.chp.proto import Hugz, Kthxbai, Kvpub, Kvset, Kvsync
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from tests.chp.support import free_port_span
 from tests.chp.test_cli import chp
 from tests.chp.test_pair import start_pair

@@ -13,7 +13,7 @@ from connectors.chp import cli, proto, resume
 from connectors.chp.client import CloneClient
 from connectors.chp.map_machine import RECORD_MAGIC, ReplicatedMap, encode_kvset
 from connectors.chp.proto import Channel, Kvset
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from tests.chp.test_pair import hugz_sequence
 from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 (a fixture)
 from tests.support import wait_until

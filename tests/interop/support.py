@@ -352,7 +352,7 @@ class MixedCluster:
             self.farm[i].start({k: e for k, e in self.endpoints.items() if k != i})
 
     def client(self, **kw):
-        from consensus.runtime.client import FarmClient
+        from consensus.client.client import FarmClient
         options = dict(endpoints=[n.endpoint for n in self.farm.values()], cluster="farm",
                        username="farm", password=self.password, timeout=15.0)
         options.update(kw)
@@ -368,7 +368,7 @@ class MixedCluster:
 
     def ping(self, node_id: int) -> dict | None:
         """Our member's {node, role, leader, term}; None while it does not answer."""
-        from consensus.runtime.errors import FarmError
+        from consensus.common.errors import FarmError
         if not self.farm[node_id].running():
             return None
         try:
@@ -378,7 +378,7 @@ class MixedCluster:
 
     def commit_of(self, node_id: int) -> int:
         """Our member's commit (and applied) index; -1 while it does not answer."""
-        from consensus.runtime.errors import FarmError
+        from consensus.common.errors import FarmError
         if not self.farm[node_id].running():
             return -1
         try:

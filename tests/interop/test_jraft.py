@@ -160,7 +160,7 @@ def test_snapshot_from_a_farm_leader_to_a_lagging_jraft_follower(mixed, procs):
     heals, dmprinter installs our snapshot (its bytes are our state machine's) and then
     commits the entries after it. The follower is cut off, not restarted: a restarted
     JRaft follower is flooded by our leader (issue 13, item 1), another test's concern."""
-    from consensus.runtime.faultproxy import FaultProxy
+    from consensus.torture.faultproxy import FaultProxy
     proxy = FaultProxy()
     procs.on_close(proxy.close)
     cluster = mixed([3], [1, 2], ("--election-ticks", "150", "--snapshot-interval", "40",
@@ -272,7 +272,7 @@ def test_a_client_of_a_farm_follower_under_a_jraft_leader_backs_off_and_says_why
     """Issue 13.2's reproduction: FarmClient(<our follower>).append(...) while a JRaft
     node leads: the members name a leader that does not speak the Garlic Farm handshake.
     It opened 1,422 connections in 5 s; now a handful, and the error says why."""
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     attempts = count_link_attempts(monkeypatch)
     cluster = mixed([1, 2], [3], ("--election-ticks", "300"))   # the JRaft pair leads
     cluster.start_jraft(1, 2)

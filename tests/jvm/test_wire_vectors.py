@@ -10,8 +10,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from consensus.runtime import extensions as ext
-from consensus.runtime.errors import ErrorCode
+from consensus.common.errors import ErrorCode
+from consensus.wire import extensions as ext
 from consensus.wire.jraft import decode
 
 FILE = Path(__file__).with_name("wire_vectors.json")

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.admin import EXIT_FARM, EXIT_OK, EXIT_USAGE, command_main
+from consensus.admin.admin import EXIT_FARM, EXIT_OK, EXIT_USAGE, command_main
+from consensus.torture import LocalCluster
 from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]

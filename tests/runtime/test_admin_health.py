@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.admin import EXIT_FARM, EXIT_OK, EXIT_UNHEALTHY, command_main
+from consensus.admin.admin import EXIT_FARM, EXIT_OK, EXIT_UNHEALTHY, command_main
+from consensus.torture import LocalCluster
 from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

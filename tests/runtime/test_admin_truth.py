@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from consensus.runtime.config import tomllib  # tomli on Python 3.10
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -108,7 +108,7 @@ def test_add_server_refuses_an_existing_id_at_another_endpoint(farm, node_toml):
     assert servers(farm).voters[2] == farm.endpoint_of(2)
 
     # The same refusal from the leader itself (the Python API, or a race with the CLI)
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     with farm.client(timeout=10) as client:
         with pytest.raises(FarmError, match=f"node 2 is already a voter at "
                                             f"{farm.endpoint_of(2)}"):
@@ -157,8 +157,8 @@ def test_remove_server_of_a_dead_voter_needs_no_force(farm, node_toml):
     assert voter not in servers(farm).members
     # A client meeting the farm from now on is not told the removed node's endpoint
     # (it used to be, from the configuration's addresses, and tried it for ever).
+    from consensus.client.links import Link
     from consensus.raft import Configuration
-    from consensus.runtime.links import Link
     with farm.client(timeout=5) as client:
         link = Link(farm.endpoint_of(1), client.security, 5.0, b"w" * 16)
         try:
@@ -221,7 +221,7 @@ def test_config_import_writes_absolute_paths(tmp_path):
                              str(tmp_path / "configs" / "node-1.toml")], cwd=str(other),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from consensus.runtime import FarmClient
+        from consensus.client import FarmClient
         with FarmClient(doc["voters"]["1"], cluster="rel", username="rel",
                         password="secret", timeout=2) as client:
             wait_until(lambda: _answers(client), 20, interval=0.1,
@@ -233,7 +233,7 @@ def test_config_import_writes_absolute_paths(tmp_path):
 
 
 def _answers(client) -> bool:
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     try:
         return client.ping()["node"] == 1
     except FarmError:
@@ -293,7 +293,7 @@ def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path)
 
 
 def _answers_at(farm, endpoint: str) -> bool:
-    from consensus.runtime import FarmError
+    from consensus.client import FarmError
     try:
         with farm.client(timeout=1, endpoints=endpoint) as client:
             return bool(client.ping(endpoint))
@@ -304,7 +304,7 @@ def _answers_at(farm, endpoint: str) -> bool:
 def test_the_client_says_what_the_node_answered(farm):
     """A wrong cluster name: every member answers 404; the error says so (it was
     "Unavailable ... check that a majority of the voters runs")."""
-    from consensus.runtime import FarmClient, ProtocolMismatch
+    from consensus.client import FarmClient, ProtocolMismatch
     with FarmClient(farm.endpoints, cluster="wrong", username=farm.username,
                     password=farm.password, timeout=2) as client:
         with pytest.raises(ProtocolMismatch) as write:

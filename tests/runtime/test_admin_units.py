@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from consensus.runtime.config import tomllib  # tomli on Python 3.10
-from consensus.runtime import ClusterView, FarmStatus, MemberView
-from consensus.runtime.admin import (build_parser, command_main, member_rows, render_status,
-                                     status_document)
-from consensus.runtime.admin_output import EXIT_USAGE, UsageError, console_for, plain, \
+from consensus.admin.admin import build_parser, command_main, render_status, status_document
+from consensus.admin.admin_output import EXIT_USAGE, UsageError, console_for, plain, \
     print_table
-from consensus.runtime.farm_file import FarmFile, farm_from_view, node_configs, plan_import
-from consensus.runtime.farm_target import resolve_connection
+from consensus.admin.farm_file import FarmFile, farm_from_view, node_configs, plan_import
+from consensus.admin.farm_target import resolve_connection
+from consensus.admin.health import member_rows
+from consensus.client import ClusterView, FarmStatus, MemberView
+from consensus.runtime.config import tomllib  # tomli on Python 3.10
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from consensus.runtime.dial import dial
-from consensus.runtime.errors import Unavailable
-from consensus.runtime.local import LocalCluster
-from consensus.runtime.security import Security
+from consensus.common.errors import Unavailable
+from consensus.net.dial import dial
+from consensus.net.security import Security
+from consensus.torture.local import LocalCluster
 from tests.hostile import HonestLogins, PasswordFlood, Slowloris, honest_login
 from tests.operators import logged_url, scrape
 from tests.support import wait_until

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from consensus.common.errors import ConfigError
 from consensus.runtime.accept import Opening, WrongOpening, claimed_node, sniff
 from consensus.runtime.admission import (AdmissionLimits, Established, Pending, Pool,
                                          RefusalLog, Tarpit)
 from consensus.runtime.cli import build_parser
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.errors import ConfigError
 
 LIMITS = AdmissionLimits(pending_clients=6, pending_per_address=3, pending_per_peer=2)
 

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.backup import backup_status, main, restore_backup, save_backup
-from consensus.runtime.backup_format import CorruptBackup
-from consensus.runtime.errors import IndexUnderflow
+from consensus.admin.backup import backup_status, main, restore_backup, save_backup
+from consensus.admin.backup_format import CorruptBackup
+from consensus.common.errors import IndexUnderflow
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -51,7 +51,7 @@ def test_help_shows_no_source_paths(capsys, command):
 
 
 def test_status_takes_username_and_both_timeouts(capsys):
-    from consensus.runtime.admin import build_parser
+    from consensus.admin.admin import build_parser
     args = build_parser("status").parse_args(
         ["--username", "ops", "--dial-timeout", "0.5", "--timeout", "7"])
     assert (args.username, args.dial_timeout, args.timeout) == ("ops", 0.5, 7.0)

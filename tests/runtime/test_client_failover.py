@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster, Unavailable
+from consensus.client import FarmError, Unavailable
+from consensus.torture import LocalCluster
 from tests.runtime.test_failures import Writer, check_history
 from tests.support import free_port, wait_until
 
@@ -69,7 +70,7 @@ def test_writes_flow_through_kill_9_and_sigstop_of_the_leader():
 
 def test_maybe_applied_says_when_a_write_certainly_did_not_happen():
     nobody = f"127.0.0.1:{free_port()}"
-    from consensus.runtime import FarmClient
+    from consensus.client import FarmClient
     with FarmClient(nobody, username="u", password="p", timeout=1) as client:
         with pytest.raises(Unavailable) as refused:
             client.append([b"to nobody"])

@@ -8,8 +8,9 @@ from collections import Counter
 
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster
-from consensus.runtime.links import CONNECTS_PER_SECOND, Directory
+from consensus.client import FarmError
+from consensus.client.links import CONNECTS_PER_SECOND, Directory
+from consensus.torture import LocalCluster
 from tests.support import count_link_attempts
 
 pytestmark = pytest.mark.timeout(120)

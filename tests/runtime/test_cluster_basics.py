@@ -7,8 +7,8 @@ import os
 import msgpack
 import pytest
 
-from consensus.runtime import (BatchCommit, FarmError, IndexOverflow, LocalCluster,
-                               NotLeaderError)
+from consensus.client import BatchCommit, FarmError, IndexOverflow, NotLeaderError
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster
-from consensus.runtime.admin import EXIT_OK, command_main
+from consensus.admin.admin import EXIT_OK, command_main
+from consensus.client import FarmError
 from consensus.runtime.cli import main as node_main
+from consensus.torture import LocalCluster
 from tests.operators import scrape
 from tests.support import wait_until
 

@@ -22,10 +22,10 @@ from datetime import datetime
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.dial import dial
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, ExtType
-from consensus.runtime.security import Security
+from consensus.net.dial import dial
+from consensus.net.security import Security
+from consensus.torture import LocalCluster
+from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
 from consensus.wire.jraft import JRaftDecoder, MessageType, RaftRequest, RaftResponse, encode
 from tests.support import wait_until
 

@@ -14,8 +14,9 @@ from collections import defaultdict
 
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster, Unavailable
-from consensus.runtime.faultproxy import ProxyNetwork
+from consensus.client import FarmError, Unavailable
+from consensus.torture import LocalCluster
+from consensus.torture.faultproxy import ProxyNetwork
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(300)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from consensus.runtime.errors import ConfigError
+from consensus.common.errors import ConfigError
 from consensus.runtime.http_endpoint import HttpEndpoint, HttpLimits, Response, tls_context
 from consensus.runtime.http_server import EVICTED, PLAIN_TO_TLS, TIMED_OUT
 from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 - a fixture

@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
+from consensus.common.errors import ConfigError
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.errors import ConfigError
 from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from consensus.common.errors import ConfigError
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.errors import ConfigError
-from consensus.runtime.local import LocalCluster
+from consensus.torture.local import LocalCluster
 from tests.operators import logged_url, scrape
 from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 - a fixture
 from tests.support import wait_until

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from consensus.runtime import LocalCluster, LogRecord, ProtocolMismatch
-from consensus.runtime.journal_pages import page_answer, page_from_answer
+from consensus.client import LogRecord, ProtocolMismatch
+from consensus.torture import LocalCluster
+from consensus.wire.journal_pages import page_answer, page_from_answer
 from tests.support import wait_until
 
 

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from consensus.runtime import FarmError, IndexUnderflow, LocalCluster
-from consensus.runtime.disk_storage import DiskStorage
+from consensus.client import IndexUnderflow
 from consensus.raft import CompactedError, Configuration, Entry, EntryType, Snapshot
+from consensus.runtime.disk_storage import DiskStorage
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -313,7 +314,7 @@ def test_reads_wait_in_bounded_queues_and_a_connection_waits_for_its_bytes_to_le
     Unavailable; a connection whose answer is unwritten gets no next page meanwhile."""
     import socket
 
-    from consensus.runtime import Unavailable
+    from consensus.client import Unavailable
     from consensus.runtime.connection import Connection
     from consensus.runtime.log_reads import LOW_WATER, LogReads
 

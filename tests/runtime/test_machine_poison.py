@@ -9,10 +9,10 @@ import json
 import msgpack
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
+from consensus.common.errors import ErrorCode
 from consensus.raft import Entry, EntryType
-from consensus.runtime.envelope import HEAD, MAGIC, VERSION, CommandKind, encode_command
-from consensus.runtime.errors import ErrorCode
 from consensus.runtime.machines import FarmStateMachine
+from consensus.wire.envelope import HEAD, MAGIC, VERSION, CommandKind, encode_command
 
 PROPERTIES = settings(max_examples=300, deadline=None,
                       suppress_health_check=[HealthCheck.too_slow])

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.envelope import encode_journal
+from consensus.torture import LocalCluster
 from consensus.wire import marker as mk
+from consensus.wire.envelope import encode_journal
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,7 +8,8 @@ import time
 import msgpack
 import pytest
 
-from consensus.runtime import FarmError, LocalCluster
+from consensus.client import FarmError
+from consensus.torture import LocalCluster
 from tests.runtime.test_failures import Writer, check_history
 from tests.support import wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from consensus.runtime.local import LocalCluster
+from consensus.torture.local import LocalCluster
 from tests.operators import Prometheus, logged_url, scrape
 from tests.runtime.test_tls_and_proxy import certificates  # noqa: F401 - a fixture
 from tests.support import wait_until

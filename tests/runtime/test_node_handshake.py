@@ -8,13 +8,14 @@ import socket
 
 import pytest
 
-import consensus.runtime.dial as dial_module
-from consensus.runtime import AuthenticationError, LocalCluster, ProtocolMismatch
-from consensus.runtime.dial import dial
-from consensus.runtime.extensions import GARLICFARM_REGISTRY, Call, Hello, Reply, Welcome
-from consensus.runtime.security import Security
+import consensus.net.dial as dial_module
+from consensus.client import AuthenticationError, ProtocolMismatch
+from consensus.net.dial import dial
+from consensus.net.security import Security
+from consensus.torture import LocalCluster
 from consensus.wire.digest import Challenge, DigestAlgorithm, DigestAuthorization, \
     parse_challenges
+from consensus.wire.extensions import GARLICFARM_REGISTRY, Call, Hello, Reply, Welcome
 from consensus.wire.jraft import JRaftDecoder, encode
 from consensus.wire.marker import ConnectRequest
 from consensus.wire.marker import encode as marker_encode

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.errors import ConfigError
+from consensus.common.errors import ConfigError
 from consensus.runtime.config import NodeConfig
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]

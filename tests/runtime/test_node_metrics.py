@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from consensus.runtime.errors import FarmError
-from consensus.runtime.local import LocalCluster
+from consensus.common.errors import FarmError
+from consensus.torture.local import LocalCluster
 from tests.operators import logged_url, scrape
 from tests.support import wait_until
 

@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from consensus.runtime import LocalCluster
-from consensus.runtime.admin import EXIT_OK, EXIT_UNHEALTHY, command_main
-from consensus.runtime.errors import ConfigError, FarmError
+from consensus.admin.admin import EXIT_OK, EXIT_UNHEALTHY, command_main
+from consensus.common.errors import ConfigError, FarmError
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from consensus.admin.partition_status import leaders_per_node, partition_rows
+from consensus.common.errors import ConfigError
 from consensus.raft import Configuration, FollowerContact, Role
 from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.errors import ConfigError
 from consensus.runtime.groups import GroupSet, group_data_dir
-from consensus.runtime.partition_status import leaders_per_node, partition_rows
 
 
 def node_config(**kw) -> NodeConfig:

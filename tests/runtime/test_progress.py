@@ -8,7 +8,7 @@ import select
 import threading
 import time
 
-from consensus.runtime import progress
+from consensus.admin import progress_bars as progress
 
 
 def _drain(fd: int) -> bytes:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from consensus.client import FarmError
+from consensus.common.errors import IndexOverflow
 from consensus.raft import Entry, EntryType
-from consensus.runtime import FarmError, LocalCluster, envelope
-from consensus.runtime.envelope import CommandKind, encode_command
-from consensus.runtime.errors import IndexOverflow
 from consensus.runtime.row_index import COMPUTED_PER_ANSWER, RowIndex, entry_shows
+from consensus.torture import LocalCluster
+from consensus.wire import envelope
+from consensus.wire.envelope import CommandKind, encode_command
 from tests.support import wait_until
 
 

@@ -9,16 +9,16 @@ import typing
 import msgpack
 import pytest
 
+from consensus.common.errors import ConfigError, ErrorCode
 from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration, Entry,
                             EntryType, InstallSnapshot, PullEntriesResponse, PullStatus,
                             RequestVote)
 from consensus.raft import messages as m
-from consensus.runtime import envelope, extensions as ext, jraft_mapping as jm
 from consensus.runtime.config import NodeConfig, parse_members
-from consensus.runtime.errors import ConfigError, ErrorCode
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.marker_wire import entry_bytes, entry_from_bytes
 from consensus.runtime.status import choose_publisher, parse_status, status_json
+from consensus.wire import envelope, extensions as ext, jraft_mapping as jm
 from consensus.wire.errors import InvalidField, LimitExceeded, ProtocolError, Truncated
 from consensus.wire.jraft import (JRaftDecoder, JRaftLimits, LogEntry, MessageType, RaftRequest,
                                   ValueType, encode)
@@ -443,7 +443,7 @@ def test_the_directory_does_not_send_leader_calls_to_a_leader_that_failed_us():
     """A member's Welcome may still name a leader that just died: the client then lets
     that member answer a leader's call instead of waiting for the dead one (it tries it
     last for a while), and goes back to it once a Welcome names it and it is not suspect."""
-    from consensus.runtime.links import Directory
+    from consensus.client.links import Directory
     a, b, c = "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"
     config = Configuration.of({1, 2, 3}, set(), {1: a, 2: b, 3: c}).encode()
     directory = Directory([a, b, c], connect_timeout=1.0)

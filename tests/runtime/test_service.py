@@ -10,8 +10,9 @@ import threading
 import msgpack
 import pytest
 
-from consensus.runtime import (FarmClient, FarmError, IndexOverflow, IndexUnderflow,
-                               LocalCluster, NotLeaderError, Unavailable)
+from consensus.client import (FarmClient, FarmError, IndexOverflow, IndexUnderflow,
+                              NotLeaderError, Unavailable)
+from consensus.torture import LocalCluster
 from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -135,8 +136,8 @@ def test_a_pluggable_state_machine_and_plain_jraft_client_requests():
         leader = farm.wait_for_leader(30)
         import socket
 
-        from consensus.runtime.dial import dial
-        from consensus.runtime.security import Security
+        from consensus.net.dial import dial
+        from consensus.net.security import Security
         from consensus.wire.jraft import (JRaftDecoder, LogEntry, MessageType, RaftRequest,
                                           ValueType, encode)
         dialed = dial(farm.endpoint_of(leader), Security(username=farm.username,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from consensus.runtime.local import LocalCluster
+from consensus.torture.local import LocalCluster
 from tests.operators import logged_url, require_binary, require_module
 from tests.support import wait_until
 

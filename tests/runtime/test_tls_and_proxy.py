@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from consensus.runtime import FarmClient, LocalCluster, ProtocolMismatch, Unavailable
+from consensus.client import FarmClient, ProtocolMismatch, Unavailable
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-from consensus.runtime import (AuthenticationError, FarmClient, FarmError, LocalCluster,
-                               ProtocolMismatch)
+from consensus.client import AuthenticationError, FarmClient, FarmError, ProtocolMismatch
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from consensus.runtime.faultproxy import (Direction, FaultProxy, FaultProxyError, LinkFaults,
+from consensus.torture.faultproxy import (Direction, FaultProxy, FaultProxyError, LinkFaults,
                                           ProxyNetwork, parse_endpoint)
 from tests.support import wait_until
 

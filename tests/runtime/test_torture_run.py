@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from consensus.linearizability import KVModel, Verdict, check, read_history
-from consensus.runtime.torture import EXIT_FAIL, EXIT_PASS, main
+from consensus.torture.run import EXIT_FAIL, EXIT_PASS, main
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 

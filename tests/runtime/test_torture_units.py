@@ -12,14 +12,14 @@ import pytest
 
 from consensus.linearizability import (History, KVModel, Outcome, Verdict, check,
                                        read_history)
-from consensus.runtime.torture import (EXIT_SETUP, TortureOutcome, TortureResult,
-                                       TortureSetupError, judge, main, parse_faults,
-                                       parse_options, render, result_document)
-from consensus.runtime.torture_nemesis import (Fault, FaultRecord, NemesisLog, connectivity,
-                                               majority_sides, plan)
-from consensus.runtime.torture_workload import (APPEND, REGISTER, Audit, ClientPool,
-                                                ClientStats, SharedSink, Workload,
-                                                audit_appends, execute, final_reads)
+from consensus.torture.nemesis import (Fault, FaultRecord, NemesisLog, connectivity,
+                                       majority_sides, plan)
+from consensus.torture.run import (EXIT_SETUP, TortureOutcome, TortureResult,
+                                   TortureSetupError, judge, main, parse_faults,
+                                   parse_options, render, result_document)
+from consensus.torture.workload import (APPEND, REGISTER, Audit, ClientPool,
+                                        ClientStats, SharedSink, Workload,
+                                        audit_appends, execute, final_reads)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -111,7 +111,7 @@ def test_workload_values_are_unique_and_families_separate():
 def test_execute_maps_results_to_history_outcomes():
     kv = DictKV()
     w = Workload(random.Random(0))
-    from consensus.runtime.torture_workload import Op
+    from consensus.torture.workload import Op
     assert execute(kv, Op("get", "r1")) == ("ok", "")
     assert execute(kv, Op("put", "r1", "w1")) == ("ok", "w1")
     assert execute(kv, Op("cas", "r1", ["w1", "c2"])) == ("ok", ["w1", "c2"])
@@ -335,7 +335,7 @@ def test_plans_of_every_kind_target_known_nodes():
 
 
 def _result(**changes) -> TortureResult:
-    from consensus.runtime.torture_nemesis import Action
+    from consensus.torture.nemesis import Action
     stats = ClientStats()
     stats.outcomes.update({("append", "ok"): 10, ("get", "ok"): 5, ("put", "info"): 2})
     log = NemesisLog([FaultRecord(Action(Fault.KILL, (2,), description="kill -9 n2"), 1.0, 2.0)])
@@ -430,7 +430,7 @@ class BrokenRestarts:
 
 
 def test_nemesis_records_failures_and_heals_the_rest():
-    from consensus.runtime.torture_nemesis import Nemesis
+    from consensus.torture.nemesis import Nemesis
 
     farm = BrokenRestarts()
     nemesis = Nemesis(farm, [Fault.KILL, Fault.PAUSE], random.Random(4), quiet=(0, 0),

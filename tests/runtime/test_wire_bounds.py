@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from consensus.wire import marker as mk
 from consensus.wire.jraft import REQUEST_HEAD, MessageType
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consensus.runtime import LocalCluster
+from consensus.torture import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(180)

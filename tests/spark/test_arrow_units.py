@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
 
-from consensus.runtime import LogRecord
-from consensus.runtime.journal_pages import page_answer, page_from_answer
+from consensus.client import LogRecord
+from consensus.wire.journal_pages import page_answer, page_from_answer
 from pyspark_farm.errors import CommitConflict, OptionError, SchemaError
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL, PayloadError, RowBatchBuilder, payload_values
 from pyspark_farm.raft.rows import payload_chunks as payload_chunks_of

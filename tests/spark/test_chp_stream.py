@@ -191,7 +191,7 @@ def test_a_refused_chunk_stops_the_capture_at_once(small_farm, caplog):
     the credentials) fails the chunk's write at once, naming the cause."""
     import logging
 
-    from consensus.runtime.errors import AuthenticationError
+    from consensus.common.errors import AuthenticationError
     from pyspark_farm.chp.capture import Capture, CaptureSettings
     from pyspark_farm.chp.changelog import Change
     from pyspark_farm.connection import FarmClientOptions

@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql.datasource import EqualTo, In, StringStartsWith
 
 from connectors.chp.kvmap import Entry
-from pyspark_farm.chp.changelog import RESYNC_PROPERTY, Change, Changelog
 from connectors.chp.mirror import BulkEntries
 from connectors.chp.proto import decode_bulk, encode_bulk
+from pyspark_farm.chp.changelog import RESYNC_PROPERTY, Change, Changelog
 from pyspark_farm.chp.rows import (CHP_SCHEMA, PayloadError, changes_batch, decode_payload,
                                    encode_payloads, snapshot_table, table_changes)
 from pyspark_farm.chp.sink import check_input, marker_batch, row_uuid
@@ -204,7 +204,7 @@ class _FlakyFarm:
         self.commits: list[tuple[list[int], dict]] = []
 
     def stage(self, query_id, batch, part, attempt, payload, *, content_type):
-        from consensus.runtime.errors import Unavailable
+        from consensus.common.errors import Unavailable
         self.calls += 1
         if self.calls == 2:
             raise Unavailable("the farm is electing a leader")
@@ -213,7 +213,7 @@ class _FlakyFarm:
         return index
 
     def commit_batch(self, query_id, batch, staged, *, metadata):
-        from consensus.runtime.results import BatchCommit
+        from consensus.common.results import BatchCommit
         self.commits.append((list(staged), metadata))
         return BatchCommit(True, 999, metadata=metadata)
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from consensus.runtime.admin import command_main
+from consensus.admin.admin import command_main
 from pyspark_farm import LocalFarm
 from tests.operators import scrape
 from tests.support import wait_until

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from consensus.runtime.errors import FarmError
+from consensus.common.errors import FarmError
 from pyspark_farm import LocalFarm
 from pyspark_farm.connection import CONNECTION_OPTIONS, FarmClientOptions, pem_file
 from pyspark_farm.errors import OptionError

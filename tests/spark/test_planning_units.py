@@ -217,7 +217,7 @@ class _OlderMember(_PagedLog):
     refuses it."""
 
     def entry_rows(self, start, stop, *, endpoint=None):
-        from consensus.runtime import FarmError
+        from consensus.client import FarmError
         self.refused = getattr(self, "refused", 0) + 1
         raise FarmError("unknown call 'entry_rows'; this node knows log_bounds, read_entries")
 
@@ -226,7 +226,7 @@ class _RowsMember(_PagedLog):
     """A member with entry_rows, answering `page` entries at a time."""
 
     def entry_rows(self, start, stop, *, endpoint=None):
-        from consensus.runtime import RowCounts
+        from consensus.client import RowCounts
         stop = min(stop, start + self.page)
         self.served += stop - start
         rows = np.array([1 if i <= self.journal else 0 for i in range(start, stop)], "<u4")
@@ -375,7 +375,7 @@ def test_plan_cuts_where_the_entry_by_entry_plan_cuts(entries, min_tasks, rows_p
 
 
 def test_read_from_members_leave_out_those_behind():
-    from consensus.runtime import ClusterView, MemberView
+    from consensus.client import ClusterView, MemberView
     from pyspark_farm.log_access import choose_members
     members = {1: MemberView(1, "h:1", "leader", True, 100, None),
                2: MemberView(2, "h:2", "follower", True, 99, None),
@@ -424,12 +424,12 @@ class _OlderJournalMember:
         self.refused = 0
 
     def read_journal(self, start, stop, *, max_bytes=0, endpoint=None):
-        from consensus.runtime import FarmError
+        from consensus.client import FarmError
         self.refused += 1
         raise FarmError("unknown call 'read_journal'; this node knows read_entries")
 
     def read_entries(self, start, stop, *, max_bytes=0, endpoint=None, payloads=True):
-        from consensus.runtime import LogRecord
+        from consensus.client import LogRecord
         stop = min(stop, start + 2)         # pages of two entries
         return [LogRecord(i, 1, "journal", [b"%d-a" % i, b"%d-b" % i], b"", i,
                           duplicate=i == 7, count=2) for i in range(start, stop)]

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from consensus.runtime import IndexOverflow
-from consensus.runtime.local import LocalCluster
+from consensus.client import IndexOverflow
+from consensus.torture.local import LocalCluster
 from pyspark_farm.log_access import read_held
 
 

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from consensus.runtime import FarmError
-from consensus.runtime.journal_pages import JournalPage
+from consensus.client import FarmError
+from consensus.wire.journal_pages import JournalPage
 from pyspark_farm import DataLossError, LocalFarm
 from pyspark_farm.connection import FarmClientOptions
 from pyspark_farm.log_access import LogPartition, LogPlanner, PieceReader

@@ -346,7 +346,7 @@ def extension_frames() -> list:
     reads and pulls are the Raft core's messages themselves)."""
     from consensus.raft import Configuration, Entry, EntryType, PullStatus
     from consensus.raft import messages as rm
-    from consensus.runtime import extensions as x
+    from consensus.wire import extensions as x
     config = Configuration.of([1, 2, 3])
     return [x.Hello(0, 0, 0, bytes(range(16)), 1),
             x.Welcome(1, 0, 3, 1, "farm", 2, "follower", b'{"voters": [1, 2, 3]}'),
@@ -371,14 +371,14 @@ def extension_frames() -> list:
 
 
 def _type_byte(frame) -> int:
-    from consensus.runtime.extensions import GARLICFARM_REGISTRY
+    from consensus.wire.extensions import GARLICFARM_REGISTRY
     return GARLICFARM_REGISTRY.of(frame).message_type
 
 
 def test_every_extension_frame_of_the_garlicfarm_wire_round_trips(capsys):
     """Issue 13.4: a client session's Hello (type 0x30) was 'no message type 48 is
     registered'. Every frame our wire carries decodes, and encodes back to its bytes."""
-    from consensus.runtime.extensions import ExtType, GARLICFARM_REGISTRY, encode
+    from consensus.wire.extensions import ExtType, GARLICFARM_REGISTRY, encode
     frames = extension_frames()
     covered = {_type_byte(f) for f in frames} | {ExtType.PRE_VOTE_REQUEST,
                                                   ExtType.PRE_VOTE_RESPONSE,
@@ -398,7 +398,7 @@ def test_every_extension_frame_of_the_garlicfarm_wire_round_trips(capsys):
 
 
 def test_the_raw_jraft_wire_names_extension_frames_unknown(capsys):
-    from consensus.runtime.extensions import encode
+    from consensus.wire.extensions import encode
     status, out, err = run(capsys, "decode", "-p", "jraft", encode(extension_frames()[0]).hex())
     assert status == 1 and out == []
     assert err == ["garlicfarm decode: jraft: messageType: no message type 48 is registered "
@@ -407,6 +407,6 @@ def test_the_raw_jraft_wire_names_extension_frames_unknown(capsys):
 
 def test_group_select_frame_is_the_encoded_message():
     """The transport's fast GroupSelect builder writes what the codec reads back."""
-    from consensus.runtime.extensions import GroupSelect, group_select_frame
-    from consensus.runtime.extensions import encode
+    from consensus.wire.extensions import GroupSelect, group_select_frame
+    from consensus.wire.extensions import encode
     assert group_select_frame(2, 5) == encode(GroupSelect(2, 0, 0, 5))

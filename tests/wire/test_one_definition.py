@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("consensus", "connectors", "garlicfarm", "pyspark_farm")
 HOME = ROOT / "consensus" / "raft" / "messages.py"
 #: the modules that map core messages onto a wire
-MAPPINGS = ("consensus/runtime/jraft_mapping.py", "consensus/runtime/marker_wire.py",
-            "consensus/runtime/extensions.py", "consensus/runtime/jraft_wire.py")
+MAPPINGS = ("consensus/wire/jraft_mapping.py", "consensus/runtime/marker_wire.py",
+            "consensus/wire/extensions.py", "consensus/runtime/jraft_wire.py")
 CORE = {cls.__name__: frozenset(f.name for f in dataclasses.fields(cls))
         for cls in typing.get_args(messages.RaftMessage)}
 HEADER = frozenset(f.name for f in dataclasses.fields(messages.Message))
@@ -73,7 +73,7 @@ def test_the_scan_sees_the_records_it_must_judge():
     jraft = _dataclass_fields(SOURCES[ROOT / "consensus/wire/jraft.py"])
     assert jraft["RaftResponse"] == {"message_type", "source", "destination", "term",
                                      "next_index", "accepted"}
-    hello = _dataclass_fields(SOURCES[ROOT / "consensus/runtime/extensions.py"])["Hello"]
+    hello = _dataclass_fields(SOURCES[ROOT / "consensus/wire/extensions.py"])["Hello"]
     assert HEADER <= hello and "client_id" in hello
     assert len(CORE) == 19 and all(HEADER <= names for names in CORE.values())
 
@@ -108,7 +108,7 @@ def _pull_frame(status, entries, configuration=None) -> bytes:
     built by hand: header, then the msgpack body in the table's order."""
     import msgpack
 
-    from consensus.runtime.extensions import ExtType
+    from consensus.wire.extensions import ExtType
     body = [10, 3, configuration, 0, b"s", True] if configuration is not None \
         else [status, 11, entries, 1, 12]
     kind = ExtType.PULL_SNAPSHOT_RESPONSE if configuration is not None \
@@ -125,8 +125,8 @@ def _pull_frame(status, entries, configuration=None) -> bytes:
     (_pull_frame(0, None, configuration=b"not json"), "configuration"),
 ], ids=["status", "entry type", "entry shape", "configuration"])
 def test_a_core_message_s_frame_with_a_bad_wire_form_names_the_field(frame, field):
-    from consensus.runtime.extensions import GARLICFARM_REGISTRY
     from consensus.wire.errors import InvalidField
+    from consensus.wire.extensions import GARLICFARM_REGISTRY
     from consensus.wire.jraft import JRaftDecoder
     with pytest.raises(InvalidField) as info:
         JRaftDecoder(registry=GARLICFARM_REGISTRY).feed(frame)
@@ -135,7 +135,7 @@ def test_a_core_message_s_frame_with_a_bad_wire_form_names_the_field(frame, fiel
 
 def test_a_frame_decodes_to_the_core_message_itself():
     from consensus.raft import Entry, EntryType, PullStatus
-    from consensus.runtime.extensions import GARLICFARM_REGISTRY
+    from consensus.wire.extensions import GARLICFARM_REGISTRY
     from consensus.wire.jraft import JRaftDecoder
     [message] = JRaftDecoder(registry=GARLICFARM_REGISTRY).feed(_pull_frame(2, [[3, 6, b""]]))
     assert message == messages.PullEntriesResponse(
@@ -145,7 +145,7 @@ def test_a_frame_decodes_to_the_core_message_itself():
 
 def test_a_wire_body_must_place_every_field_of_the_message_once():
     """A field added to a core message without a place on the wire fails at import."""
-    from consensus.runtime.extensions import ExtensionCodec, ExtType
+    from consensus.wire.extensions import ExtensionCodec, ExtType
     for body in ((("ctx", bytes),), (("ctx", bytes), ("lease", bool), ("ctx", bytes)),
                  (("ctx", bytes), ("lease", bool), ("index", int))):
         with pytest.raises(ValueError, match="ReadIndexRequest's wire body"):

@@ -14,7 +14,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * The visible journal entries of [start, stop), a page at a time: {@code read_journal}
  * answers a page as little-endian columns (docs/runtime-requests.md S8), checked here as
- * consensus/runtime/journal_pages.py page_from_answer checks it, then one batch per page.
+ * consensus/wire/journal_pages.py page_from_answer checks it, then one batch per page.
  */
 final class JournalRun {
   private static final long PAGE_BYTES = 8 << 20;

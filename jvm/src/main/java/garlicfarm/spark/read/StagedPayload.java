@@ -9,7 +9,7 @@ import org.msgpack.core.MessageUnpacker;
 
 /**
  * A staged entry's payload and content type, from read_entries' answer: an Application
- * entry holding a farm command (consensus/runtime/envelope.py: 0xC1, version 1, an 8-byte
+ * entry holding a farm command (consensus/wire/envelope.py: 0xC1, version 1, an 8-byte
  * timestamp, then the msgpack array [5 STAGE, request_id, query_id, batch_id, partition,
  * attempt, content_type, payload]).
  */

@@ -8,7 +8,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The extension frames a client sees, sans I/O (consensus/runtime/extensions.py, whose
+ * The extension frames a client sees, sans I/O (consensus/wire/extensions.py, whose
  * constants these must equal: tests/jvm/wire_vectors.json holds Python's, and a JUnit test
  * compares): {@code type u8 | source i32 | destination i32 | term i64 | bodySize i32 | body},
  * the body a msgpack array of the message's fields. Every size and field type is checked;

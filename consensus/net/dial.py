@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import h11
 
-from consensus.runtime.errors import (AuthenticationError, ConfigError, NotAFarm,
-                                      ProtocolMismatch, Unavailable)
-from consensus.runtime.security import Security, split_endpoint
+from consensus.common.errors import (AuthenticationError, ConfigError, NotAFarm,
+                                     ProtocolMismatch, Unavailable)
+from consensus.net.security import Security, split_endpoint
 from consensus.wire import marker
 from consensus.wire.errors import HandshakeError, ProtocolError
 from consensus.wire.handshake import (NODE_HEADER, Established, HandshakeInitiator,
@@ -265,3 +265,11 @@ def _garlicfarm(host: str, port: int, security: Security, deadline: float,
     except BaseException:
         sock.close()
         raise
+
+
+def close_quietly(sock: socket.socket) -> None:
+    """Close a socket whose peer may already be gone."""
+    try:
+        sock.close()
+    except OSError:
+        pass

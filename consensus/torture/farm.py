@@ -9,12 +9,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .faultproxy import ProxyNetwork
-from .torture_flood import Flood
-from .torture_nemesis import MEMBERSHIP_SCHEMES, Action
+from consensus.torture.faultproxy import ProxyNetwork
+from consensus.torture.flood import Flood
+from consensus.torture.nemesis import MEMBERSHIP_SCHEMES, Action
 
 if TYPE_CHECKING:
-    from .torture import TortureOptions
+    from consensus.torture.run import TortureOptions
 
 MEMBERSHIP_TIMEOUT = 60.0   # seconds one membership step may take (retries included)
 LEAVE_TIMEOUT = 20.0        # a removed node stops by itself within this (else SIGTERM)
@@ -25,7 +25,7 @@ class TortureFarm:
     it), plus what the nemesis needs: kill, stop, restart, pause, resume, the leader."""
 
     def __init__(self, options: TortureOptions) -> None:
-        from consensus.runtime import LocalCluster
+        from consensus.torture.local import LocalCluster
 
         self.node_ids = list(range(1, options.nodes + 1))
         self.network: ProxyNetwork | None = None
@@ -93,7 +93,7 @@ class TortureFarm:
 
     def wait_ready(self, node_id: int, timeout: float) -> bool:
         """Wait until `node_id` answers and names a leader; False at the deadline."""
-        from consensus.runtime import FarmError
+        from consensus.common.errors import FarmError
 
         deadline = time.monotonic() + timeout
         with self.farm.client(timeout=1.0, endpoints=self.farm.endpoint_of(node_id)) as c:
@@ -112,7 +112,7 @@ class TortureFarm:
             self._admin = self.farm.client(timeout=1.0)
         return self._admin.get_servers().leader_id
 
-    # -- membership faults (torture_nemesis: Fault.MEMBERSHIP) -------------------------------
+    # -- membership faults (nemesis: Fault.MEMBERSHIP) -------------------------------
     def membership_schemes(self) -> tuple[str, ...]:
         return MEMBERSHIP_SCHEMES[self._wire]
 
@@ -195,7 +195,7 @@ class TortureFarm:
             self._retire(node)
 
     def flood(self, node_id: int) -> Flood:
-        """Hostile and greedy clients at `node_id`'s client endpoint (torture_flood)."""
+        """Hostile and greedy clients at `node_id`'s client endpoint (`flood`)."""
         farm = self.farm
         flood = Flood(farm.endpoint_of(node_id), cluster=farm.cluster,
                       username=farm.username, password=farm.password)
@@ -255,7 +255,7 @@ class TortureFarm:
     def _caught_up(self, node: int) -> None:
         """Wait until `node` applied what the leader had committed (an observer that
         came back pulls the log again)."""
-        from consensus.runtime import FarmError
+        from consensus.common.errors import FarmError
 
         endpoint = self.farm.endpoint_of(node)
         deadline = time.monotonic() + MEMBERSHIP_TIMEOUT
@@ -275,7 +275,7 @@ class TortureFarm:
     def _quietly(self, step) -> None:
         """A membership call whose outcome the nemesis checks later (the leader may die
         under it)."""
-        from consensus.runtime import FarmError
+        from consensus.common.errors import FarmError
 
         try:
             with self.farm.client(timeout=5.0) as client:
@@ -287,7 +287,7 @@ class TortureFarm:
         """Call `step(client, view)` (an idempotent membership call) until `done(view)`
         holds in the leader's view and no joint configuration is in force; the view.
         Refusals while another change runs, leader changes and timeouts are retried."""
-        from consensus.runtime import FarmError
+        from consensus.common.errors import FarmError
 
         deadline = time.monotonic() + timeout
         last: Exception | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from consensus.runtime.farm_target import FarmTarget
+    from consensus.admin.farm_target import FarmTarget
 
 #: endpoints probed at once (a thread each); a bigger farm is probed in rounds
 MAX_PROBES = 16
@@ -38,7 +38,7 @@ def probe_endpoints(target: "FarmTarget", endpoints: Mapping[int, str]) -> dict[
     bound = target.dial_timeout
 
     def probe(item: tuple[int, str]) -> tuple[int, str | None]:
-        from consensus.runtime.errors import FarmError
+        from consensus.common.errors import FarmError
         node_id, endpoint = item
         try:
             with target.client(endpoints=[endpoint], timeout=bound + ANSWER_SECONDS,
@@ -86,3 +86,44 @@ def farm_problems(view: Mapping[str, Any], verdicts: Mapping[int, Health]) -> li
     problems += [f"n{node_id} is unreachable: {health.problem}"
                  for node_id, health in sorted(verdicts.items()) if health.reachable is False]
     return problems
+
+
+@dataclass
+class MemberRow:
+    id: int
+    endpoint: str
+    role: str
+    voter: bool
+    match: int | None
+    lag: int | None                # entries behind the commit index
+    status_age: float | None       # seconds since the member's last status entry
+    commit: int | None             # from its last status
+    last: int | None
+    uptime: float | None           # seconds
+    log_size: int | None
+    ack_age: float | None = None   # seconds since the leader last heard from it
+    reachable: bool | None = None  # None: not judged (a former member)
+    problem: str | None = None     # why it is unreachable
+
+
+def member_rows(view: Mapping[str, Any], now_ms: int,
+                probes: Mapping[int, str | None] | None = None) -> list[MemberRow]:
+    """One row per member of a `FarmStatus` (as `plain` gives it), judged by `health`
+    (with the endpoints' `probes` when they were probed)."""
+    members = view.get("members") or {}
+    lag = view.get("lag") or {}
+    verdicts = judge(view, probes)
+    rows = []
+    for key, m in sorted(members.items(), key=lambda kv: int(kv[0])):
+        status = m.get("status") or {}
+        raft = status.get("raft") or {}
+        date = status.get("date")
+        uptime = (status.get("router") or {}).get("uptime")
+        rows.append(MemberRow(
+            int(key), m.get("endpoint") or "", m.get("role") or "?", bool(m.get("voter")),
+            m.get("match_index"), lag.get(str(key)),
+            (now_ms - date) / 1e3 if isinstance(date, int) else None,
+            raft.get("commit"), raft.get("last"),
+            uptime / 1e3 if isinstance(uptime, (int, float)) else None, raft.get("logSize"),
+            m.get("ack_age"), verdicts[int(key)].reachable, verdicts[int(key)].problem))
+    return rows

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 
-from consensus.runtime.backoff import Backoff
-from consensus.runtime.dial import dial
-from consensus.runtime.errors import AuthenticationError, FarmError
-from consensus.runtime.security import Security, split_endpoint
+from consensus.common.errors import AuthenticationError, FarmError
+from consensus.net.backoff import Backoff
+from consensus.net.dial import dial
+from consensus.net.security import Security, split_endpoint
 from consensus.wire.handshake import handshake_path
 
 SLOW_BYTE_EVERY = 1.0       #: seconds between two bytes of a slowloris connection
@@ -162,7 +161,7 @@ class Flood:
         self.counts.add(slow_closed_by_node=1)
 
     def _read_back(self) -> None:
-        from consensus.runtime.client import FarmClient
+        from consensus.client.client import FarmClient
 
         backoff = Backoff(0.1, 2.0)
         with FarmClient(self.endpoint, cluster=self.cluster, username=self.username,

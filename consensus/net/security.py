@@ -31,7 +31,7 @@ import ssl
 import threading
 from dataclasses import dataclass, field
 
-from consensus.runtime.errors import ConfigError
+from consensus.common.errors import ConfigError
 from consensus.wire.handshake import (DEFAULT_CLUSTER, CredentialCache, NonceStore,
                                       handshake_path)
 

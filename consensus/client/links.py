@@ -24,16 +24,16 @@ import time
 from collections import deque
 from typing import Iterator
 
+from consensus.common.errors import (AuthenticationError, ConfigError, FarmError,
+                                     NotLeaderError, ProtocolMismatch, Unavailable)
+from consensus.net.backoff import Backoff
+from consensus.net.dial import close_quietly
+from consensus.net.dial import dial
+from consensus.net.security import Security
 from consensus.raft import Configuration
-from consensus.runtime import extensions as ext
-from consensus.runtime.backoff import Backoff
-from consensus.runtime.connection import close_quietly
-from consensus.runtime.dial import dial
-from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
-                                      NotLeaderError, ProtocolMismatch, Unavailable)
-from consensus.runtime.extensions import GARLICFARM_REGISTRY
-from consensus.runtime.security import Security
+from consensus.wire import extensions as ext
 from consensus.wire.errors import ProtocolError
+from consensus.wire.extensions import GARLICFARM_REGISTRY
 from consensus.wire.jraft import JRaftDecoder, encode
 
 SUSPECT_SECONDS = 2.0       #: a member that failed us is tried last for this long

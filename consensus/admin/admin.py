@@ -25,65 +25,23 @@ import dataclasses
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from rich.console import Console
 
-from consensus.runtime.admin_output import EXIT_FARM, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, \
+from consensus.admin.admin_output import EXIT_FARM, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, \
     UsageError, console_for, plain, print_json, print_table
-from consensus.runtime.farm_file import cmd_config
-from consensus.runtime.farm_target import FarmTarget, connection_parser, parse_node_id, \
+from consensus.admin.farm_file import cmd_config
+from consensus.admin.farm_target import FarmTarget, connection_parser, parse_node_id, \
     resolve_connection, split_endpoints
-from consensus.runtime.health import Health, farm_problems, judge, probe_endpoints
-from consensus.runtime.partition_status import collect_partitions, partitions_document
-from consensus.runtime.suggest import SuggestingParser
+from consensus.admin.health import Health, farm_problems, member_rows, probe_endpoints
+from consensus.admin.partition_status import collect_partitions, partitions_document
+from consensus.common.suggest import SuggestingParser
 
 COMMANDS = ("status", "add-server", "remove-server", "transfer-leader", "config")
 
 
 # --- status ---------------------------------------------------------------------------------
-
-@dataclass
-class MemberRow:
-    id: int
-    endpoint: str
-    role: str
-    voter: bool
-    match: int | None
-    lag: int | None                # entries behind the commit index
-    status_age: float | None       # seconds since the member's last status entry
-    commit: int | None             # from its last status
-    last: int | None
-    uptime: float | None           # seconds
-    log_size: int | None
-    ack_age: float | None = None   # seconds since the leader last heard from it
-    reachable: bool | None = None  # None: not judged (a former member)
-    problem: str | None = None     # why it is unreachable
-
-
-def member_rows(view: Mapping[str, Any], now_ms: int,
-                probes: Mapping[int, str | None] | None = None) -> list[MemberRow]:
-    """One row per member of a `FarmStatus` (as `plain` gives it), judged by `health`
-    (with the endpoints' `probes` when they were probed)."""
-    members = view.get("members") or {}
-    lag = view.get("lag") or {}
-    verdicts = judge(view, probes)
-    rows = []
-    for key, m in sorted(members.items(), key=lambda kv: int(kv[0])):
-        status = m.get("status") or {}
-        raft = status.get("raft") or {}
-        date = status.get("date")
-        uptime = (status.get("router") or {}).get("uptime")
-        rows.append(MemberRow(
-            int(key), m.get("endpoint") or "", m.get("role") or "?", bool(m.get("voter")),
-            m.get("match_index"), lag.get(str(key)),
-            (now_ms - date) / 1e3 if isinstance(date, int) else None,
-            raft.get("commit"), raft.get("last"),
-            uptime / 1e3 if isinstance(uptime, (int, float)) else None, raft.get("logSize"),
-            m.get("ack_age"), verdicts[int(key)].reachable, verdicts[int(key)].problem))
-    return rows
-
 
 def status_document(view: Mapping[str, Any], now_ms: int,
                     probes: Mapping[int, str | None] | None = None) -> dict[str, Any]:
@@ -206,7 +164,7 @@ def cmd_add_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) ->
         if args.observer:
             client.update_observers(add={node_id: endpoint}, timeout=wait)
         else:
-            from consensus.runtime.progress import catching_up
+            from consensus.admin.progress_bars import catching_up
             with catching_up(lambda: target.client(timeout=reach), node_id):
                 client.add_server(node_id, endpoint, timeout=wait)
     _done(out, args, {"added": node_id, "endpoint": endpoint,
@@ -344,14 +302,14 @@ def _command(name: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             return cmd_config(args, out)
         if name == "status" and (args.serve or args.farm or args.serve_tls_cert
                                  or args.serve_tls_key):
-            from consensus.runtime.status_page import serve_status
+            from consensus.admin.status_page import serve_status
             return serve_status(args, out)
         return HANDLERS[name](resolve_connection(args), args, out)
     except UsageError as exc:
         err.write(f"garlicfarm {name}: {exc}\n")
         return EXIT_USAGE
     except Exception as exc:   # noqa: BLE001 - a farm error, or a config error
-        from consensus.runtime import FarmError
+        from consensus.common.errors import FarmError
         if not isinstance(exc, FarmError):
             raise
         option = getattr(exc, "option", None)

@@ -28,11 +28,10 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, TextIO
 
-from consensus.runtime.admin import member_rows
-from consensus.runtime.admin_output import UsageError, plain
-from consensus.runtime.farm_target import FarmTarget, resolve_connection, split_endpoints
-from consensus.runtime.health import Health, farm_problems, probe_endpoints
-from consensus.runtime.partition_status import collect_partitions, partitions_document
+from consensus.admin.admin_output import UsageError, plain
+from consensus.admin.farm_target import FarmTarget, resolve_connection, split_endpoints
+from consensus.admin.health import Health, farm_problems, member_rows, probe_endpoints
+from consensus.admin.partition_status import collect_partitions, partitions_document
 from consensus.runtime.http_endpoint import HttpEndpoint, Response, parse_listen, tls_context
 
 if TYPE_CHECKING:
@@ -80,7 +79,7 @@ class FarmPoller:
         return self
 
     def _run(self) -> None:
-        from consensus.runtime.errors import FarmError
+        from consensus.common.errors import FarmError
         wait = POLL_INTERVAL
         with self.client as client:
             while not self._stop.is_set():

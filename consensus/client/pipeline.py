@@ -43,11 +43,11 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Iterable
 
-from consensus.runtime import extensions as ext
-from consensus.runtime.backoff import Backoff
-from consensus.runtime.errors import (ErrorCode, FarmError, ProtocolMismatch,
-                                      Unavailable, error_from_wire)
-from consensus.runtime.links import Link, LinkPool, NoAnswer, foreign_leader_text
+from consensus.client.links import Link, LinkPool, NoAnswer, foreign_leader_text
+from consensus.common.errors import (ErrorCode, FarmError, ProtocolMismatch,
+                                     Unavailable, error_from_wire)
+from consensus.net.backoff import Backoff
+from consensus.wire import extensions as ext
 
 MAX_IN_FLIGHT = 1024                #: writes sent and not answered, per connection
 _UNAVAILABLE_PAUSE = 0.05           #: before sending again what the leader refused for now

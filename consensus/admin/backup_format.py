@@ -28,8 +28,8 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
+from consensus.common.errors import FarmError
 from consensus.raft import Entry, EntryType
-from consensus.runtime.errors import FarmError
 from consensus.storage.errors import CorruptLogError
 from consensus.storage.record import HEADER, HEADER_SIZE, frame, payload_crc, record_crc
 from consensus.storage.snapshot import FileCheck

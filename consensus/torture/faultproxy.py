@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Coroutine, Hashable, Iterable, Mapping, TypeVar
 
-from .security import split_endpoint
+from consensus.net.security import split_endpoint
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, TextIO
 
-from consensus.runtime.admin_output import EXIT_OK, UsageError, print_json
-from consensus.runtime.farm_target import parse_node_id, resolve_connection, split_endpoints
+from consensus.admin.admin_output import EXIT_OK, UsageError, print_json
+from consensus.admin.farm_target import parse_node_id, resolve_connection, split_endpoints
 
 FARM_FORMAT = "garlicfarm.farm/1"
 
@@ -237,7 +237,7 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
     if args.cluster is None:
         args.cluster = wanted.cluster
     target = resolve_connection(args)
-    from consensus.runtime import FarmError
+    from consensus.common.errors import FarmError
     try:
         with target.client() as client:
             current, _ = read_farm(client)
@@ -260,7 +260,7 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
         _report_plan(out, args, plan, lines, applied=False)
         return EXIT_OK
     reach, wait = target.change_timeouts()
-    from consensus.runtime.progress import track
+    from consensus.admin.progress_bars import track
     with target.client(timeout=reach) as client:
         calls = _import_calls(client, plan, wait)
         for call in track(calls, "config import", len(calls)):

@@ -6,11 +6,11 @@ a recorded history, and a verdict.
 
 1. Start `--nodes` node processes (`LocalCluster`); with partition or delay faults, every
    link between two nodes goes through the fault-injecting proxy (`faultproxy`).
-2. Run `--clients` client threads (`torture_workload`): gets, puts, appends and
+2. Run `--clients` client threads (`workload`): gets, puts, appends and
    compare-and-sets on rotating keys, each recorded with invoke and completion times
    and outcome (ok / fail / info) as EDN lines (`--history`, written as they happen;
    nemesis lines are ``:process :nemesis`` and skipped by checkers).
-3. Inject faults one at a time (`torture_nemesis`) for `--duration` seconds; membership
+3. Inject faults one at a time (`nemesis`) for `--duration` seconds; membership
    faults start fresh nodes (`LocalCluster.spawn`) and change the configuration with
    the client API (`TortureFarm.membership_apply` / `membership_heal`).
 4. Heal everything (the configuration back to the original voters), restart what is
@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from consensus.admin import progress_bars as progress_bar
+from consensus.admin.admin import console_for, print_json, print_table
 from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
-
-from . import progress as progress_bar
-from .admin import console_for, print_json, print_table
-from .torture_farm import TortureFarm
-from .torture_nemesis import MEMBERSHIP_SCHEMES, Fault, Nemesis, NemesisLog
-from .torture_workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
-                               audit_appends, final_reads)
+from consensus.torture.farm import TortureFarm
+from consensus.torture.nemesis import MEMBERSHIP_SCHEMES, Fault, Nemesis, NemesisLog
+from consensus.torture.workload import (Audit, ClientPool, ClientStats, SharedSink, Workload,
+                                        audit_appends, final_reads)
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN, EXIT_SETUP = 0, 1, 2, 3
 EXPLAIN_LINES = 40          # of the checker's explanation in the text report
@@ -108,7 +107,7 @@ class TortureResult:
 
 def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureResult:
     """One torture run, start to verdict. `progress` gets a line per phase."""
-    from consensus.runtime import FarmError
+    from consensus.common.errors import FarmError
 
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
@@ -389,7 +388,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     else:
         render(result, out)
     return result.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

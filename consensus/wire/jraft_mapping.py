@@ -36,9 +36,9 @@ from consensus.raft import (AppendEntries, AppendEntriesResponse, Configuration,
                             SyncLogRequest, SyncLogResponse, TimeoutNow)
 from consensus.raft.errors import ConfigurationError
 from consensus.raft.messages import RaftMessage
-from consensus.runtime import extensions as ext
-from consensus.runtime.extensions import ExtType
+from consensus.wire import extensions as ext
 from consensus.wire.errors import InvalidField
+from consensus.wire.extensions import ExtType
 from consensus.wire.jraft import Message as JRaftMessage
 from consensus.wire.jraft import (ENTRY_HEAD, REQUEST_HEAD, RESPONSE_LAYOUT,
                                   ClusterConfiguration, ClusterServer, JRaftLimits, LogEntry,

@@ -22,7 +22,7 @@ Faults, aimed half the time at the current leader (where Raft bugs hide):
   that does not complete within `MEMBERSHIP_TIMEOUT` is a fault error. Each action
   ends with the configuration as it started (the original voters, no observers);
 - ``flood``: hostile and greedy clients at one member for the hold time
-  (`torture_flood`): wrong-password logins as fast as it lets them, slowloris
+  (`flood`): wrong-password logins as fast as it lets them, slowloris
   connections, and a reader paging through its whole log.
 
 kill -9 of a process does not lose what it wrote without fsync (the page cache survives),
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-from .faultproxy import ProxyNetwork
+from consensus.torture.faultproxy import ProxyNetwork
 
 READY_TIMEOUT = 20.0        # seconds a restarted node gets to rejoin before the next fault
 
@@ -201,7 +201,7 @@ class FarmControl(Protocol):
 
 
 class Flooding(Protocol):
-    """A flood under way (`torture_flood.Flood`)."""
+    """A flood under way (`flood.Flood`)."""
 
     def stop(self) -> str: ...
 

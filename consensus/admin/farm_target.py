@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from consensus.runtime.admin_output import UsageError
+from consensus.admin.admin_output import UsageError
 
 
 # --- connection options --------------------------------------------------------------------
@@ -42,7 +42,7 @@ class FarmTarget:
 
     def client(self, **overrides: Any):
         """A `FarmClient` (imported here: `garlicfarm --help` stays light)."""
-        from consensus.runtime import FarmClient
+        from consensus.client import FarmClient
         kwargs = dict(cluster=self.cluster, username=self.username, password=self.password,
                       tls_ca=self.tls_ca, tls_cert=self.tls_cert, tls_key=self.tls_key,
                       proxy=self.proxy, timeout=self.timeout, tls=self.tls,
@@ -151,8 +151,8 @@ def _credentials(args: argparse.Namespace, from_file: Mapping[str, Any],
     3. the config file's ``credentials`` file, or its ``user`` and ``password`` (or
        ``$GARLICFARM_PASSWORD``).
     """
-    from consensus.runtime.errors import ConfigError
-    from consensus.runtime.security import read_credentials_file
+    from consensus.common.errors import ConfigError
+    from consensus.net.security import read_credentials_file
 
     def first_pair(path: str, option: str) -> tuple[str, str]:
         try:
@@ -208,8 +208,8 @@ def _config_endpoints(conf: Mapping[str, Any]) -> str | None:
 
 def split_endpoints(text: str, option: str) -> list[str]:
     """``host:port,host:port`` -> the list, each checked (by the node's own rule)."""
-    from consensus.runtime.errors import ConfigError
-    from consensus.runtime.security import split_endpoint
+    from consensus.common.errors import ConfigError
+    from consensus.net.security import split_endpoint
 
     endpoints = [e.strip() for e in text.split(",") if e.strip()]
     if not endpoints:

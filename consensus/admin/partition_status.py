@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from consensus.runtime.farm_target import FarmTarget
+    from consensus.admin.farm_target import FarmTarget
 
 
 def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -50,8 +50,8 @@ def collect_partitions(target: "FarmTarget", endpoints: Mapping[int, str]
     as the health probes are); a member that does not answer is left out."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from consensus.runtime.errors import FarmError
-    from consensus.runtime.health import ANSWER_SECONDS, MAX_PROBES
+    from consensus.admin.health import ANSWER_SECONDS, MAX_PROBES
+    from consensus.common.errors import FarmError
     if not endpoints:
         return {}
     bound = target.dial_timeout

@@ -18,11 +18,10 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from consensus.common.errors import ProtocolMismatch
+from consensus.common.results import LogRecord
 from consensus.raft import Entry
-
-from .envelope import described
-from .errors import ProtocolMismatch
-from .results import LogRecord
+from consensus.wire.envelope import described
 
 #: the columns of an answer: name, array typecode (little-endian on the wire)
 COLUMNS = (("index", "q"), ("term", "q"), ("timestamp", "q"), ("count", "I"), ("sizes", "I"))

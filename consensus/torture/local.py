@@ -27,10 +27,10 @@ import tempfile
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from consensus.runtime.client import FarmClient
-from consensus.runtime.errors import FarmError, Unavailable
-from consensus.runtime.groups import check_partitions
-from consensus.runtime.security import WILDCARDS
+from consensus.client.client import FarmClient
+from consensus.common.errors import FarmError, Unavailable
+from consensus.common.partitions import check_partitions
+from consensus.net.security import WILDCARDS
 
 STOP_GRACE = 10.0
 METRICS_LINE = re.compile(rb"metrics on https?://[^\s/]+:(\d+)/metrics")

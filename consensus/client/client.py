@@ -25,7 +25,6 @@ does not wait for them).
 from __future__ import annotations
 
 import itertools
-import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -33,24 +32,25 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import msgpack
 
-from consensus.raft import Entry, EntryType
-from consensus.runtime import extensions as ext
-from consensus.runtime.envelope import (CommandKind, described, encode_command,
-                                        new_request_id, record_from_header)
-from consensus.runtime.errors import (AuthenticationError, ConfigError, FarmError,
-                                      Incomplete, NotAFarm, NotLeaderError,
-                                      ProtocolMismatch,
-                                      RetryableWrite, Unavailable, error_from_wire)
-from consensus.runtime.extensions import GARLICFARM_REGISTRY
-from consensus.runtime.groups import check_partition
-from consensus.runtime.journal_pages import JournalPage, page_from_answer
-from consensus.runtime.links import (Directory, Link, LinkPool, NoAnswer,
+from consensus.client.links import (Directory, Link, LinkPool, NoAnswer,
                                     foreign_leader_text)
-from consensus.runtime.pipeline import PendingWrite, WritePipe
-from consensus.runtime.results import (BatchCommit, ClusterView, Event,
-                                       FarmStatus, LogRecord, MemberView, RowCounts,
-                                       VisibleRecords)
-from consensus.runtime.security import Security, split_endpoint
+from consensus.client.pipeline import PendingWrite, WritePipe
+from consensus.client.subscription import Subscription
+from consensus.common.errors import (AuthenticationError, ConfigError, FarmError,
+                                     Incomplete, NotAFarm, NotLeaderError,
+                                     ProtocolMismatch,
+                                     RetryableWrite, Unavailable, error_from_wire)
+from consensus.common.partitions import check_partition
+from consensus.common.results import (BatchCommit, ClusterView, Event,
+                                      FarmStatus, LogRecord, MemberView, RowCounts,
+                                      VisibleRecords)
+from consensus.net.security import Security, split_endpoint
+from consensus.raft import Entry, EntryType
+from consensus.wire import extensions as ext
+from consensus.wire.envelope import (CommandKind, described, encode_command,
+                                     new_request_id, record_from_header)
+from consensus.wire.extensions import GARLICFARM_REGISTRY
+from consensus.wire.journal_pages import JournalPage, page_from_answer
 from consensus.wire.jraft import DEFAULT_LIMITS, client_request, encode
 
 _ENTRY_TYPES = {t.value: t for t in EntryType}
@@ -608,67 +608,7 @@ class FarmClient:
                                                  "voters-changed")) -> Iterator[Event]:
         """Events from one member (reconnecting to another when it goes away). The
         iterator runs until closed; it holds its own connection."""
-        return _Subscription(self, tuple(events))
-
-
-class _Subscription:
-    """The iterator `FarmClient.subscribe` returns; `close()` ends it (from any thread)."""
-
-    def __init__(self, client: FarmClient, events: tuple[str, ...]) -> None:
-        self.client = client
-        self.events = events
-        self.link: Link | None = None
-        self.closed = False
-
-    def __iter__(self) -> "_Subscription":
-        return self
-
-    def _connect(self) -> Link:
-        client = self.client
-        deadline = time.monotonic() + client.timeout
-        last: Exception | None = None
-        for endpoint in client.directory.attempts(deadline, leader=False):
-            link = None
-            try:
-                link = client.links.open(endpoint, deadline)
-                link.send(encode(ext.Call(0, 0, 0, 1, "subscribe", {"events": list(self.events)}),
-                                 GARLICFARM_REGISTRY))
-                answer_by = min(deadline, time.monotonic() + client.answer_timeout)
-                while True:
-                    frame = link.next_frame(answer_by)
-                    if isinstance(frame, ext.Reply) and frame.call_id == 1:
-                        if frame.code:
-                            raise error_from_wire(frame.code, frame.message, frame.detail)
-                        return link
-            except (Unavailable, ProtocolMismatch) as exc:
-                if link is not None:
-                    link.close()
-                last = exc
-        raise Unavailable(f"no member accepted the subscription (last: {last})")
-
-    def __next__(self) -> Event:
-        while True:
-            if self.closed:
-                raise StopIteration
-            if self.link is None or self.link.closed:
-                self.link = self._connect()
-            try:
-                frame = self.link.next_frame(time.monotonic() + 3600.0)
-            except (Unavailable, ProtocolMismatch):
-                self.link.close()
-                continue
-            if isinstance(frame, ext.EventMessage):
-                return Event(frame.name, frame.source, frame.term, frame.leader_id,
-                             dict(frame.data))
-
-    def close(self) -> None:
-        self.closed = True
-        if self.link is not None:
-            try:
-                self.link.sock.shutdown(socket.SHUT_RDWR)   # wakes a reader blocked in recv
-            except OSError:
-                pass
-            self.link.close()
+        return Subscription(self, tuple(events))
 
 
 def _final(exc: FarmError, maybe_applied: bool) -> FarmError:

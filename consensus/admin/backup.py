@@ -26,14 +26,14 @@ import sys
 import time
 from typing import Iterator, Sequence, TextIO
 
-from consensus.raft import Configuration, Entry, EntryType
-from consensus.runtime.admin_output import EXIT_FARM, EXIT_OK, EXIT_USAGE, UsageError, \
+from consensus.admin.admin_output import EXIT_FARM, EXIT_OK, EXIT_USAGE, UsageError, \
     print_json
-from consensus.runtime.backup_format import (SNAPSHOT_CHUNK_BYTES, BackupHeader,
-                                             BackupReader, BackupWriter, CorruptBackup)
-from consensus.runtime.errors import FarmError, IndexUnderflow
-from consensus.runtime.farm_target import connection_parser, parse_node_id, \
+from consensus.admin.backup_format import (SNAPSHOT_CHUNK_BYTES, BackupHeader,
+                                           BackupReader, BackupWriter, CorruptBackup)
+from consensus.admin.farm_target import connection_parser, parse_node_id, \
     resolve_connection, split_endpoints
+from consensus.common.errors import FarmError, IndexUnderflow
+from consensus.raft import Configuration, Entry, EntryType
 from consensus.storage import HardState, HardStateFile, SegmentedLog, SnapshotStore
 from consensus.storage.files import fsync_directory
 from consensus.storage.snapshot import FileCheck
@@ -367,7 +367,7 @@ def _snapshot_text(doc: dict) -> str:
 
 
 def _dialable(text: str) -> str:
-    from consensus.runtime.security import WILDCARDS
+    from consensus.net.security import WILDCARDS
     endpoint = split_endpoints(text, "--endpoint")[0]
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     if host in WILDCARDS or endpoint.endswith(":0"):

@@ -1,0 +1,28 @@
+"""How many partitions (Raft groups) a farm may have and which one a call addresses,
+checked at the edge: by a node's settings (`--partitions`), by `LocalCluster` and by the
+client, which must not import the server's `groups` to do it."""
+from __future__ import annotations
+
+from consensus.common.errors import ConfigError
+
+MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine, threads
+
+
+def check_partitions(value: object, option: str = "--partitions") -> int:
+    """A partition count from the CLI, a config file or code, or a ConfigError naming
+    the option."""
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigError(option, f"must be a whole number from 1 to {MAX_PARTITIONS} "
+                          f"(Raft groups per node), got {value!r}")
+    return value
+
+
+def check_partition(value: object, partitions: int | None = None,
+                    option: str = "partition") -> int:
+    """A partition a client addresses (below `partitions` when known)."""
+    limit = partitions if partitions is not None else MAX_PARTITIONS
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise ConfigError(option, f"must be a whole number from 0 to {limit - 1}, "
+                          f"got {value!r}")
+    return value
