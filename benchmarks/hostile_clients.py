@@ -31,8 +31,8 @@ from consensus.common.errors import FarmError  # noqa: E402
 from consensus.net.dial import dial  # noqa: E402
 from consensus.net.security import Security  # noqa: E402
 from consensus.torture.local import LocalCluster  # noqa: E402
-from tests.hostile import (HonestLogins, ImpatientFlood, PasswordFlood,  # noqa: E402
-                           Slowloris)
+from consensus.torture.flood import Flood, FloodShape  # noqa: E402
+from tests.hostile import HonestLogins, ImpatientFlood  # noqa: E402
 from tests.operators import logged_url, scrape  # noqa: E402
 
 PASSWORD = "bench-pass"
@@ -184,6 +184,11 @@ def max_connections(limit: int = 256, attempts: int = 5000) -> None:
             sock.close()
 
 
+def flood(farm: LocalCluster, endpoint: str, shape: FloodShape) -> Flood:
+    return Flood(endpoint, cluster=farm.cluster, username="farm", password=PASSWORD,
+                 shape=shape)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=30.0)
@@ -197,9 +202,9 @@ def main() -> None:
         urls = {i: logged_url(farm.log_path(i), METRICS_LINE) + "/metrics"
                 for i in farm.node_ids}
         attack(f"{args.clients} wrong-password clients for {args.seconds:.0f} s", farm,
-               urls, lambda ep: PasswordFlood(ep, threads=args.clients), args.seconds)
+               urls, lambda ep: flood(farm, ep, FloodShape(args.clients, 0, 0)), args.seconds)
         attack(f"200 slowloris connections for {args.seconds:.0f} s", farm, urls,
-               lambda ep: Slowloris(ep, count=200), args.seconds)
+               lambda ep: flood(farm, ep, FloodShape(0, 200, 0)), args.seconds)
         attack(f"{args.clients} impatient wrong-password clients (hang up without "
                f"waiting for the 401) for {args.seconds:.0f} s", farm, urls,
                lambda ep: ImpatientFlood(ep, threads=args.clients), args.seconds)

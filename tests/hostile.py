@@ -1,12 +1,11 @@
-"""Hostile and honest clients of a node's listener, on real sockets (tests/runtime's
-admission tests and benchmarks/hostile_clients.py).
+"""Honest and impatient clients of a node's listener, on real sockets (tests/runtime's
+admission tests and benchmarks/hostile_clients.py), beside the torture's `Flood`
+(consensus/torture/flood.py), whose bad logins and slowloris those use too:
 
-* `PasswordFlood` - threads that log in with a wrong password, again and again, as a
-  client library would (each waits for its 401);
-* `Slowloris` - connections that send one byte of a handshake request per second, and
-  reopen at the next tick when the node closes them;
 * `honest_login` - one fresh login (no cached challenge: request 1, then request 2),
-  one attempt, True when the node let it in.
+  one attempt, True when the node let it in;
+* `HonestLogins` - such logins, one after another, while a block runs;
+* `ImpatientFlood` - wrong logins that hang up without waiting for their refusal.
 """
 from __future__ import annotations
 
@@ -17,10 +16,6 @@ import time
 from consensus.common.errors import FarmError
 from consensus.net.dial import dial
 from consensus.net.security import Security, split_endpoint
-
-REQUEST_HEAD = (b"GET /GarlicFarm/farm/1/websocket HTTP/1.1\r\nHost: farm\r\n"
-                b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n")
-
 
 def honest_login(endpoint: str, password: str, username: str = "farm",
                  timeout: float = 3.0) -> bool:
@@ -54,74 +49,6 @@ class _Threads:
 
     def _run(self) -> None:
         raise NotImplementedError
-
-
-class PasswordFlood(_Threads):
-    """`threads` threads logging in to `endpoint` with a wrong password until stopped."""
-
-    def __init__(self, endpoint: str, threads: int = 50, username: str = "farm") -> None:
-        super().__init__(threads, "flood")
-        self.endpoint, self.username = endpoint, username
-        self.attempts = 0
-        self.other_errors: list[str] = []
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                dialed = dial(self.endpoint, Security(username=self.username,
-                                                      password="not-the-password"),
-                              timeout=10)
-                dialed.sock.close()
-                self.other_errors.append("a wrong password got in")
-            except FarmError as exc:
-                if type(exc).__name__ != "AuthenticationError" and \
-                        len(self.other_errors) < 100:
-                    self.other_errors.append(str(exc))
-                    time.sleep(0.05)
-            self.attempts += 1
-
-
-class Slowloris:
-    """`count` connections trickling a request head, one byte per `interval` each."""
-
-    def __init__(self, endpoint: str, count: int = 200, interval: float = 1.0) -> None:
-        self.address = split_endpoint(endpoint)
-        self.count, self.interval = count, interval
-        self.opened = 0
-        self._socks: list[tuple[socket.socket, int] | None] = [None] * count
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="slowloris")
-
-    def __enter__(self) -> "Slowloris":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        for entry in self._socks:
-            if entry is not None:
-                entry[0].close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for i, entry in enumerate(self._socks):
-                if entry is None:
-                    try:
-                        sock = socket.create_connection(self.address, timeout=1)
-                    except OSError:
-                        continue
-                    sock.setblocking(False)
-                    self.opened += 1
-                    entry = (sock, 0)
-                sock, sent = entry
-                try:
-                    sock.send(REQUEST_HEAD[sent % (len(REQUEST_HEAD) - 4):][:1])
-                    self._socks[i] = (sock, sent + 1)
-                except OSError:             # closed by the node: reopen at the next tick
-                    sock.close()
-                    self._socks[i] = None
-            self._stop.wait(self.interval)
 
 
 class HonestLogins:

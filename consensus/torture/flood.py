@@ -11,7 +11,9 @@ under it (docs/runtime.md, "Admission control"):
   over.
 
 `Flood.stop()` ends every thread and says what each attack did; the counts go into the
-fault's record. Every loop backs off when the node is down (a kill during a flood).
+fault's record. Every loop backs off when the node is down (a kill during a flood). The
+admission tests and benchmarks/hostile_clients.py run the same attacks (a `Flood` as a
+context manager, shaped to one attack).
 """
 from __future__ import annotations
 
@@ -47,15 +49,23 @@ class FloodCounts:
     accepted_bad_logins: int = 0    #: a wrong password let in: a security bug
     slow_opened: int = 0
     slow_closed_by_node: int = 0
+    login_errors: int = 0           #: a bad login met something else than its refusal
     entries_read: int = 0
     bytes_read: int = 0
     read_errors: int = 0
+    error_samples: list[str] = field(default_factory=list)     #: the first few errors
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **amounts: int) -> None:
         with self.lock:
             for name, amount in amounts.items():
                 setattr(self, name, getattr(self, name) + amount)
+
+    def error(self, counter: str, exc: BaseException) -> None:
+        with self.lock:
+            setattr(self, counter, getattr(self, counter) + 1)
+            if len(self.error_samples) < 10:
+                self.error_samples.append(f"{type(exc).__name__}: {exc}")
 
 
 class Flood:
@@ -71,6 +81,13 @@ class Flood:
         self.counts = FloodCounts()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> "Flood":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def start(self) -> None:
         jobs = [(self._bad_logins, f"flood-login-{i}") for i in range(self.shape.bad_logins)]
@@ -111,7 +128,8 @@ class Flood:
                 self.counts.add(refused_logins=1)
                 backoff.reset()
                 continue
-            except (FarmError, OSError):        # node down or shedding: come back later
+            except (FarmError, OSError) as exc:  # node down or shedding: come back later
+                self.counts.error("login_errors", exc)
                 self._stop.wait(backoff.pause())
                 continue
             dialed.sock.close()
@@ -180,6 +198,6 @@ class Flood:
                         self.counts.add(entries_read=len(page), bytes_read=size)
                         start = page[-1].index + 1
                     backoff.reset()
-                except FarmError:           # compacted, not applied yet, node down
-                    self.counts.add(read_errors=1)
+                except FarmError as exc:    # compacted, not applied yet, node down
+                    self.counts.error("read_errors", exc)
                     self._stop.wait(backoff.pause())

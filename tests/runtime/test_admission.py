@@ -13,8 +13,9 @@ import pytest
 from consensus.common.errors import Unavailable
 from consensus.net.dial import dial
 from consensus.net.security import Security
+from consensus.torture.flood import Flood, FloodShape
 from consensus.torture.local import LocalCluster
-from tests.hostile import HonestLogins, PasswordFlood, Slowloris, honest_login
+from tests.hostile import HonestLogins, honest_login
 from tests.operators import logged_url, scrape
 from tests.support import wait_until
 
@@ -35,6 +36,18 @@ def farm():
         yield cluster
 
 
+def bad_logins(farm, endpoint: str, threads: int) -> Flood:
+    """Threads logging in with a wrong password, each waiting for its refusal."""
+    return Flood(endpoint, cluster=farm.cluster, username="farm", password=PASSWORD,
+                 shape=FloodShape(bad_logins=threads, slowloris=0, readers=0))
+
+
+def slowloris(farm, endpoint: str, count: int) -> Flood:
+    """Connections trickling a handshake one byte a second, reopened when closed."""
+    return Flood(endpoint, cluster=farm.cluster, username="farm", password=PASSWORD,
+                 shape=FloodShape(bad_logins=0, slowloris=count, readers=0))
+
+
 def terms(farm) -> dict[int, float]:
     return {i: scrape(url)["garlicfarm_server_term"] for i, url in farm.urls.items()}
 
@@ -44,13 +57,14 @@ def test_a_wrong_password_flood_neither_deposes_the_leader_nor_locks_out_honest_
     url, endpoint = farm.urls[leader], farm.endpoint_of(leader)
     before, log_before = terms(farm), os.path.getsize(farm.log_path(leader))
     refused_before = scrape(url).get(REFUSED.format("auth"), 0)
-    with PasswordFlood(endpoint, threads=50) as flood:
+    with bad_logins(farm, endpoint, 50) as flood:
         wait_until(lambda: scrape(url).get(REFUSED.format("auth"), 0) - refused_before
                    >= 100, 10, 0.1, "the node refused 100 wrong passwords")
         with HonestLogins(endpoint, PASSWORD) as logins:
             time.sleep(4.0)
     honest = logins.results
-    assert not flood.other_errors, flood.other_errors[:3]
+    assert flood.counts.refused_logins >= 100 and not flood.counts.accepted_bad_logins
+    assert not flood.counts.login_errors, flood.counts.error_samples[:3]
     refused = scrape(url).get(REFUSED.format("auth"), 0) - refused_before
     assert terms(farm) == before, f"an election during the flood ({refused:.0f} refusals)"
     assert farm.wait_for_leader(5) == leader
@@ -70,8 +84,8 @@ def test_slowloris_holds_no_slot_an_honest_client_or_a_peer_needs(farm):
     url, endpoint = farm.urls[leader], farm.endpoint_of(leader)
     before = terms(farm)
     evicted_before = scrape(url).get(REFUSED.format("evicted"), 0)
-    with Slowloris(endpoint, count=200, interval=1.0) as loris:
-        wait_until(lambda: loris.opened >= 200, 10, 0.05, "200 slow connections")
+    with slowloris(farm, endpoint, 200) as loris:
+        wait_until(lambda: loris.counts.slow_opened >= 200, 10, 0.05, "200 slow connections")
         wait_until(lambda: scrape(url).get(REFUSED.format("evicted"), 0) - evicted_before
                    >= 100, 10, 0.1, "the node evicted slow handshakes (the pool was full)")
         with HonestLogins(endpoint, PASSWORD) as logins:
