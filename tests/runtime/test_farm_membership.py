@@ -1,0 +1,167 @@
+"""Membership of every partition at once (issue 28), on real node processes over
+loopback: `add-server` makes a new node a voter of each partition of a 3-partition farm
+(partition 0 first) and it catches up each; a re-run says "already"; `remove-server`
+takes it out of each (partition 0 last, after which it stops by itself); a partition
+that cannot take the node (it was started with too few --partitions) is reported, the
+command exits 1 naming it, and the same command completes it once the node is fixed;
+`--partition` values out of range are refused naming the option; `transfer-leader`
+needs `--partition` on a farm of several."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from consensus.runtime import LocalCluster
+from consensus.runtime.admin import EXIT_FARM, EXIT_OK, EXIT_USAGE, command_main
+from consensus.runtime.farm_membership import add_order, check_partition_option, \
+    remove_order
+from consensus.runtime.errors import ConfigError, FarmError
+from tests.support import wait_until
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+PARTITIONS = 3
+
+
+def run(name: str, argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = command_main(name, argv, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def base(farm: LocalCluster, timeout: float = 20) -> list[str]:
+    return ["--endpoints", farm.endpoints, "--cluster", farm.cluster, "--user",
+            farm.username, f"--password={farm.password}", "--timeout", str(timeout)]
+
+
+def started(farm: LocalCluster) -> LocalCluster:
+    for p in range(PARTITIONS):
+        farm.wait_for_leader(timeout=20, partition=p)
+    return farm
+
+
+def voters(farm: LocalCluster, partition: int) -> dict[int, str]:
+    with farm.client(partition=partition, timeout=10) as client:
+        return client.get_servers().voters
+
+
+def applied_by(farm: LocalCluster, node: int) -> dict[int, int]:
+    """The node's own applied index per partition (its `partitions` answer)."""
+    try:
+        with farm.client(endpoints=farm.endpoint_of(node), timeout=3) as client:
+            view = client.partitions(farm.endpoint_of(node))
+    except FarmError:
+        return {}
+    return {int(p["partition"]): int(p["applied"]) for p in view["partitions"]}
+
+
+def outcomes(doc: dict) -> list[tuple[int, str]]:
+    return [(row["partition"], row["outcome"]) for row in doc["partitions"]]
+
+
+@pytest.fixture(scope="module")
+def farm():
+    with LocalCluster(3, partitions=PARTITIONS, fsync="never", status_interval=0.5) as f:
+        yield started(f)
+
+
+def test_add_server_joins_every_partition_and_remove_server_leaves_every_one(farm):
+    marks = {}
+    for p in range(PARTITIONS):
+        with farm.client(partition=p, timeout=10) as client:
+            marks[p] = client.append([f"before n4 in p{p}".encode()])[0]
+    four = farm.spawn()
+    code, out, err = run("add-server", base(farm) + [str(four), farm.endpoint_of(four),
+                                                     "--json"])
+    assert code == EXIT_OK, err
+    doc = json.loads(out)
+    assert outcomes(doc) == [(0, "done"), (1, "done"), (2, "done")] and doc["failed"] == []
+    assert doc["added"] == four and doc["as"] == "voter"
+    for p in range(PARTITIONS):
+        assert voters(farm, p)[four] == farm.endpoint_of(four)
+    wait_until(lambda: all(applied_by(farm, four).get(p, -1) >= marks[p]
+                           for p in range(PARTITIONS)), 15, interval=0.1,
+               message="n4 applying every partition's log")
+
+    code, out, err = run("add-server", base(farm) + [str(four), farm.endpoint_of(four)])
+    assert code == EXIT_OK, err                              # a re-run changes nothing
+    assert out.splitlines() == [f"partition {p}: already: n{four} is already a voter"
+                                for p in range(PARTITIONS)]
+
+    code, out, err = run("remove-server", base(farm) + [str(four), "--json"])
+    assert code == EXIT_OK, err
+    doc = json.loads(out)
+    assert outcomes(doc) == [(1, "done"), (2, "done"), (0, "done")]   # partition 0 last
+    for p in range(PARTITIONS):
+        assert four not in voters(farm, p)
+    wait_until(lambda: not farm.running(four), 15, message="n4 stopping by itself")
+
+
+def test_partition_option_acts_on_one_and_bad_values_name_the_option(farm):
+    five = farm.spawn()
+    code, out, err = run("add-server", base(farm) + [str(five), farm.endpoint_of(five),
+                                                     "--partition", "0"])
+    assert code == EXIT_OK, err
+    assert out == f"partition 0: done: n{five} ({farm.endpoint_of(five)}) added as a voter\n"
+    assert five in voters(farm, 0) and five not in voters(farm, 1)
+    for bad in ("3", "-1", "x", "1.5"):
+        code, out, err = run("remove-server", base(farm) + [str(five), "--partition", bad])
+        assert code == EXIT_USAGE and not out, (bad, out)
+        assert "--partition: must be a whole number from 0 to 2 (the farm has 3 " \
+               f"partitions), got '{bad}'" in err, err
+    assert five in voters(farm, 0)                           # refused: nothing changed
+    code, out, err = run("remove-server", base(farm) + [str(five), "--json"])
+    assert code == EXIT_OK, err
+    assert outcomes(json.loads(out)) == [(1, "already"), (2, "already"), (0, "done")]
+
+    leader = farm.wait_for_leader(partition=2)
+    target = next(n for n in (1, 2, 3) if n != leader)
+    code, _, err = run("transfer-leader", base(farm) + ["--to", str(target)])
+    assert code == EXIT_USAGE and "--partition: the farm has 3 partitions" in err, err
+    code, out, err = run("transfer-leader", base(farm) + ["--to", str(target),
+                                                          "--partition", "2"])
+    assert code == EXIT_OK, err
+    assert out == f"partition 2: leadership handed to n{target}\n"
+
+
+def test_a_partition_that_fails_is_named_and_a_rerun_completes_it():
+    """n4 started with --partitions 2 cannot join partition 2 (it does not host it): the
+    command adds it to 0 and 1, exits 1 naming partition 2; restarted with the farm's
+    --partitions, the same command reports 0 and 1 as already done and adds 2."""
+    with LocalCluster(3, partitions=PARTITIONS, fsync="never", status_interval=0.5) as farm:
+        started(farm)
+        farm.partitions = 2
+        four = farm.spawn()
+        farm.partitions = PARTITIONS
+        argv = base(farm, timeout=4) + [str(four), farm.endpoint_of(four)]
+        code, out, err = run("add-server", argv)
+        assert code == EXIT_FARM, (out, err)
+        lines = out.splitlines()
+        assert lines[0].startswith("partition 0: done:") and \
+            lines[1].startswith("partition 1: done:"), out
+        assert lines[2].startswith("partition 2: failed: Incomplete:"), out
+        assert f"n{four} not added to partition 2 (partition 2: Incomplete:" in err, err
+        assert "run the same command again" in err
+        assert four in voters(farm, 1) and four not in voters(farm, 2)
+
+        farm.stop(four)
+        args = farm._args[four]
+        args[args.index("--partitions") + 1] = str(PARTITIONS)
+        farm.restart(four)
+        code, out, err = run("add-server", base(farm) + [str(four), farm.endpoint_of(four)])
+        assert code == EXIT_OK, (out, err)
+        assert [line.split(":")[:2] for line in out.splitlines()] == \
+            [["partition 0", " already"], ["partition 1", " already"],
+             ["partition 2", " done"]], out
+        assert four in voters(farm, 2)
+
+
+def test_partition_order_keeps_partition_0_a_superset():
+    assert add_order([2, 0, 1]) == [0, 1, 2]
+    assert remove_order([2, 0, 1]) == [1, 2, 0] and remove_order([1]) == [1]
+    assert check_partition_option("2", 3) == 2
+    with pytest.raises(ConfigError, match=r"--partition: must be a whole number from 0 to 0 "
+                                          r"\(the farm has 1 partition\), got '1'"):
+        check_partition_option("1", 1)
