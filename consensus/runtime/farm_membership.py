@@ -191,7 +191,8 @@ def _add_one(connect: Connect, p: int, node_id: int, endpoint: str, observer: bo
         return PartitionChange(p, Outcome.DONE, f"n{node_id} ({endpoint}) added as {kind}",
                                kind.split()[-1])
     except FarmError as exc:
-        return PartitionChange(p, Outcome.FAILED, f"{type(exc).__name__}: {exc}", exc)
+        return PartitionChange(p, Outcome.FAILED, f"{type(exc).__name__}: {exc}",
+                               error=exc)
 
 
 def remove_member(connect: Connect, node_id: int, *, force: bool = False,
@@ -241,4 +242,5 @@ def _remove_one(connect: Connect, p: int, node_id: int, force: bool,
         return PartitionChange(p, Outcome.DONE, f"n{node_id} removed ({kind}"
                                                 f"{', forced' if force else ''})", kind)
     except FarmError as exc:
-        return PartitionChange(p, Outcome.FAILED, f"{type(exc).__name__}: {exc}", exc)
+        return PartitionChange(p, Outcome.FAILED, f"{type(exc).__name__}: {exc}",
+                               error=exc)
