@@ -99,8 +99,8 @@ class PartialChange(FarmError):
                            if c.partition in failed)
         super().__init__(f"n{change.node_id} not {'added to' if change.action == 'add' else 'removed from'} "
                          f"partition{'s' * (len(failed) > 1)} {', '.join(map(str, failed))} "
-                         f"({causes}); the other partitions are done. Fix the cause and run "
-                         "the same command again: it completes the rest")
+                         f"({causes}); any partition not named here is done. Fix the cause "
+                         "and run the same command again: it completes the rest")
         self.change = change
 
 

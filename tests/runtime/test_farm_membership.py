@@ -4,6 +4,7 @@ loopback: `add-server` makes a new node a voter of each partition of a 3-partiti
 takes it out of each (partition 0 last, after which it stops by itself); a partition
 that cannot take the node (it was started with too few --partitions) is reported, the
 command exits 1 naming it, and the same command completes it once the node is fixed;
+an observer joins and leaves every partition likewise, and so does `config import`;
 `--partition` values out of range are refused naming the option; `transfer-leader`
 needs `--partition` on a farm of several."""
 from __future__ import annotations
@@ -124,6 +125,48 @@ def test_partition_option_acts_on_one_and_bad_values_name_the_option(farm):
                                                           "--partition", "2"])
     assert code == EXIT_OK, err
     assert out == f"partition 2: leadership handed to n{target}\n"
+
+
+def test_an_observer_joins_and_leaves_every_partition(farm):
+    marks = {}
+    for p in range(PARTITIONS):
+        with farm.client(partition=p, timeout=10) as client:
+            marks[p] = client.append([f"for the observer in p{p}".encode()])[0]
+    watcher = farm.spawn(observer=True)
+    code, out, err = run("add-server", base(farm) + [str(watcher), farm.endpoint_of(watcher),
+                                                     "--observer", "--json"])
+    assert code == EXIT_OK, err
+    assert outcomes(json.loads(out)) == [(0, "done"), (1, "done"), (2, "done")]
+    for p in range(PARTITIONS):
+        with farm.client(partition=p, timeout=10) as client:
+            assert watcher in client.get_servers().observers
+    wait_until(lambda: all(applied_by(farm, watcher).get(p, -1) >= marks[p]
+                           for p in range(PARTITIONS)), 15, interval=0.1,
+               message="the observer pulling every partition's log")
+    code, out, err = run("remove-server", base(farm) + [str(watcher), "--json"])
+    assert code == EXIT_OK, err
+    doc = json.loads(out)
+    assert outcomes(doc) == [(1, "done"), (2, "done"), (0, "done")] and doc["as"] == "observer"
+
+
+def test_config_import_changes_every_partition(farm, tmp_path):
+    code, out, err = run("config", ["export"] + base(farm))
+    assert code == EXIT_OK, err
+    doc = json.loads(out)
+    new = farm.spawn()
+    doc["voters"][str(new)] = farm.endpoint_of(new)
+    path = tmp_path / "farm.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = run("config", ["import", str(path)] + base(farm))
+    assert code == EXIT_OK, err
+    for p in range(PARTITIONS):
+        assert voters(farm, p)[new] == farm.endpoint_of(new)
+    del doc["voters"][str(new)]
+    path.write_text(json.dumps(doc))
+    code, out, err = run("config", ["import", str(path), "--prune"] + base(farm))
+    assert code == EXIT_OK, err
+    for p in range(PARTITIONS):
+        assert new not in voters(farm, p)
 
 
 def test_a_partition_that_fails_is_named_and_a_rerun_completes_it():
