@@ -26,7 +26,8 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from rich.console import Console
 
@@ -38,6 +39,9 @@ from consensus.runtime.farm_target import FarmTarget, connection_parser, parse_n
 from consensus.runtime.health import Health, farm_problems, judge, probe_endpoints
 from consensus.runtime.partition_status import collect_partitions, partitions_document
 from consensus.runtime.suggest import SuggestingParser
+
+if TYPE_CHECKING:
+    from consensus.runtime.farm_membership import FarmChange
 
 COMMANDS = ("status", "add-server", "remove-server", "transfer-leader", "config")
 
@@ -194,10 +198,22 @@ def _partitions(target: FarmTarget, args: argparse.Namespace) -> tuple[int, list
         count = partition_count(client)
     if args.partition is None:
         return count, list(range(count))
-    return count, [check_partition_option(args.partition, count)]
+    with _refusals():
+        return count, [check_partition_option(args.partition, count)]
 
 
-def _connect(target: FarmTarget, reach: float):
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """`farm_membership`'s refusals of bad input (ConfigError naming the option) as the
+    usage errors the commands print (exit 2, no exception name)."""
+    from consensus.runtime.errors import ConfigError
+    try:
+        yield
+    except ConfigError as exc:
+        raise UsageError(exc.option, str(exc).split(": ", 1)[1]) from None
+
+
+def _connect(target: FarmTarget, reach: float) -> Callable[[int], Any]:
     return lambda p: target.client(timeout=reach, partition=p)
 
 
@@ -209,13 +225,14 @@ def cmd_add_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) ->
     reach, wait = target.change_timeouts()
     count, partitions = _partitions(target, args)
     connect = _connect(target, reach)
-    change = add_member(connect, node_id, endpoint, observer=args.observer,
-                        partitions=partitions, wait=wait,
-                        around=lambda p, n: catching_up(lambda: connect(p), n))
+    with _refusals():
+        change = add_member(connect, node_id, endpoint, observer=args.observer,
+                            partitions=partitions, wait=wait,
+                            around=lambda p, n: catching_up(lambda: connect(p), n))
     role = "observer" if args.observer else "voter"
     return _report(out, args, change, count,
                    {"added": node_id, "endpoint": endpoint, "as": role},
-                   f"n{node_id} ({endpoint}) added as {'an observer' if args.observer else 'a voter'}")
+                   f"n{node_id} ({endpoint}) added as {'an' if args.observer else 'a'} {role}")
 
 
 def cmd_remove_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
@@ -223,16 +240,17 @@ def cmd_remove_server(target: FarmTarget, args: argparse.Namespace, out: TextIO)
     node_id = parse_node_id(args.id, "ID")
     reach, wait = target.change_timeouts()
     count, partitions = _partitions(target, args)
-    change = remove_member(_connect(target, reach), node_id, force=args.force,
-                           partitions=partitions, wait=wait)
+    with _refusals():
+        change = remove_member(_connect(target, reach), node_id, force=args.force,
+                               partitions=partitions, wait=wait)
     role = next((c.role for c in change.changes if c.role), "voter")
     return _report(out, args, change, count,
                    {"removed": node_id, "as": role, "forced": args.force},
                    f"n{node_id} removed ({role}{', forced' if args.force else ''})")
 
 
-def _report(out: TextIO, args: argparse.Namespace, change: Any, count: int, doc: dict,
-            text: str) -> int:
+def _report(out: TextIO, args: argparse.Namespace, change: FarmChange, count: int,
+            doc: dict, text: str) -> int:
     """A farm of one partition prints what it always printed (and raises its error); a
     farm of several prints one line (or JSON row) per partition, and on a partial failure
     the partitions left and how to finish (re-running is safe: partitions done say so)."""

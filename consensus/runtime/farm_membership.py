@@ -97,7 +97,8 @@ class PartialChange(FarmError):
         failed = change.failed
         causes = "; ".join(f"partition {c.partition}: {c.detail}" for c in change.changes
                            if c.partition in failed)
-        super().__init__(f"n{change.node_id} not {'added to' if change.action == 'add' else 'removed from'} "
+        undone = "added to" if change.action == "add" else "removed from"
+        super().__init__(f"n{change.node_id} not {undone} "
                          f"partition{'s' * (len(failed) > 1)} {', '.join(map(str, failed))} "
                          f"({causes}); any partition not named here is done. Fix the cause "
                          "and run the same command again: it completes the rest")

@@ -110,8 +110,8 @@ def test_partition_option_acts_on_one_and_bad_values_name_the_option(farm):
     for bad in ("3", "-1", "x", "1.5"):
         code, out, err = run("remove-server", base(farm) + [str(five), "--partition", bad])
         assert code == EXIT_USAGE and not out, (bad, out)
-        assert "--partition: must be a whole number from 0 to 2 (the farm has 3 " \
-               f"partitions), got '{bad}'" in err, err
+        assert err == "garlicfarm remove-server: --partition: must be a whole number from " \
+                      f"0 to 2 (the farm has 3 partitions), got '{bad}'\n", err
     assert five in voters(farm, 0)                           # refused: nothing changed
     code, out, err = run("remove-server", base(farm) + [str(five), "--json"])
     assert code == EXIT_OK, err
