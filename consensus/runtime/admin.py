@@ -270,13 +270,47 @@ def _report(out: TextIO, args: argparse.Namespace, change: FarmChange, count: in
 
 
 def cmd_transfer_leader(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
-    node_id = parse_node_id(args.to, "--to")
+    """`--to ID` (with `--partition P` on a farm of several), `--from ID` (drain: every
+    partition it leads moves away, and the balancers give it none until `--release`)."""
+    from consensus.runtime import farm_membership as fm
     count, partitions = _partitions(target, args)
+    connect = _connect(target, target.timeout)
+    if args.to is None:
+        option = "--from" if args.release is None else "--release"
+        node_id = parse_node_id(args.release if args.from_ is None else args.from_, option)
+        if count == 1 or args.partition is not None:
+            raise UsageError(option, "draining moves every partition's leadership and needs "
+                                     "a farm of several partitions without --partition (one "
+                                     "partition: `transfer-leader --to ID`)")
+        if args.release is not None:
+            left = fm.set_drained(connect, node_id, False)
+            _done(out, args, {"released": node_id, "drained": sorted(left)},
+                  f"n{node_id} released: the balancer gives it its share of leaderships "
+                  "again")
+            return EXIT_OK
+        with _refusals():
+            leaders = fm.drain(connect, node_id, partitions=partitions,
+                               timeout=target.timeout)
+        if args.json:
+            print_json(out, {"drained": node_id,
+                             "leaders": {str(p): n for p, n in leaders.items()}})
+        else:
+            for p, leader in leaders.items():
+                out.write(f"partition {p}: leader {_node(leader)}\n")
+            out.write(f"n{node_id} drained: it leads no partition and gets none until "
+                      f"`garlicfarm transfer-leader --release {node_id}`\n")
+        return EXIT_OK
+    node_id = parse_node_id(args.to, "--to")
     if count > 1 and args.partition is None:
         raise UsageError("--partition", f"the farm has {count} partitions, each with its own "
                                         "leader: give --partition P to move one (moving "
                                         "them all to one node would be undone by the "
-                                        "balancer, which spreads leaderships)")
+                                        "balancer, which spreads leaderships), or --from ID "
+                                        "to move every leadership off a node")
+    if count > 1 and node_id in fm.drained_nodes(connect):
+        raise UsageError("--to", f"n{node_id} is drained (the balancer would move the "
+                                 "leadership away again): `garlicfarm transfer-leader "
+                                 f"--release {node_id}` first")
     with target.client(partition=partitions[0]) as client:
         client.transfer_leader(node_id, timeout=target.timeout)
     if args.partition is None:
@@ -331,7 +365,14 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Hand leadership to a node (it catches up "
                                                 "first).")
-        p.add_argument("--to", required=True, metavar="ID", help="the new leader's id")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--to", metavar="ID", help="the new leader's id")
+        which.add_argument("--from", dest="from_", metavar="ID",
+                           help="drain: move every partition ID leads to other voters "
+                                "(balanced) and give it none until --release ID (a farm "
+                                "of several partitions; before maintenance)")
+        which.add_argument("--release", metavar="ID",
+                           help="end a drain: the balancer gives ID its share again")
         _partition_option(p, "the partition whose leadership moves (required when the "
                              "farm has several)")
     elif name == "config":

@@ -8,12 +8,18 @@ after the move, so moves never chase each other; when a node comes back the shar
 shrinks and the nodes above it shed leaderships to it. Live: ourselves and the followers
 that answered us lately in a group we lead (a node that leads nothing moves nothing,
 so it needs no view).
+
+Drained nodes (Kafka's controlled shutdown, `garlicfarm transfer-leader --from N`): the
+ids listed in partition 0's key `DRAINED_KEY` (replicated, so every node reads the same
+list and it survives restarts) are never targets and count for no share; a drained node
+that leads hands every leadership away. The list is read at every look.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from consensus.raft import FollowerContact, Role
 from consensus.raft.errors import RaftError
@@ -22,6 +28,19 @@ log = logging.getLogger("garlicfarm.balancer")
 
 INTERVAL = 0.5      #: seconds between looks at the leaders
 SETTLE = 2.0        #: seconds after a round of transfers before the next (they finish)
+DRAINED_KEY = "garlicfarm.drained"    #: partition 0's kv: JSON list of drained node ids
+
+
+def parse_drained(text: str | None) -> frozenset[int]:
+    """The drained ids of `DRAINED_KEY`'s value (an unreadable value drains nobody: the
+    key is written by `farm_membership`, a stray write must not stop the balancer)."""
+    try:
+        ids = json.loads(text) if text else []
+    except ValueError:
+        return frozenset()
+    if not isinstance(ids, list):
+        return frozenset()
+    return frozenset(i for i in ids if isinstance(i, int) and not isinstance(i, bool))
 
 
 class BalancedCore(Protocol):
@@ -47,8 +66,9 @@ class BalancedCore(Protocol):
 class Balancer:
     """See the module docstring; `tick(now)` from the node's loop."""
 
-    def __init__(self, node_id: int, cores: Sequence[BalancedCore]) -> None:
-        self.id, self.cores = node_id, list(cores)
+    def __init__(self, node_id: int, cores: Sequence[BalancedCore],
+                 drained: Callable[[], frozenset[int]] = frozenset) -> None:
+        self.id, self.cores, self.drained = node_id, list(cores), drained
         self._next = 0.0
         self.moves = 0          #: transfers started (tests, logs)
 
@@ -74,11 +94,16 @@ class Balancer:
         for core in mine:
             live |= {peer for peer, contact in core.follower_contact().items()
                      if contact.reachable and peer in core.configuration.voters}
+        drained = self.drained()
+        live -= drained
+        if not live:
+            return 0
         share = math.ceil(len(self.cores) / len(live))
+        mine_at_most = 0 if self.id in drained else share
         counts = self.leaders()
         started = 0
         for core in mine:
-            if counts.get(self.id, 0) <= share:
+            if counts.get(self.id, 0) <= mine_at_most:
                 break
             target = self._target(core, live, counts, share)
             if target is None:

@@ -24,10 +24,13 @@ partition 0 keeps the node, which keeps running and serving that partition).
 from __future__ import annotations
 
 import contextlib
+import json
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
+from consensus.runtime.balancer import DRAINED_KEY, parse_drained
 from consensus.runtime.errors import ConfigError, FarmError
 
 if TYPE_CHECKING:
@@ -245,3 +248,65 @@ def _remove_one(connect: Connect, p: int, node_id: int, force: bool,
     except FarmError as exc:
         return PartitionChange(p, Outcome.FAILED, f"{type(exc).__name__}: {exc}",
                                error=exc)
+
+
+# --- draining a node's leaderships (Kafka's controlled shutdown) ---------------------------
+
+def drained_nodes(connect: Connect) -> frozenset[int]:
+    """The drained node ids (partition 0's `DRAINED_KEY`, read at its leader)."""
+    with connect(0) as client:
+        return parse_drained(client.kv_get(DRAINED_KEY, consistency="read_index"))
+
+
+def set_drained(connect: Connect, node_id: int, drained: bool) -> frozenset[int]:
+    """Add `node_id` to the drained list (every node's balancer then moves its
+    leaderships away and never gives it one) or take it off; the new list. A
+    compare-and-set on partition 0, so two operators' changes do not undo each other."""
+    with connect(0) as client:
+        for attempt in range(8):
+            text = client.kv_get(DRAINED_KEY, consistency="read_index")
+            now = parse_drained(text)
+            wanted = now | {node_id} if drained else now - {node_id}
+            if wanted == now or client.kv_cas(DRAINED_KEY, text, json.dumps(sorted(wanted))):
+                return wanted
+            time.sleep(0.05 * 2 ** attempt)          # another writer won: read again
+    raise FarmError(f"the drained list ({DRAINED_KEY!r} of partition 0) kept changing under "
+                    "8 attempts; run the command again")
+
+
+def partition_leaders(connect: Connect, partitions: Sequence[int]) -> dict[int, int | None]:
+    """Each partition's leader, as its leader answers (None: none known)."""
+    leaders: dict[int, int | None] = {}
+    for p in partitions:
+        with connect(p) as client:
+            leaders[p] = client.get_servers().leader_id
+    return leaders
+
+
+def drain(connect: Connect, node_id: int, *, partitions: Sequence[int],
+          timeout: float) -> dict[int, int | None]:
+    """Mark `node_id` drained and wait until it leads none of `partitions` (the
+    balancers move its leaderships to the live voters that lead the fewest); each
+    partition's leader then. It stays drained (also across restarts: the list is
+    replicated) until `set_drained(connect, node_id, False)`. FarmError at `timeout`
+    naming the partitions it still leads."""
+    with connect(0) as client:
+        if node_id not in client.get_servers().voters:
+            raise ConfigError("--from", f"n{node_id} is not a voter of the farm: it leads "
+                                        "nothing to drain (check the id with `garlicfarm "
+                                        "status`)")
+    set_drained(connect, node_id, True)
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    while True:
+        leaders = partition_leaders(connect, partitions)
+        held = [p for p, leader in leaders.items() if leader == node_id or leader is None]
+        if not held:
+            return leaders
+        if time.monotonic() + delay > deadline:
+            raise FarmError(f"n{node_id} is drained but partition(s) {held} had no other "
+                            f"leader within {timeout}s (a drained node hands a leadership "
+                            "only to a live, caught-up voter: check `garlicfarm status`); "
+                            "the balancers keep trying, run the command again to wait")
+        time.sleep(delay)
+        delay = min(1.0, delay * 1.5)

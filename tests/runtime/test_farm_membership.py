@@ -6,11 +6,13 @@ that cannot take the node (it was started with too few --partitions) is reported
 command exits 1 naming it, and the same command completes it once the node is fixed;
 an observer joins and leaves every partition likewise, and so does `config import`;
 `--partition` values out of range are refused naming the option; `transfer-leader`
-needs `--partition` on a farm of several."""
+needs `--partition` on a farm of several, and `--from N` drains a node: it leads no
+partition until `--release N`, the balancers included."""
 from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 
@@ -167,6 +169,54 @@ def test_config_import_changes_every_partition(farm, tmp_path):
     assert code == EXIT_OK, err
     for p in range(PARTITIONS):
         assert new not in voters(farm, p)
+
+
+def led_by(farm: LocalCluster) -> dict[int, int]:
+    """Each partition's leader from the nodes' own views (a node leads when it says so);
+    partitions without one are left out."""
+    found = {}
+    for node in (1, 2, 3):
+        for part in _parts(farm, node):
+            if part["role"] == "leader":
+                found[int(part["partition"])] = node
+    return found
+
+
+def _parts(farm: LocalCluster, node: int) -> list[dict]:
+    try:
+        with farm.client(endpoints=farm.endpoint_of(node), timeout=3) as client:
+            return client.partitions(farm.endpoint_of(node))["partitions"]
+    except FarmError:
+        return []
+
+
+def test_transfer_leader_from_drains_a_node_and_release_gives_its_share_back(farm):
+    leaders = wait_until(lambda: f if len(f := led_by(farm)) == PARTITIONS else None, 15,
+                         interval=0.1, message="a leader in every partition")
+    victim = leaders[0]
+    try:
+        code, out, err = run("transfer-leader", base(farm) + ["--from", str(victim),
+                                                              "--json"])
+        assert code == EXIT_OK, err
+        doc = json.loads(out)
+        assert doc["drained"] == victim and len(doc["leaders"]) == PARTITIONS
+        assert victim not in doc["leaders"].values() and None not in doc["leaders"].values()
+        # The balancers would hand it a leadership back within INTERVAL + SETTLE (2.5 s)
+        # if they did not know it is drained: watch longer than that.
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            assert victim not in led_by(farm).values()
+            time.sleep(0.2)
+        code, _, err = run("transfer-leader", base(farm) + ["--to", str(victim),
+                                                            "--partition", "1"])
+        assert code == EXIT_USAGE and f"--release {victim}` first" in err, err
+        code, _, err = run("transfer-leader", base(farm) + ["--from", "9"])
+        assert code == EXIT_USAGE and "--from: n9 is not a voter" in err, err
+    finally:
+        code, out, err = run("transfer-leader", base(farm) + ["--release", str(victim)])
+    assert code == EXIT_OK and out.startswith(f"n{victim} released"), err
+    wait_until(lambda: victim in led_by(farm).values(), 15, interval=0.2,
+               message=f"the balancer giving n{victim} a leadership again")
 
 
 def test_a_partition_that_fails_is_named_and_a_rerun_completes_it():
