@@ -16,7 +16,8 @@ usage or input (the message names the option or field at fault), 3 (``status``) 
 answered but a member is unreachable or no leader is known (`health`).
 
 The pieces: `admin_output` (exit codes, tables, JSON), `farm_target` (which farm, from
-options, a config file and the environment), `farm_file` (``config export | import``).
+options, a config file and the environment), `farm_file` (``config export | import``),
+`farm_membership` (membership changes and drains over every partition).
 """
 from __future__ import annotations
 

@@ -16,7 +16,11 @@ node serving partition 2 but missing from partition 0 would be invisible to stat
 lost by an export/import), and a remove ends with it (when another partition fails,
 partition 0 keeps the node, which keeps running and serving that partition).
 
-`garlicfarm add-server | remove-server` use it; so can a notebook::
+Draining (`drain`, `set_drained`: `garlicfarm transfer-leader --from N | --release N`)
+marks a node in a replicated list (partition 0's key `DRAINED_KEY`) that every node's
+balancer reads, so its leaderships move away and are not handed back while it runs.
+
+`garlicfarm add-server | remove-server | transfer-leader` use it; so can a notebook::
 
     change = add_member(lambda p: FarmClient(eps, ..., partition=p), 4, "10.0.0.4:9001")
     change.failed   # [] when every partition has n4 as a voter

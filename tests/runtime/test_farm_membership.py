@@ -258,3 +258,22 @@ def test_partition_order_keeps_partition_0_a_superset():
     with pytest.raises(ConfigError, match=r"--partition: must be a whole number from 0 to 0 "
                                           r"\(the farm has 1 partition\), got '1'"):
         check_partition_option("1", 1)
+
+
+def test_the_balancer_empties_a_drained_node_and_never_fills_it():
+    from consensus.runtime.balancer import Balancer, parse_drained
+    from tests.runtime.test_partitions_units import FakeCore
+    # node 1 is drained and leads 2 of 3: both go to nodes 2 and 3 (share 2 among them)
+    cores = [FakeCore(1, 1), FakeCore(1, 1), FakeCore(1, 2)]
+    assert Balancer(1, cores, lambda: frozenset({1})).tick(0.0) == 2
+    assert [c.transfers for c in cores] == [[3], [2], []]
+    # node 2 leads 2 of 3 and node 1 none: without the drain it would hand one to node 1
+    cores = [FakeCore(2, 2, reachable=(1, 3)), FakeCore(2, 2, reachable=(1, 3)),
+             FakeCore(2, 3, reachable=(1, 3))]
+    assert Balancer(2, cores).tick(0.0) == 1 and cores[0].transfers == [1]
+    cores = [FakeCore(2, 2, reachable=(1, 3)), FakeCore(2, 2, reachable=(1, 3)),
+             FakeCore(2, 3, reachable=(1, 3))]
+    assert Balancer(2, cores, lambda: frozenset({1})).tick(0.0) == 0
+    assert parse_drained("[1, 3]") == {1, 3}
+    for junk in (None, "", "not json", "{}", '["1", true]'):
+        assert parse_drained(junk) == frozenset()
