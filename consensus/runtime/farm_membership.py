@@ -231,7 +231,22 @@ def remove_member(connect: Connect, node_id: int, *, force: bool = False,
                                            "partition 0 stops it"))
             continue
         changes.append(_remove_one(connect, p, node_id, force, wait))
+    last = changes[-1]
+    if last.partition == 0 and last.outcome is Outcome.DONE:
+        _forget_drained(connect, node_id, last)
     return FarmChange("remove", node_id, changes)
+
+
+def _forget_drained(connect: Connect, node_id: int, change: PartitionChange) -> None:
+    """A node that left the farm leaves the drained list too: a new node given its id
+    later must not start drained."""
+    try:
+        if node_id in drained_nodes(connect):
+            set_drained(connect, node_id, False)
+            change.detail += "; taken off the drained list"
+    except FarmError as exc:
+        change.detail += (f"; still on the drained list ({type(exc).__name__}: {exc}): "
+                          f"`garlicfarm transfer-leader --release {node_id}`")
 
 
 def _remove_one(connect: Connect, p: int, node_id: int, force: bool,

@@ -19,7 +19,7 @@ import pytest
 from consensus.runtime import LocalCluster
 from consensus.runtime.admin import EXIT_FARM, EXIT_OK, EXIT_USAGE, command_main
 from consensus.runtime.farm_membership import add_order, check_partition_option, \
-    remove_order
+    drained_nodes, remove_order
 from consensus.runtime.errors import ConfigError, FarmError
 from tests.support import wait_until
 
@@ -93,10 +93,14 @@ def test_add_server_joins_every_partition_and_remove_server_leaves_every_one(far
     assert out.splitlines() == [f"partition {p}: already: n{four} is already a voter"
                                 for p in range(PARTITIONS)]
 
+    code, out, err = run("transfer-leader", base(farm) + ["--from", str(four)])
+    assert code == EXIT_OK, err                     # drained: it leaves the list with the farm
     code, out, err = run("remove-server", base(farm) + [str(four), "--json"])
     assert code == EXIT_OK, err
     doc = json.loads(out)
     assert outcomes(doc) == [(1, "done"), (2, "done"), (0, "done")]   # partition 0 last
+    assert doc["partitions"][2]["detail"].endswith("; taken off the drained list")
+    assert four not in drained_nodes(lambda p: farm.client(partition=p, timeout=10))
     for p in range(PARTITIONS):
         assert four not in voters(farm, p)
     wait_until(lambda: not farm.running(four), 15, message="n4 stopping by itself")
