@@ -7,7 +7,8 @@ partition for the new node to catch up. Run by hand:
 Each round: a fresh LocalCluster(3, partitions=P), E appended entries of 100 bytes per
 partition, a fourth node spawned (--join), then the CLI's add-server timed until it
 returns (every partition's AddServer: catch-up, then the joint change), and remove-server
-timed likewise."""
+timed likewise; on a farm of several partitions, `transfer-leader --from L` (L: partition
+0's leader) timed until L leads no partition, then `--release L`."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ def run(name: str, argv: list[str]) -> float:
     return time.monotonic() - started
 
 
-def one_round(partitions: int, entries: int) -> tuple[float, float]:
+def one_round(partitions: int, entries: int) -> tuple[float, float, float | None]:
     with LocalCluster(3, partitions=partitions, fsync="never", status_interval=0.5) as farm:
         for p in range(partitions):
             farm.wait_for_leader(timeout=30, partition=p)
@@ -39,7 +40,12 @@ def one_round(partitions: int, entries: int) -> tuple[float, float]:
         four = farm.spawn()
         add = run("add-server", base + [str(four), farm.endpoint_of(four)])
         remove = run("remove-server", base + [str(four)])
-        return add, remove
+        drain = None
+        if partitions > 1:
+            leader = farm.wait_for_leader(timeout=30, partition=0)
+            drain = run("transfer-leader", base + ["--from", str(leader)])
+            run("transfer-leader", base + ["--release", str(leader)])
+        return add, remove, drain
 
 
 def main() -> None:
@@ -47,14 +53,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--entries", type=int, default=2000)
     args = parser.parse_args()
-    print("| partitions | add-server s (median; all) | remove-server s (median; all) |")
-    print("|---|---|---|")
+    print("| partitions | add-server s (median; all) | remove-server s (median; all) | "
+          "transfer-leader --from s (all) |")
+    print("|---|---|---|---|")
     for partitions in (1, 3):
         rounds = [one_round(partitions, args.entries) for _ in range(args.rounds)]
         adds, removes = [r[0] for r in rounds], [r[1] for r in rounds]
         print(f"| {partitions} | {statistics.median(adds):.2f}; "
               f"{', '.join(f'{a:.2f}' for a in adds)} | {statistics.median(removes):.2f}; "
-              f"{', '.join(f'{r:.2f}' for r in removes)} |", flush=True)
+              f"{', '.join(f'{r:.2f}' for r in removes)} | "
+              f"{', '.join(f'{r[2]:.2f}' for r in rounds if r[2] is not None) or '-'} |",
+              flush=True)
 
 
 if __name__ == "__main__":
