@@ -195,6 +195,10 @@ def _partitions(target: FarmTarget, args: argparse.Namespace) -> tuple[int, list
     """The farm's partition count (the `partitions` call) and the partitions a command
     acts on: every one, or `--partition P` (checked against the count)."""
     from consensus.runtime.farm_membership import check_partition_option, partition_count
+    if args.partition is not None and not (args.partition.isascii()
+                                           and args.partition.isdigit()):
+        raise UsageError("--partition", f"must be a whole number from 0 (a partition of the "
+                                        f"farm), got {args.partition!r}")
     with target.client() as client:
         count = partition_count(client)
     if args.partition is None:
@@ -274,11 +278,12 @@ def cmd_transfer_leader(target: FarmTarget, args: argparse.Namespace, out: TextI
     """`--to ID` (with `--partition P` on a farm of several), `--from ID` (drain: every
     partition it leads moves away, and the balancers give it none until `--release`)."""
     from consensus.runtime import farm_membership as fm
+    option = "--to" if args.to is not None else "--from" if args.from_ is not None \
+        else "--release"
+    node_id = parse_node_id(args.to or args.from_ or args.release, option)
     count, partitions = _partitions(target, args)
     connect = _connect(target, target.timeout)
     if args.to is None:
-        option = "--from" if args.release is None else "--release"
-        node_id = parse_node_id(args.release if args.from_ is None else args.from_, option)
         if count == 1 or args.partition is not None:
             raise UsageError(option, "draining moves every partition's leadership and needs "
                                      "a farm of several partitions without --partition (one "
@@ -301,7 +306,6 @@ def cmd_transfer_leader(target: FarmTarget, args: argparse.Namespace, out: TextI
             out.write(f"n{node_id} drained: it leads no partition and gets none until "
                       f"`garlicfarm transfer-leader --release {node_id}`\n")
         return EXIT_OK
-    node_id = parse_node_id(args.to, "--to")
     if count > 1 and args.partition is None:
         raise UsageError("--partition", f"the farm has {count} partitions, each with its own "
                                         "leader: give --partition P to move one (moving "

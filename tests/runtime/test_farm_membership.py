@@ -113,11 +113,12 @@ def test_partition_option_acts_on_one_and_bad_values_name_the_option(farm):
     assert code == EXIT_OK, err
     assert out == f"partition 0: done: n{five} ({farm.endpoint_of(five)}) added as a voter\n"
     assert five in voters(farm, 0) and five not in voters(farm, 1)
-    for bad in ("3", "-1", "x", "1.5"):
+    for bad in ("3", "-1", "x", "1.5", "٣"):
         code, out, err = run("remove-server", base(farm) + [str(five), "--partition", bad])
         assert code == EXIT_USAGE and not out, (bad, out)
-        assert err == "garlicfarm remove-server: --partition: must be a whole number from " \
-                      f"0 to 2 (the farm has 3 partitions), got '{bad}'\n", err
+        assert err == "garlicfarm remove-server: --partition: must be a whole number " + (
+            f"from 0 to 2 (the farm has 3 partitions), got '{bad}'\n" if bad == "3" else
+            f"from 0 (a partition of the farm), got '{bad}'\n"), err
     assert five in voters(farm, 0)                           # refused: nothing changed
     code, out, err = run("remove-server", base(farm) + [str(five), "--json"])
     assert code == EXIT_OK, err
