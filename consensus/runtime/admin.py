@@ -180,13 +180,23 @@ def cmd_status(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int
     doc = status_document(view, now_ms, probes)
     partitions = partitions_document(collect_partitions(target, endpoints), sorted(endpoints))
     if partitions is not None:
+        from consensus.runtime.errors import FarmError
+        from consensus.runtime.farm_membership import drained_nodes
         doc.update(partitions)
+        try:
+            doc["drained"] = sorted(drained_nodes(lambda p: target.client(partition=p)))
+        except FarmError:
+            doc["drained"] = None               # unknown: partition 0 did not answer
     if args.json:
         print_json(out, doc)
     else:
         render_status(console_for(out), view, now_ms, probes)
         if partitions is not None:
             render_partitions(console_for(out), partitions["partitions"])
+            if doc["drained"]:
+                console_for(out).print(
+                    "drained (lead no partition until `garlicfarm transfer-leader --release "
+                    f"ID`): {', '.join(_node(n) for n in doc['drained'])}", markup=False)
     return EXIT_OK if doc["healthy"] else EXIT_UNHEALTHY
 
 # --- membership -----------------------------------------------------------------------------

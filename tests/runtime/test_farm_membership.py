@@ -17,7 +17,8 @@ import time
 import pytest
 
 from consensus.runtime import LocalCluster
-from consensus.runtime.admin import EXIT_FARM, EXIT_OK, EXIT_USAGE, command_main
+from consensus.runtime.admin import EXIT_FARM, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, \
+    command_main
 from consensus.runtime.farm_membership import add_order, check_partition_option, \
     drained_nodes, remove_order
 from consensus.runtime.errors import ConfigError, FarmError
@@ -208,6 +209,10 @@ def test_transfer_leader_from_drains_a_node_and_release_gives_its_share_back(far
         assert victim not in doc["leaders"].values() and None not in doc["leaders"].values()
         # The balancers would hand it a leadership back within INTERVAL + SETTLE (2.5 s)
         # if they did not know it is drained: watch longer than that.
+        code, out, err = run("status", base(farm) + ["--json"])
+        assert code in (EXIT_OK, EXIT_UNHEALTHY) and json.loads(out)["drained"] == [victim]
+        code, out, err = run("status", base(farm))
+        assert f"until `garlicfarm transfer-leader --release ID`): n{victim}\n" in out, out
         deadline = time.monotonic() + 3.5
         while time.monotonic() < deadline:
             assert victim not in led_by(farm).values()
@@ -222,6 +227,8 @@ def test_transfer_leader_from_drains_a_node_and_release_gives_its_share_back(far
     assert code == EXIT_OK and out.startswith(f"n{victim} released"), err
     wait_until(lambda: victim in led_by(farm).values(), 15, interval=0.2,
                message=f"the balancer giving n{victim} a leadership again")
+    code, out, err = run("status", base(farm) + ["--json"])
+    assert json.loads(out)["drained"] == [], out
 
 
 def test_a_partition_that_fails_is_named_and_a_rerun_completes_it():
