@@ -171,14 +171,32 @@ def add_member(connect: Connect, node_id: int, endpoint: str, *, observer: bool 
             where = "" if order == [0] else f"partition {p}: "
             raise ConfigError("ENDPOINT" if "already a" in problem else "--observer",
                                     where + problem)
+    hosted = _hosted_by(connect, endpoint) if any(order) else None
     changes: list[PartitionChange] = []
     for p in order:
         if changes and changes[0].partition == 0 and changes[0].outcome is Outcome.FAILED:
             changes.append(PartitionChange(p, Outcome.SKIPPED, "partition 0 failed: it must "
                                            "list the node before any other partition does"))
-            continue
-        changes.append(_add_one(connect, p, node_id, endpoint, observer, wait, around))
+        elif hosted is not None and p >= hosted:
+            changes.append(PartitionChange(p, Outcome.FAILED, (
+                f"n{node_id} at {endpoint} hosts partition{'s 0..' if hosted > 1 else ' '}"
+                f"{hosted - 1} only (its --partitions is {hosted}): restart it with the "
+                "farm's --partitions (every node the same), then run the same command "
+                "again")))
+        else:
+            changes.append(_add_one(connect, p, node_id, endpoint, observer, wait, around))
     return FarmChange("add", node_id, changes)
+
+
+def _hosted_by(connect: Connect, endpoint: str) -> int | None:
+    """How many partitions the node at `endpoint` hosts (None: it did not answer; its
+    AddServer then says so). Asked first so that a node started with too small a
+    --partitions is told at once, not after each partition's change timed out."""
+    try:
+        with connect(0) as client:
+            return len(client.partitions(endpoint)["partitions"])
+    except FarmError:
+        return None
 
 
 def _add_one(connect: Connect, p: int, node_id: int, endpoint: str, observer: bool,
