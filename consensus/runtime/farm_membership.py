@@ -22,7 +22,10 @@ balancer reads, so its leaderships move away and are not handed back while it ru
 
 `garlicfarm add-server | remove-server | transfer-leader` use it; so can a notebook::
 
-    change = add_member(lambda p: FarmClient(eps, ..., partition=p), 4, "10.0.0.4:9001")
+    connect = lambda p: FarmClient(eps, ..., partition=p)
+    with connect(0) as client:
+        n = partition_count(client)
+    change = add_member(connect, 4, "10.0.0.4:9001", partitions=range(n))
     change.failed   # [] when every partition has n4 as a voter
 """
 from __future__ import annotations
