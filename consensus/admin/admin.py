@@ -16,7 +16,8 @@ usage or input (the message names the option or field at fault), 3 (``status``) 
 answered but a member is unreachable or no leader is known (`health`).
 
 The pieces: `admin_output` (exit codes, tables, JSON), `farm_target` (which farm, from
-options, a config file and the environment), `farm_file` (``config export | import``).
+options, a config file and the environment), `farm_file` (``config export | import``),
+`farm_membership` (membership changes and drains over every partition).
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ import dataclasses
 import logging
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from rich.console import Console
 
@@ -37,6 +40,9 @@ from consensus.admin.farm_target import FarmTarget, connection_parser, parse_nod
 from consensus.admin.health import Health, farm_problems, member_rows, probe_endpoints
 from consensus.admin.partition_status import collect_partitions, partitions_document
 from consensus.common.suggest import SuggestingParser
+
+if TYPE_CHECKING:
+    from consensus.admin.farm_membership import FarmChange
 
 COMMANDS = ("status", "add-server", "remove-server", "transfer-leader", "config")
 
@@ -133,72 +139,159 @@ def cmd_status(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int
     doc = status_document(view, now_ms, probes)
     partitions = partitions_document(collect_partitions(target, endpoints), sorted(endpoints))
     if partitions is not None:
+        from consensus.common.errors import FarmError
+        from consensus.admin.farm_membership import drained_nodes
         doc.update(partitions)
+        try:
+            doc["drained"] = sorted(drained_nodes(lambda p: target.client(partition=p)))
+        except FarmError:
+            doc["drained"] = None               # unknown: partition 0 did not answer
     if args.json:
         print_json(out, doc)
     else:
         render_status(console_for(out), view, now_ms, probes)
         if partitions is not None:
             render_partitions(console_for(out), partitions["partitions"])
+            if doc["drained"]:
+                console_for(out).print(
+                    "drained (lead no partition until `garlicfarm transfer-leader --release "
+                    f"ID`): {', '.join(_node(n) for n in doc['drained'])}", markup=False)
     return EXIT_OK if doc["healthy"] else EXIT_UNHEALTHY
 
 # --- membership -----------------------------------------------------------------------------
 
+def _partitions(target: FarmTarget, args: argparse.Namespace) -> tuple[int, list[int]]:
+    """The farm's partition count (the `partitions` call) and the partitions a command
+    acts on: every one, or `--partition P` (checked against the count)."""
+    from consensus.admin.farm_membership import check_partition_option, partition_count
+    if args.partition is not None and not (args.partition.isascii()
+                                           and args.partition.isdigit()):
+        raise UsageError("--partition", f"must be a whole number from 0 (a partition of the "
+                                        f"farm), got {args.partition!r}")
+    with target.client() as client:
+        count = partition_count(client)
+    if args.partition is None:
+        return count, list(range(count))
+    with _refusals():
+        return count, [check_partition_option(args.partition, count)]
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """`farm_membership`'s refusals of bad input (ConfigError naming the option) as the
+    usage errors the commands print (exit 2, no exception name)."""
+    from consensus.common.errors import ConfigError
+    try:
+        yield
+    except ConfigError as exc:
+        raise UsageError(exc.option, str(exc).split(": ", 1)[1]) from None
+
+
+def _connect(target: FarmTarget, reach: float) -> Callable[[int], Any]:
+    return lambda p: target.client(timeout=reach, partition=p)
+
+
 def cmd_add_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
+    from consensus.admin.farm_membership import add_member
+    from consensus.admin.progress_bars import catching_up
     node_id = parse_node_id(args.id, "ID")
     endpoint = split_endpoints(args.endpoint, "ENDPOINT")[0]
     reach, wait = target.change_timeouts()
-    with target.client(timeout=reach) as client:
-        view = client.get_servers()
-        members = {**view.observers, **view.outgoing, **view.voters}
-        if node_id in members and members[node_id] != endpoint:
-            kind = "voter" if node_id in view.voters else "observer" \
-                if node_id in view.observers else "leaving voter"
-            raise UsageError("ENDPOINT", f"n{node_id} is already a {kind} at "
-                                         f"{members[node_id]}, not {endpoint}: to move it, "
-                                         f"`garlicfarm remove-server {node_id}` first, then "
-                                         f"add it again (or give the new node another ID)")
-        if args.observer and node_id in view.voters:
-            raise UsageError("--observer", f"n{node_id} is a voter: `garlicfarm remove-server "
-                                           f"{node_id}` first to make it an observer")
-        if args.observer:
-            client.update_observers(add={node_id: endpoint}, timeout=wait)
-        else:
-            from consensus.admin.progress_bars import catching_up
-            with catching_up(lambda: target.client(timeout=reach), node_id):
-                client.add_server(node_id, endpoint, timeout=wait)
-    _done(out, args, {"added": node_id, "endpoint": endpoint,
-                      "as": "observer" if args.observer else "voter"},
-          f"n{node_id} ({endpoint}) added as {'an observer' if args.observer else 'a voter'}")
-    return EXIT_OK
+    count, partitions = _partitions(target, args)
+    connect = _connect(target, reach)
+    with _refusals():
+        change = add_member(connect, node_id, endpoint, observer=args.observer,
+                            partitions=partitions, wait=wait,
+                            around=lambda p, n: catching_up(lambda: connect(p), n))
+    role = "observer" if args.observer else "voter"
+    return _report(out, args, change, count,
+                   {"added": node_id, "endpoint": endpoint, "as": role},
+                   f"n{node_id} ({endpoint}) added as {'an' if args.observer else 'a'} {role}")
 
 
 def cmd_remove_server(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
+    from consensus.admin.farm_membership import remove_member
     node_id = parse_node_id(args.id, "ID")
     reach, wait = target.change_timeouts()
-    with target.client(timeout=reach) as client:
-        view = client.get_servers()
-        if node_id in view.observers:
-            client.update_observers(remove=[node_id], timeout=wait)
-            kind = "observer"
-        elif node_id in view.voters or node_id in view.outgoing:
-            client.remove_server(node_id, force=args.force, timeout=wait)
-            kind = "voter"
-        else:
-            raise UsageError("ID", f"n{node_id} is not a member of the farm (voters "
-                                   f"{sorted(view.voters)}, observers {sorted(view.observers)})"
-                                   ": nothing to remove (check the id with `garlicfarm "
-                                   "status`)")
-    _done(out, args, {"removed": node_id, "as": kind, "forced": args.force},
-          f"n{node_id} removed ({kind}{', forced' if args.force else ''})")
+    count, partitions = _partitions(target, args)
+    with _refusals():
+        change = remove_member(_connect(target, reach), node_id, force=args.force,
+                               partitions=partitions, wait=wait)
+    role = next((c.role for c in change.changes if c.role), "voter")
+    return _report(out, args, change, count,
+                   {"removed": node_id, "as": role, "forced": args.force},
+                   f"n{node_id} removed ({role}{', forced' if args.force else ''})")
+
+
+def _report(out: TextIO, args: argparse.Namespace, change: FarmChange, count: int,
+            doc: dict, text: str) -> int:
+    """A farm of one partition prints what it always printed (and raises its error); a
+    farm of several prints one line (or JSON row) per partition, and on a partial failure
+    the partitions left and how to finish (re-running is safe: partitions done say so)."""
+    if count == 1 and args.partition is None:
+        failure = next((c.error for c in change.changes if c.error is not None), None)
+        if failure is not None:
+            raise failure
+        _done(out, args, doc, text)
+        return EXIT_OK
+    if args.json:
+        print_json(out, {**doc, **change.to_dict()})
+    else:
+        for c in change.changes:
+            out.write(f"partition {c.partition}: {c.outcome.value}: {c.detail}\n")
+    change.check()
     return EXIT_OK
 
 
 def cmd_transfer_leader(target: FarmTarget, args: argparse.Namespace, out: TextIO) -> int:
-    node_id = parse_node_id(args.to, "--to")
-    with target.client() as client:
+    """`--to ID` (with `--partition P` on a farm of several), `--from ID` (drain: every
+    partition it leads moves away, and the balancers give it none until `--release`)."""
+    from consensus.admin import farm_membership as fm
+    option = "--to" if args.to is not None else "--from" if args.from_ is not None \
+        else "--release"
+    node_id = parse_node_id(args.to or args.from_ or args.release, option)
+    count, partitions = _partitions(target, args)
+    connect = _connect(target, target.timeout)
+    if args.to is None:
+        if count == 1 or args.partition is not None:
+            raise UsageError(option, "draining moves every partition's leadership and needs "
+                                     "a farm of several partitions without --partition (one "
+                                     "partition: `transfer-leader --to ID`)")
+        if args.release is not None:
+            left = fm.set_drained(connect, node_id, False)
+            _done(out, args, {"released": node_id, "drained": sorted(left)},
+                  f"n{node_id} released: the balancer gives it its share of leaderships "
+                  "again")
+            return EXIT_OK
+        with _refusals():
+            leaders = fm.drain(connect, node_id, partitions=partitions,
+                               timeout=target.timeout)
+        if args.json:
+            print_json(out, {"drained": node_id,
+                             "leaders": {str(p): n for p, n in leaders.items()}})
+        else:
+            for p, leader in leaders.items():
+                out.write(f"partition {p}: leader {_node(leader)}\n")
+            out.write(f"n{node_id} drained: it leads no partition and gets none until "
+                      f"`garlicfarm transfer-leader --release {node_id}`\n")
+        return EXIT_OK
+    if count > 1 and args.partition is None:
+        raise UsageError("--partition", f"the farm has {count} partitions, each with its own "
+                                        "leader: give --partition P to move one (moving "
+                                        "them all to one node would be undone by the "
+                                        "balancer, which spreads leaderships), or --from ID "
+                                        "to move every leadership off a node")
+    if count > 1 and node_id in fm.drained_nodes(connect):
+        raise UsageError("--to", f"n{node_id} is drained (the balancer would move the "
+                                 "leadership away again): `garlicfarm transfer-leader "
+                                 f"--release {node_id}` first")
+    with target.client(partition=partitions[0]) as client:
         client.transfer_leader(node_id, timeout=target.timeout)
-    _done(out, args, {"leader": node_id}, f"leadership handed to n{node_id}")
+    if args.partition is None:
+        _done(out, args, {"leader": node_id}, f"leadership handed to n{node_id}")
+    else:
+        _done(out, args, {"leader": node_id, "partition": partitions[0]},
+              f"partition {partitions[0]}: leadership handed to n{node_id}")
     return EXIT_OK
 
 
@@ -232,17 +325,30 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         p.add_argument("endpoint", metavar="ENDPOINT", help="its HOST:PORT")
         p.add_argument("--observer", action="store_true",
                        help="add it as an observer (no vote)")
+        _partition_option(p, "add it to this partition only (default: to every partition, "
+                             "partition 0 first)")
     elif name == "remove-server":
         p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Remove a voter or an observer.")
         p.add_argument("id", metavar="ID", help="the member's node id")
         p.add_argument("--force", action="store_true",
                        help="remove it even if it does not answer or is the leader")
+        _partition_option(p, "remove it from this partition only (default: from every "
+                             "partition, partition 0 last: leaving it stops the node)")
     elif name == "transfer-leader":
         p = SuggestingParser(prog=prog, parents=[parent],
                                     description="Hand leadership to a node (it catches up "
                                                 "first).")
-        p.add_argument("--to", required=True, metavar="ID", help="the new leader's id")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--to", metavar="ID", help="the new leader's id")
+        which.add_argument("--from", dest="from_", metavar="ID",
+                           help="drain: move every partition ID leads to other voters "
+                                "(balanced) and give it none until --release ID (a farm "
+                                "of several partitions; before maintenance)")
+        which.add_argument("--release", metavar="ID",
+                           help="end a drain: the balancer gives ID its share again")
+        _partition_option(p, "the partition whose leadership moves (required when the "
+                             "farm has several)")
     elif name == "config":
         p = SuggestingParser(prog=prog, description="Export or import a farm file.")
         sub = p.add_subparsers(dest="action", required=True, metavar="export|import")
@@ -266,6 +372,11 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     else:
         raise UsageError("command", f"{name!r} is not one of {', '.join(COMMANDS)}")
     return p
+
+
+def _partition_option(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--partition", metavar="P", help=text + "; 0 to the farm's partitions "
+                   "minus 1")
 
 
 HANDLERS: dict[str, Callable[[FarmTarget, argparse.Namespace, TextIO], int]] = {

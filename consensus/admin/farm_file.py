@@ -260,9 +260,13 @@ def _config_import(args: argparse.Namespace, out: TextIO) -> int:
         _report_plan(out, args, plan, lines, applied=False)
         return EXIT_OK
     reach, wait = target.change_timeouts()
+    from consensus.admin.farm_membership import partition_count
     from consensus.admin.progress_bars import track
     with target.client(timeout=reach) as client:
-        calls = _import_calls(client, plan, wait)
+        count = partition_count(client)
+        calls = _import_calls(client, plan, wait) if count == 1 else \
+            _partitioned_calls(lambda p: target.client(timeout=reach, partition=p), plan,
+                               wait, count)
         for call in track(calls, "config import", len(calls)):
             call()
     _report_plan(out, args, plan, lines, applied=True)
@@ -283,6 +287,26 @@ def _import_calls(client: Any, plan: ImportPlan, wait: float) -> list[Callable[[
     calls += [lambda i=node_id: client.remove_server(i, timeout=wait)
               for node_id in plan.remove_voters]
     return calls
+
+
+def _partitioned_calls(connect: Callable[[int], Any], plan: ImportPlan, wait: float,
+                       count: int) -> list[Callable[[], Any]]:
+    """A farm of several partitions: each change made in every partition, in
+    `farm_membership`'s order (partition 0 first when adding, last when removing); a
+    partition that fails stops the import with PartialChange, which a re-run completes."""
+    from consensus.admin.farm_membership import add_member, remove_member
+    every = range(count)
+
+    def add(node_id: int, endpoint: str, observer: bool) -> Callable[[], Any]:
+        return lambda: add_member(connect, node_id, endpoint, observer=observer,
+                                  partitions=every, wait=wait).check()
+
+    def remove(node_id: int) -> Callable[[], Any]:
+        return lambda: remove_member(connect, node_id, partitions=every, wait=wait).check()
+
+    return [*(add(i, e, False) for i, e in plan.add_voters.items()),
+            *(add(i, e, True) for i, e in plan.add_observers.items()),
+            *(remove(i) for i in [*plan.remove_observers, *plan.remove_voters])]
 
 
 def _report_plan(out: TextIO, args: argparse.Namespace, plan: ImportPlan, lines: list[str],

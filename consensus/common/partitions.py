@@ -3,6 +3,8 @@ checked at the edge: by a node's settings (`--partitions`), by `LocalCluster` an
 client, which must not import the server's `groups` to do it."""
 from __future__ import annotations
 
+import json
+
 from consensus.common.errors import ConfigError
 
 MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine, threads
@@ -26,3 +28,18 @@ def check_partition(value: object, partitions: int | None = None,
         raise ConfigError(option, f"must be a whole number from 0 to {limit - 1}, "
                           f"got {value!r}")
     return value
+
+
+DRAINED_KEY = "garlicfarm.drained"    #: partition 0's kv: JSON list of drained node ids
+
+
+def parse_drained(text: str | None) -> frozenset[int]:
+    """The drained ids of `DRAINED_KEY`'s value (an unreadable value drains nobody: the
+    key is written by `farm_membership`, a stray write must not stop the balancer)."""
+    try:
+        ids = json.loads(text) if text else []
+    except ValueError:
+        return frozenset()
+    if not isinstance(ids, list):
+        return frozenset()
+    return frozenset(i for i in ids if isinstance(i, int) and not isinstance(i, bool))

@@ -8,22 +8,26 @@ after the move, so moves never chase each other; when a node comes back the shar
 shrinks and the nodes above it shed leaderships to it. Live: ourselves and the followers
 that answered us lately in a group we lead (a node that leads nothing moves nothing,
 so it needs no view).
+
+Drained nodes (Kafka's controlled shutdown, `garlicfarm transfer-leader --from N`): the
+ids listed in partition 0's key `DRAINED_KEY` (replicated, so every node reads the same
+list and it survives restarts) are never targets and count for no share; a drained node
+that leads hands every leadership away. The list is read at every look.
 """
 from __future__ import annotations
 
 import logging
 import math
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from consensus.raft import FollowerContact, Role
+from consensus.common.partitions import DRAINED_KEY, parse_drained
 from consensus.raft.errors import RaftError
 
 log = logging.getLogger("garlicfarm.balancer")
 
 INTERVAL = 0.5      #: seconds between looks at the leaders
 SETTLE = 2.0        #: seconds after a round of transfers before the next (they finish)
-
-
 class BalancedCore(Protocol):
     """What the balancer reads of a group's core (RaftNode implements it)."""
 
@@ -47,8 +51,9 @@ class BalancedCore(Protocol):
 class Balancer:
     """See the module docstring; `tick(now)` from the node's loop."""
 
-    def __init__(self, node_id: int, cores: Sequence[BalancedCore]) -> None:
-        self.id, self.cores = node_id, list(cores)
+    def __init__(self, node_id: int, cores: Sequence[BalancedCore],
+                 drained: Callable[[], frozenset[int]] = frozenset) -> None:
+        self.id, self.cores, self.drained = node_id, list(cores), drained
         self._next = 0.0
         self.moves = 0          #: transfers started (tests, logs)
 
@@ -74,11 +79,16 @@ class Balancer:
         for core in mine:
             live |= {peer for peer, contact in core.follower_contact().items()
                      if contact.reachable and peer in core.configuration.voters}
+        drained = self.drained()
+        live -= drained
+        if not live:
+            return 0
         share = math.ceil(len(self.cores) / len(live))
+        mine_at_most = 0 if self.id in drained else share
         counts = self.leaders()
         started = 0
         for core in mine:
-            if counts.get(self.id, 0) <= share:
+            if counts.get(self.id, 0) <= mine_at_most:
                 break
             target = self._target(core, live, counts, share)
             if target is None:

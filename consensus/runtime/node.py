@@ -37,6 +37,7 @@ from typing import Callable
 
 from consensus.raft import Message, Role, StateMachine
 from consensus.runtime.admission import AdmissionLimits
+from consensus.common.partitions import DRAINED_KEY, parse_drained
 from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.disk_storage import CommitSaver, SyncThread
@@ -126,7 +127,9 @@ class FarmNode:
             self.reads.close()
             self.transport.shutdown()
             raise
-        self.balancer = Balancer(self.id, [g.raft for g in self.groups]) \
+        self.balancer = Balancer(
+            self.id, [g.raft for g in self.groups],
+            lambda: parse_drained(self.groups[0].machine.kv.get(DRAINED_KEY))) \
             if len(self.groups) > 1 else None
         self._stop = threading.Event()
         self._leader_hint: int | None = None
