@@ -161,9 +161,12 @@ class Planner:
             return {"error": {"type": type(exc).__name__, "message": str(exc)}}
 
     def close(self) -> None:
-        """Close the reader's clients (also the stream's `stop`)."""
+        """Close the reader's clients (also the stream's `stop`): a reader of several
+        farm partitions holds one reader, with its clients, per partition."""
         if self.reader is not None:
-            self.reader.close()
+            inner = getattr(self.reader, "readers", None)
+            for reader in inner.values() if inner is not None else (self.reader,):
+                reader.close()
 
     def _dispatch(self, request: Any) -> Any:
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
