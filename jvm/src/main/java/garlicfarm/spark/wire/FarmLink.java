@@ -58,8 +58,9 @@ public final class FarmLink implements AutoCloseable {
       link.stream.write(partition == 0 ? Frames.hello(clientId)
           : Frames.concat(Frames.groupSelect(partition), Frames.hello(clientId)));
       Frames.Frame frame = link.read(deadline, "waiting for the Welcome");
-      if (frame.type() == Frames.REPLY) {      // a refusal: the partition is not hosted here
-        Frames.Reply reply = link.checked(() -> Frames.reply(frame.fields()));
+      Frames.Reply reply = frame.type() == Frames.REPLY && partition != 0
+          ? link.checked(() -> Frames.reply(frame.fields())) : null;
+      if (reply != null && reply.code() != 0) {   // the partition is not hosted there
         link.close();
         throw new FarmException((int) reply.code(), target + " refused partition " + partition
             + ": " + reply.message() + " (check the partitions option against the farm's "
