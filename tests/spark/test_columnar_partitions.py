@@ -41,15 +41,15 @@ def _load(spark, farm, fmt: str = "garlicfarm-columnar", **options):
 
 
 def _full(frame) -> list[tuple]:
-    """Every column of every row, in (partition, index) order within each entry's order."""
+    """Every column of every row, in (partition, index, value) order."""
     return [(r.cluster, r["index"], r.term, r.type, bytes(r.value), r.timestamp, r["partition"])
             for r in frame.select(*COLUMNS).orderBy("partition", "index", "value").collect()]
 
 
 def _pairs(frame) -> list[tuple[int, bytes]]:
     return [(r["partition"], bytes(r["value"]))
-            for r in frame.select("partition", "index", "value").orderBy("partition", "index", "value")
-            .collect()]
+            for r in frame.select("partition", "index", "value")
+            .orderBy("partition", "index", "value").collect()]
 
 
 @pytest.mark.timeout(150)

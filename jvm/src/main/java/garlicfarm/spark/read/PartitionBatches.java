@@ -21,8 +21,9 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * One task's rows: its pieces in order, each a run of journal entries or a slice of a
  * committed batch, read in its farm partition (and, with the `partitions` option, a
- * constant `partition` column beside the entries' columns). A batch is valid until the next call to next() (an Arrow payload's
- * vectors are reused by its next record batch), as Spark's ColumnarToRow expects.
+ * constant `partition` column beside the entries' columns). A batch is valid until the
+ * next call to next() (an Arrow payload's vectors are reused by its next record batch),
+ * as Spark's ColumnarToRow expects.
  */
 final class PartitionBatches implements PartitionReader<ColumnarBatch> {
   /** The column the `partitions` option adds (pyspark_farm/raft/partitions.py). */
