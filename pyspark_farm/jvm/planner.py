@@ -17,8 +17,8 @@ import os
 import sys
 from typing import IO, Any, Callable, Mapping
 
-from pyspark.sql.types import (BinaryType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField,
+                               StructType, TimestampType)
 
 from ..compat import (HAS_FILTER_PUSHDOWN, EqualNullSafe, EqualTo, Filter, GreaterThan,
                       GreaterThanOrEqual, In, LessThan, LessThanOrEqual, ReadAllAvailable,
@@ -29,11 +29,14 @@ from ..kind_options import parse_source
 from ..log_access import LogPartition
 from ..offsets import index_of
 from ..raft import kind as raft_kind
+from ..raft.partitions import PartitionedStreamReader, PartitionTask, positions
 from ..schema import top_level_fields
 
 MODES = ("batch", "stream")
-# The raft columns are simple types: a StructType without a JVM to parse DDL.
+# The raft columns are simple types: a StructType without a JVM to parse DDL (`partition
+# int`, with the `partitions` option, is IntegerType).
 _TYPES = {t.typeName(): t for t in (StringType(), LongType(), BinaryType(), TimestampType())}
+_TYPES["int"] = IntegerType()
 
 
 class ProtocolError(ValueError):
@@ -127,13 +130,18 @@ def limit_json(limit: ReadLimit, max_trigger_delay: float) -> dict:
 
 
 def partitions_json(planned: Any) -> list[dict]:
-    """Planned LogPartitions as JSON: pieces [start, stop] or [start, stop, lo, hi]."""
+    """Planned tasks as JSON: the farm partition they read (0 for a farm read without the
+    `partitions` option), the member to read at, pieces [start, stop] or
+    [start, stop, lo, hi]."""
     found = []
-    for partition in planned:
-        assert isinstance(partition, LogPartition), partition
-        found.append({"endpoint": partition.endpoint, "pieces": [
+    for task in planned:
+        farm_partition = 0
+        if isinstance(task, PartitionTask):     # a task of one partition of several
+            farm_partition, task = task.partition, task.inner
+        assert isinstance(task, LogPartition), task
+        found.append({"partition": farm_partition, "endpoint": task.endpoint, "pieces": [
             [p.start, p.stop] if p.parts is None else [p.start, p.stop, *p.parts]
-            for p in partition.pieces]})
+            for p in task.pieces]})
     return found
 
 
@@ -153,9 +161,12 @@ class Planner:
             return {"error": {"type": type(exc).__name__, "message": str(exc)}}
 
     def close(self) -> None:
-        """Close the reader's clients (also the stream's `stop`)."""
+        """Close the reader's clients (also the stream's `stop`): a reader of several
+        farm partitions holds one reader, with its clients, per partition."""
         if self.reader is not None:
-            self.reader.close()
+            inner = getattr(self.reader, "readers", None)
+            for reader in inner.values() if inner is not None else (self.reader,):
+                reader.close()
 
     def _dispatch(self, request: Any) -> Any:
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
@@ -182,17 +193,17 @@ class Planner:
         calls: dict[str, Callable[[], Any]] = {
             "initialOffset": reader.initialOffset,
             "defaultReadLimit": lambda: limit_json(
-                reader.getDefaultReadLimit(), reader.settings.limits.max_trigger_delay),
+                reader.getDefaultReadLimit(), limits_of(reader).max_trigger_delay),
             "latestOffset": lambda: reader.latestOffset(
                 field(request, "start", dict), read_limit(request.get("limit"))),
             "prepareForTriggerAvailableNow": reader.prepareForTriggerAvailableNow,
             "partitions": lambda: partitions_json(reader.partitions(
                 field(request, "start", dict), field(request, "end", dict))),
-            "commit": lambda: reader.commit(checked(field(request, "end", dict))),
+            "commit": lambda: reader.commit(checked(reader, field(request, "end", dict))),
             "reportLatestOffset": reader.reportLatestOffset,
             "metrics": lambda: reader.metrics(
                 None if request.get("consumed") is None
-                else checked(field(request, "consumed", dict))),
+                else checked(reader, field(request, "consumed", dict))),
         }
         if op not in calls:
             raise ProtocolError(f"unknown op {op!r}; a stream takes open, "
@@ -229,9 +240,20 @@ def field(request: dict, name: str, kind: type) -> Any:
     return value
 
 
-def checked(offset: dict) -> dict:
-    """`offset`, after checking it is a log offset (the reader's commit looks at none)."""
-    index_of(offset, "end offset")
+def limits_of(reader: Any) -> Any:
+    """The options' limits of a stream reader, of one log or of several partitions."""
+    if isinstance(reader, PartitionedStreamReader):
+        return reader.limits
+    return reader.settings.limits
+
+
+def checked(reader: Any, offset: dict) -> dict:
+    """`offset`, after checking it is an offset of `reader`'s (the one-log reader's
+    commit looks at none): {"index": N}, or {"<partition>": N, ...} over partitions."""
+    if isinstance(reader, PartitionedStreamReader):
+        positions(offset, list(reader.readers), "end offset")
+    else:
+        index_of(offset, "end offset")
     return offset
 
 

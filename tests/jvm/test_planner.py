@@ -21,6 +21,8 @@ from pyspark_farm.jvm.planner import ProtocolError, partitions_json, read_limit,
 from pyspark_farm.log_access import LogPartition, log_end
 from pyspark_farm.planning import Piece
 from pyspark_farm.raft import kind as raft_kind
+from pyspark_farm.raft.consumer import BEHIND_KEYS
+from pyspark_farm.raft.partitions import PartitionTask
 from pyspark_farm.raft.rows import RAFT_COLUMNS_DDL
 from pyspark_farm.raft.source import read_partition
 
@@ -84,10 +86,10 @@ def planner() -> Iterator[Planner]:
         running.process.wait(timeout=ANSWER_SECONDS)
 
 
-def as_json(planned) -> list[dict]:
-    """Python's planned LogPartitions as the planner should answer them (written out here,
-    not with the planner's own conversion)."""
-    return [{"endpoint": p.endpoint,
+def as_json(planned, farm_partition: int = 0) -> list[dict]:
+    """Python's planned LogPartitions (of farm partition `farm_partition`) as the planner
+    should answer them (written out here, not with the planner's own conversion)."""
+    return [{"partition": farm_partition, "endpoint": p.endpoint,
              "pieces": [[piece.start, piece.stop] + list(piece.parts or ()) for piece in p.pieces]}
             for p in planned]
 
@@ -230,7 +232,9 @@ def test_limits_and_partitions_as_json():
             read_limit(bad)
     planned = [LogPartition((Piece(3, 5), Piece(9, 10, (2, 4))), "n1:7000")]
     assert partitions_json(planned) == [
-        {"endpoint": "n1:7000", "pieces": [[3, 5], [9, 10, 2, 4]]}]
+        {"partition": 0, "endpoint": "n1:7000", "pieces": [[3, 5], [9, 10, 2, 4]]}]
+    assert partitions_json([PartitionTask(2, planned[0])]) == [
+        {"partition": 2, "endpoint": "n1:7000", "pieces": [[3, 5], [9, 10, 2, 4]]}]
 
 
 def test_index_filters_narrow_a_batch_plan(farm, planner):
@@ -252,3 +256,54 @@ def test_index_filters_narrow_a_batch_plan(farm, planner):
     error = planner.ask("open", mode="batch", options=farm.options,
                         filters=[{"type": "StartsWith", "value": "x"}])["error"]
     assert error["type"] == "ProtocolError" and "StartsWith" in error["message"]
+
+
+PARTITIONED_DDL = f"{RAFT_COLUMNS_DDL}, partition int"
+
+
+@pytest.fixture(scope="module")
+def partitioned_farm() -> Iterator[LocalFarm]:
+    """A farm of 3 partitions, with 2 + p journal entries in partition p."""
+    with LocalFarm(nodes=1, partitions=3) as running:
+        for p in range(3):
+            with running.client(partition=p) as client:
+                for number in range(2 + p):
+                    client.append([b"p%d-%d" % (p, number)])
+        yield running
+
+
+def test_a_farm_of_partitions_plans_each_as_the_python_source(partitioned_farm, planner):
+    """With the `partitions` option the planner answers the Python source's per-partition
+    offsets ({"0": n, ...}) and plans each farm partition, every task naming its own."""
+    options = {**partitioned_farm.options, "partitions": "all",
+               "startingOffsets": "earliest", "maxOffsetsPerTrigger": "6"}
+    assert planner.ok("open", mode="stream", options=options) == {"schema": PARTITIONED_DDL}
+    python = raft_kind.stream_reader(options, struct_of(PARTITIONED_DDL))
+    try:
+        start = planner.ok("initialOffset")
+        assert sorted(start) == ["0", "1", "2"] and start == python.initialOffset()
+        assert planner.ok("defaultReadLimit") == {"type": "maxRows", "rows": 6}
+        end = planner.ok("latestOffset", start=start, limit={"type": "maxRows", "rows": 6})
+        assert end == python.latestOffset(start, ReadMaxRows(6))
+        answered = planner.ok("partitions", start=start, end=end)
+        expected = [task for p in range(3) for task in as_json(
+            [t.inner for t in python.partitions(start, end) if t.partition == p], p)]
+        assert answered == expected
+        assert {task["partition"] for task in answered} == {0, 1, 2}
+        assert planner.ok("commit", end=end) is None
+        error = planner.ask("commit", end={"index": 3})["error"]
+        assert "partitions [0, 1, 2]" in error["message"]
+        latest = planner.ok("reportLatestOffset")
+        assert sorted(latest) == ["0", "1", "2"]
+        assert set(planner.ok("metrics", consumed=end)) == set(BEHIND_KEYS)
+    finally:
+        python.stop()
+    planner.ok("close")
+    planner.ok("open", mode="batch", options={**partitioned_farm.options, "partitions": "0,2"})
+    assert {task["partition"] for task in planner.ok("partitions")} == {0, 2}
+    planner.ok("close")
+    error = planner.ask("open", mode="batch", options=partitioned_farm.options)["error"]
+    assert error["type"] == "OptionError" and "has 3 partitions" in error["message"]
+    error = planner.ask("open", mode="batch",
+                        options={**partitioned_farm.options, "partitions": "1,1"})["error"]
+    assert "'partitions'" in error["message"] and "twice" in error["message"]

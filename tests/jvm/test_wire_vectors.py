@@ -27,6 +27,8 @@ SENT = (
               "name": "x" * 40, "ratio": 1.5, "none": None,
               "negative": [-1, -33, -200, -40000, -(2 ** 40)], "sizes": [127, 128, 255, 256,
                                                                          65535, 65536]}),
+    ext.GroupSelect(0, 0, 0, 2),            # a link of partition 2, before its Hello
+    ext.GroupSelect(0, 0, 0, 2 ** 31 - 1),
 )
 RECEIVED = (
     ext.Welcome(1, 0, 3, 1, "farm", 2, "follower",
@@ -38,6 +40,7 @@ RECEIVED = (
     ext.Reply(1, 0, 3, 9, int(ErrorCode.INDEX_OVERFLOW), None, "index 1000 is beyond 12",
               {"last": 12}),
     ext.EventMessage(1, 0, 3, "state-changed", 7, {"applied": 3}),
+    ext.GroupSelect(3, 0, 0, 2),            # node 3 answers in partition 2
 )
 
 

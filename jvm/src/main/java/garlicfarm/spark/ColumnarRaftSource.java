@@ -18,7 +18,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * them below Spark's own parquet reader (benchmarks/RESULTS.md).
  */
 public final class ColumnarRaftSource implements TableProvider, DataSourceRegister {
-  /** The raft source's columns (pyspark_farm/raft/rows.py RAFT_COLUMNS_DDL). */
+  /** The raft source's columns (pyspark_farm/raft/rows.py RAFT_COLUMNS_DDL); with the
+   *  `partitions` option {@link #PARTITION_DDL} follows. */
   public static final String COLUMNS_DDL =
       "cluster string, index long, term long, type string, value binary, timestamp timestamp";
 
@@ -27,17 +28,30 @@ public final class ColumnarRaftSource implements TableProvider, DataSourceRegist
     return "garlicfarm-columnar";
   }
 
+  /** The column the `partitions` option adds, last (pyspark_farm/raft/partitions.py). */
+  public static final String PARTITION_DDL = "partition int";
+
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return StructType.fromDDL(COLUMNS_DDL);
+    return columns(options);
+  }
+
+  /**
+   * The raft source's columns, with `partition int` last when the `partitions` option is
+   * set: as format("garlicfarm"), the schema comes from the options alone (the planner
+   * checks the option's value and the farm when the scan or stream opens).
+   */
+  static StructType columns(Map<String, String> options) {
+    boolean partitioned = options.keySet().stream().anyMatch("partitions"::equalsIgnoreCase);
+    return StructType.fromDDL(partitioned ? COLUMNS_DDL + ", " + PARTITION_DDL : COLUMNS_DDL);
   }
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    StructType columns = StructType.fromDDL(COLUMNS_DDL);
+    StructType columns = columns(properties);
     if (!schema.equals(columns)) {
       throw new IllegalArgumentException("garlicfarm-columnar: the schema is the raft "
-          + "source's own (" + COLUMNS_DDL + "); drop the .schema(...) call, select or "
+          + "source's own (" + columns.toDDL() + "); drop the .schema(...) call, select or "
           + "cast columns after load(), or read with format(\"garlicfarm\") and valueFormat");
     }
     return new RaftTable(columns, properties);

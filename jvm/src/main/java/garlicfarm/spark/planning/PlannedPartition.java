@@ -6,12 +6,14 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * One task the planner planned: the log pieces to read at {@code endpoint} ("host:port",
- * or null for any member). Each piece is {start, stop}: the visible entries of [start,
+ * One task the planner planned: the log pieces of farm partition {@code partition} (Raft
+ * group; 0 for a farm read without the `partitions` option) to read at {@code endpoint}
+ * ("host:port", or null for any member). Each piece is {start, stop}: the visible entries of [start,
  * stop); or {start, stop, lo, hi}: only the staged payloads [lo, hi) of the commit entry
  * at start.
  */
-public record PlannedPartition(String endpoint, long[][] pieces) implements Serializable {
+public record PlannedPartition(int partition, String endpoint, long[][] pieces)
+    implements Serializable {
 
   /** The partitions of a "partitions" answer, refusing any other shape. */
   public static List<PlannedPartition> fromJson(JsonNode answer) {
@@ -22,6 +24,12 @@ public record PlannedPartition(String endpoint, long[][] pieces) implements Seri
     for (JsonNode partition : answer) {
       JsonNode endpoint = partition.get("endpoint");
       JsonNode pieces = partition.get("pieces");
+      JsonNode group = partition.path("partition");    // absent: a planner of one log
+      if (!group.isMissingNode() && !(group.isIntegralNumber() && group.canConvertToInt()
+          && group.intValue() >= 0)) {
+        throw new PlannerException(null, "a planned partition's farm partition is not an "
+            + "integer 0.." + Integer.MAX_VALUE + ": " + partition);
+      }
       if (endpoint == null || !(endpoint.isNull() || endpoint.isTextual())
           || pieces == null || !pieces.isArray()) {
         throw new PlannerException(null, "not a planned partition: " + partition);
@@ -49,7 +57,8 @@ public record PlannedPartition(String endpoint, long[][] pieces) implements Seri
               + "commit's payloads [lo, hi)): " + piece);
         }
       }
-      found.add(new PlannedPartition(endpoint.isNull() ? null : endpoint.asText(), numbers));
+      found.add(new PlannedPartition(group.isMissingNode() ? 0 : group.intValue(),
+          endpoint.isNull() ? null : endpoint.asText(), numbers));
     }
     return found;
   }

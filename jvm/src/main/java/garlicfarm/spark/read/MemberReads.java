@@ -27,6 +27,7 @@ final class MemberReads implements AutoCloseable {
   private static final int INDEX_UNDERFLOW = 5;
 
   private final FarmSettings settings;
+  private final int partition;      // the farm partition (Raft group) every link reads
   private final long waitNanos;
   private final Map<String, FarmLink> links = new HashMap<>();
   private final Map<String, Long> firsts = new HashMap<>();
@@ -34,7 +35,13 @@ final class MemberReads implements AutoCloseable {
   private String leader;            // the leader's endpoint, when known
 
   MemberReads(FarmSettings settings, String endpoint) {
+    this(settings, endpoint, 0);
+  }
+
+  /** Reads of farm partition {@code partition}: every link opens in that Raft group. */
+  MemberReads(FarmSettings settings, String endpoint, int partition) {
     this.settings = settings;
+    this.partition = partition;
     this.endpoint = endpoint;
     this.waitNanos = (long) (settings.timeoutSeconds() * 1e9);
   }
@@ -190,7 +197,7 @@ final class MemberReads implements AutoCloseable {
   private FarmLink link(String at) throws FarmException {
     FarmLink link = links.get(at);
     if (link == null) {
-      link = FarmLink.open(at, settings);
+      link = FarmLink.open(at, settings, partition);
       links.put(at, link);
     }
     return link;

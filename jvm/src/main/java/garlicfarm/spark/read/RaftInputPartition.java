@@ -11,21 +11,23 @@ import garlicfarm.spark.planning.PlannedPartition;
 import garlicfarm.spark.wire.FarmSettings;
 
 /**
- * One task: the pieces the planner cut (pyspark_farm/planning.py `Piece`: {start, stop}
+ * One task: the farm partition it reads, the pieces the planner cut (pyspark_farm/planning.py `Piece`: {start, stop}
  * for the visible entries of a range, {start, stop, lo, hi} for the staged payloads
  * [lo, hi) of the commit entry at start), the member to read them at (null: the leader),
  * and what the executor needs to read them.
  */
 public final class RaftInputPartition implements InputPartition {
-  private static final long serialVersionUID = 1L;
+  private static final long serialVersionUID = 2L;
+  final int farmPartition;          // the Raft group read (the `partition` column's value)
   final String endpoint;
   final long[][] pieces;
   final FarmSettings settings;
   final StructType columns;
   final boolean failOnDataLoss;
 
-  RaftInputPartition(String endpoint, long[][] pieces, FarmSettings settings, StructType columns,
-                     boolean failOnDataLoss) {
+  RaftInputPartition(int farmPartition, String endpoint, long[][] pieces, FarmSettings settings,
+                     StructType columns, boolean failOnDataLoss) {
+    this.farmPartition = farmPartition;
     this.endpoint = endpoint;
     this.pieces = pieces;
     this.settings = settings;
@@ -46,8 +48,8 @@ public final class RaftInputPartition implements InputPartition {
     InputPartition[] tasks = new InputPartition[planned.size()];
     for (int i = 0; i < tasks.length; i++) {
       PlannedPartition part = planned.get(i);
-      tasks[i] = new RaftInputPartition(part.endpoint(), part.pieces(), settings, columns,
-          failOnDataLoss);
+      tasks[i] = new RaftInputPartition(part.partition(), part.endpoint(), part.pieces(),
+          settings, columns, failOnDataLoss);
     }
     return tasks;
   }

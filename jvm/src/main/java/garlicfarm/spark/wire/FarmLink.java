@@ -15,14 +15,16 @@ public final class FarmLink implements AutoCloseable {
 
   private final String endpoint;
   private final FarmSettings settings;
+  private final int partition;
   private final Stream stream;
   private Welcome welcome;
   private long nextCallId = 1;
   private volatile boolean closed;
 
-  private FarmLink(String endpoint, FarmSettings settings, Stream stream) {
+  private FarmLink(String endpoint, FarmSettings settings, int partition, Stream stream) {
     this.endpoint = endpoint;
     this.settings = settings;
+    this.partition = partition;
     this.stream = stream;
   }
 
@@ -32,14 +34,38 @@ public final class FarmLink implements AutoCloseable {
    * settings' timeout. The endpoint is "host:port" (a tcp:// prefix is allowed).
    */
   public static FarmLink open(String endpoint, FarmSettings settings) throws FarmException {
+    return open(endpoint, settings, 0);
+  }
+
+  /**
+   * {@link #open(String, FarmSettings)} in farm partition (Raft group) {@code partition}: a
+   * GroupSelect goes before the Hello when it is not 0 (docs/protocol.md, "Groups"), so
+   * every call of the link is that partition's. A member that does not host it answers
+   * with an error Reply: a FarmException naming the partition.
+   */
+  public static FarmLink open(String endpoint, FarmSettings settings, int partition)
+      throws FarmException {
+    if (partition < 0) {
+      throw new IllegalArgumentException("a farm partition is 0 or more, not " + partition);
+    }
     String target = FarmSettings.parseEndpoints(endpoint).get(0);
     long deadline = Stream.deadline(settings.timeoutSeconds());
-    FarmLink link = new FarmLink(target, settings, Handshake.connect(target, settings, deadline));
+    FarmLink link = new FarmLink(target, settings, partition,
+        Handshake.connect(target, settings, deadline));
     try {
       byte[] clientId = new byte[16];
       RANDOM.nextBytes(clientId);
-      link.stream.write(Frames.hello(clientId));
+      link.stream.write(partition == 0 ? Frames.hello(clientId)
+          : Frames.concat(Frames.groupSelect(partition), Frames.hello(clientId)));
       Frames.Frame frame = link.read(deadline, "waiting for the Welcome");
+      Frames.Reply reply = frame.type() == Frames.REPLY && partition != 0
+          ? link.checked(() -> Frames.reply(frame.fields())) : null;
+      if (reply != null && reply.code() != 0) {   // the partition is not hosted there
+        link.close();
+        throw new FarmException((int) reply.code(), target + " refused partition " + partition
+            + ": " + reply.message() + " (check the partitions option against the farm's "
+            + "--partitions)", reply.detail(), target);
+      }
       if (frame.type() != Frames.WELCOME) {
         throw link.protocol("answered Hello with a frame of type 0x" + Integer.toHexString(frame.type())
             + ", not a Welcome");
@@ -106,14 +132,32 @@ public final class FarmLink implements AutoCloseable {
     stream.close();
   }
 
-  /** The next frame: an extension frame whose size is checked before its body is read. */
+  /** The farm partition (Raft group) this link reads. */
+  public int partition() {
+    return partition;
+  }
+
+  /**
+   * The next frame: an extension frame whose size is checked before its body is read. A
+   * member answers a link of partition p > 0 with GroupSelect(p) first: it is checked
+   * (another group is a corrupt stream) and skipped.
+   */
   private Frames.Frame read(long deadline, String what) throws FarmException {
-    byte[] head = new byte[Frames.HEAD];
-    stream.readFully(head, deadline, what);
-    int type = checked(() -> Frames.type(head, what));
-    byte[] body = new byte[checked(() -> Frames.bodySize(head))];
-    stream.readFully(body, deadline, what);
-    return checked(() -> Frames.decode(type, body));
+    while (true) {
+      byte[] head = new byte[Frames.HEAD];
+      stream.readFully(head, deadline, what);
+      int type = checked(() -> Frames.type(head, what));
+      byte[] body = new byte[checked(() -> Frames.bodySize(head))];
+      stream.readFully(body, deadline, what);
+      Frames.Frame frame = checked(() -> Frames.decode(type, body));
+      if (type != Frames.GROUP_SELECT) {
+        return frame;
+      }
+      long group = checked(() -> Frames.group(frame.fields()));
+      if (group != partition) {
+        throw protocol("answered in partition " + group + " on a link of partition " + partition);
+      }
+    }
   }
 
   private interface Decoding<T> {

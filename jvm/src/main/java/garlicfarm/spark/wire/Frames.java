@@ -20,7 +20,11 @@ final class Frames {
   static final int HEAD = 21;
   /** The extension shape's type range (0x20-0x23 reuse JRaft's shapes). */
   static final int FIRST_EXTENSION = 0x24;
-  static final int LAST_EXTENSION = 0x36;   // 0x36: GroupSelect (partitions; this client reads partition 0)
+  static final int LAST_EXTENSION = 0x36;
+  /** The frames that follow (in that direction) belong to farm partition (Raft group) `group`. */
+  static final int GROUP_SELECT = 0x36;
+  /** The largest group number the wire carries (protocol.md: 0..2^31-1). */
+  static final long MAX_GROUP = Integer.MAX_VALUE;
   static final int HELLO = 0x30;
   static final int WELCOME = 0x31;
   static final int CALL = 0x32;
@@ -57,6 +61,27 @@ final class Frames {
 
   static byte[] hello(byte[] clientId) {
     return encode(HELLO, List.of(clientId, VERSION));
+  }
+
+  /** GroupSelect(group) as a client sends it (source, destination and term 0). */
+  static byte[] groupSelect(int group) {
+    if (group < 0) {
+      throw new IllegalArgumentException("a group is 0.." + MAX_GROUP + ", not " + group);
+    }
+    return encode(GROUP_SELECT, List.of((long) group));
+  }
+
+  static byte[] concat(byte[] first, byte[] second) {
+    return ByteBuffer.allocate(first.length + second.length).put(first).put(second).array();
+  }
+
+  /** A GroupSelect's group, checked to be in 0..MAX_GROUP. */
+  static long group(List<Object> f) throws Bad {
+    long group = field(f, 1, 0, "GroupSelect.group", Long.class);
+    if (group < 0 || group > MAX_GROUP) {
+      throw new Bad("sent a GroupSelect.group " + group + " outside 0.." + MAX_GROUP);
+    }
+    return group;
   }
 
   static byte[] call(long callId, String op, Map<String, ?> args) {

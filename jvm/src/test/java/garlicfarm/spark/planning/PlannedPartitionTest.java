@@ -30,6 +30,19 @@ class PlannedPartitionTest {
   }
 
   @Test
+  void theFarmPartitionOfATask() throws Exception {
+    List<PlannedPartition> found = parse("[{\"partition\": 2, \"endpoint\": null, \"pieces\": [[3, 5]]},"
+        + " {\"endpoint\": null, \"pieces\": [[3, 5]]}]");
+    assertEquals(2, found.get(0).partition());
+    assertEquals(0, found.get(1).partition(), "a planner of one log names none: partition 0");
+    for (String bad : new String[] {"-1", "2147483648", "1.5", "\"1\"", "null"}) {
+      String json = "[{\"partition\": " + bad + ", \"endpoint\": null, \"pieces\": []}]";
+      PlannerException e = assertThrows(PlannerException.class, () -> parse(json), json);
+      assertTrue(e.getMessage().contains("farm partition is not an integer"), e.getMessage());
+    }
+  }
+
+  @Test
   void everyOtherShapeIsRefusedNamingIt() {
     for (String[] c : new String[][] {
         {"{}", "not a JSON array"},

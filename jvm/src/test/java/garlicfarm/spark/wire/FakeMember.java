@@ -33,8 +33,11 @@ public final class FakeMember implements AutoCloseable {
   private final ServerSocket server;
   private final List<String> ops = new ArrayList<>();
   private final List<Socket> connections = new ArrayList<>();
+  private final List<Long> groups = new ArrayList<>();
   private volatile Long leaderId;
   private volatile Map<Long, String> members = Map.of();
+  private volatile int hosted = 1;           // partitions 0..hosted-1 (GroupSelect)
+  private volatile Long answerGroup;         // the group it answers in; null: the client's
 
   public FakeMember(long id, Handler handler) throws IOException {
     this.id = id;
@@ -53,6 +56,18 @@ public final class FakeMember implements AutoCloseable {
   public void view(Long leader, Map<Long, String> known) {
     this.leaderId = leader;
     this.members = Map.copyOf(known);
+  }
+
+  /** It hosts partitions 0..count-1; {@code answerIn}, when not null, is the group its
+   *  answers claim (a corrupt member), else the group the client selected. */
+  public void partitions(int count, Long answerIn) {
+    this.hosted = count;
+    this.answerGroup = answerIn;
+  }
+
+  /** The group (partition) of each call it was sent, in order. */
+  public synchronized List<Long> groups() {
+    return List.copyOf(groups);
   }
 
   /** The ops of the calls it was sent, in order. */
@@ -89,13 +104,23 @@ public final class FakeMember implements AutoCloseable {
       out.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
           .getBytes(StandardCharsets.US_ASCII));
       DataInputStream frames = new DataInputStream(in);
+      long group = 0;
       while (true) {
         byte[] frameHead = new byte[Frames.HEAD];
         frames.readFully(frameHead);
         byte[] body = new byte[Frames.bodySize(frameHead)];
         frames.readFully(body);
         Frames.Frame frame = Frames.decode(frameHead[0] & 0xff, body);
-        if (frame.type() == Frames.HELLO) {
+        if (frame.type() == Frames.GROUP_SELECT) {
+          group = Frames.group(frame.fields());
+          if (group >= hosted) {          // as a node refuses a group it does not host
+            out.write(Frames.encode(Frames.REPLY, Arrays.asList(0L, 1L, null, "partition " + group
+                + " is not hosted by node " + id, Map.of("partition", group))));
+            return;
+          }
+          long answer = answerGroup != null ? answerGroup : group;
+          out.write(Frames.groupSelect((int) answer));
+        } else if (frame.type() == Frames.HELLO) {
           out.write(Frames.encode(Frames.WELCOME, Arrays.asList(id, "farm", leaderId,
               leaderId != null && leaderId == id ? "leader" : "follower", configuration())));
         } else if (frame.type() == Frames.CALL) {
@@ -103,6 +128,7 @@ public final class FakeMember implements AutoCloseable {
           String op = (String) frame.fields().get(1);
           synchronized (this) {
             ops.add(op);
+            groups.add(group);
           }
           List<Object> reply;
           try {

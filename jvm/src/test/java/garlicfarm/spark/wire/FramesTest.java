@@ -61,7 +61,7 @@ class FramesTest {
       assertEquals(type.getValue().intValue(), field.getInt(null), type.getKey());
       declared.add(type.getKey());
     }
-    assertEquals(List.of("HELLO", "WELCOME", "CALL", "REPLY", "EVENT"), declared);
+    assertEquals(List.of("HELLO", "WELCOME", "CALL", "REPLY", "EVENT", "GROUP_SELECT"), declared);
     JsonNode shape = WIRE.get("extension_shape");
     assertEquals(shape.get("first").intValue(), Frames.FIRST_EXTENSION);
     assertEquals(shape.get("last").intValue(), Frames.LAST_EXTENSION);
@@ -71,7 +71,7 @@ class FramesTest {
   @Test
   void whatAClientSendsIsPythonsBytes() {
     List<JsonNode> sent = frames("sent");
-    assertEquals(4, sent.size());
+    assertEquals(6, sent.size());
     for (JsonNode frame : sent) {
       @SuppressWarnings("unchecked")
       List<Object> fields = (List<Object>) Vectors.value(frame.get("fields"));
@@ -81,6 +81,25 @@ class FramesTest {
     JsonNode hello = sent.get(0);
     assertArrayEquals(bytes(hello), Frames.hello((byte[]) ((List<?>) Vectors.value(hello.get("fields"))).get(0)));
     assertArrayEquals(bytes(sent.get(1)), Frames.call(1, "ping", null));
+    assertArrayEquals(bytes(sent.get(4)), Frames.groupSelect(2));
+    assertArrayEquals(bytes(sent.get(5)), Frames.groupSelect(Integer.MAX_VALUE));
+  }
+
+  @Test
+  void groupSelectsAsTheReaderChecksThem() throws Frames.Bad {
+    List<JsonNode> received = frames("received");
+    JsonNode select = received.get(received.size() - 1);
+    assertEquals("GroupSelect", select.get("name").asText());
+    assertEquals(2L, Frames.group(decode(select).fields()));
+    assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.group(List.of(-1L))))
+        .contains("GroupSelect.group -1 outside 0..2147483647"));
+    assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.group(List.of(1L << 31))))
+        .contains("outside"));
+    assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.group(List.of("2"))))
+        .contains("GroupSelect.group that is not a Long"));
+    assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.group(List.of(1L, 2L))))
+        .contains("the frame has 2 fields, not 1"));
+    assertThrows(IllegalArgumentException.class, () -> Frames.groupSelect(-1));
   }
 
   @Test
