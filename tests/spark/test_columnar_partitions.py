@@ -13,6 +13,8 @@ from pyspark.sql import functions as F
 from pyspark_farm import LocalFarm
 from pyspark_farm.raft.partitioning import partition_for
 
+from tests.spark.partitioned import append_entries
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 PARTITIONS = 3
@@ -23,17 +25,6 @@ COLUMNS = ["cluster", "index", "term", "type", "value", "timestamp", "partition"
 def farm():
     with LocalFarm(nodes=3, partitions=PARTITIONS) as running:
         yield running
-
-
-def _append(farm, partition: int, entries: int, tag: str) -> list[tuple[int, bytes]]:
-    """(partition, record) of each record appended as journal entries, in write order."""
-    written = []
-    with farm.client(partition=partition) as client:
-        for e in range(entries):
-            batch = [f"{tag}-p{partition}-{e}-{r}".encode() for r in range(3)]
-            client.append(batch)
-            written += [(partition, value) for value in batch]
-    return written
 
 
 def _load(spark, farm, fmt: str = "garlicfarm-columnar", **options):
@@ -54,7 +45,8 @@ def _pairs(frame) -> list[tuple[int, bytes]]:
 
 @pytest.mark.timeout(150)
 def test_batch_reads_every_partition_as_the_python_source(spark, farm):
-    written = [row for p in range(PARTITIONS) for row in _append(farm, p, 3 + p, "b")]
+    written = [row for p in range(PARTITIONS)
+               for row in append_entries(farm, p, 3 + p, "b", records=3)]
     keyed = [(f"key{i % 9}", f"c-key{i % 9}-{i:05d}") for i in range(600)]
     # a committed sink batch routed by key: read as staged payloads, not journal entries
     spark.range(600, numPartitions=2).select(
@@ -113,7 +105,8 @@ def test_stream_restarts_from_its_checkpoint_and_the_python_source_continues_it(
         spark, farm, tmp_path, no_queries_left):
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
     since_ms = int(time.time() * 1000)      # the entries of this test only (rows read count)
-    first = [row for p in range(PARTITIONS) for row in _append(farm, p, 2, "s1")]
+    first = [row for p in range(PARTITIONS)
+             for row in append_entries(farm, p, 2, "s1", records=3)]
     progress = _run(_stream(spark, farm, "garlicfarm-columnar", checkpoint, sink, since_ms))
     ends = [json.loads(p["sources"][0]["endOffset"]) for p in progress]
     assert ends and all(sorted(end) == [str(p) for p in range(PARTITIONS)] for end in ends)
@@ -121,10 +114,13 @@ def test_stream_restarts_from_its_checkpoint_and_the_python_source_continues_it(
     assert len(progress) >= 2 and all(p["numInputRows"] <= 9 for p in progress)
     assert _pairs(spark.read.parquet(str(sink))) == first
 
-    second = [row for p in range(PARTITIONS) for row in _append(farm, p, 1, "s2")]
+    second = [row for p in range(PARTITIONS)
+
+              for row in append_entries(farm, p, 1, "s2", records=3)]
     progress = _run(_stream(spark, farm, "garlicfarm-columnar", checkpoint, sink, since_ms))
     assert sum(p["numInputRows"] for p in progress) == len(second)    # only the new ones
-    third = [row for p in range(PARTITIONS) for row in _append(farm, p, 1, "s3")]
+    third = [row for p in range(PARTITIONS)
+             for row in append_entries(farm, p, 1, "s3", records=3)]
     # the same checkpoint means the same in the Python source: it reads on from there
     progress = _run(_stream(spark, farm, "garlicfarm", checkpoint, sink, since_ms))
     assert sum(p["numInputRows"] for p in progress) == len(third)

@@ -9,6 +9,8 @@ import pytest
 from pyspark_farm import LocalFarm
 from pyspark_farm.raft.partitioning import partition_for
 
+from tests.spark.partitioned import append_entries
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 PARTITIONS = 3
@@ -20,17 +22,6 @@ def farm():
         yield running
 
 
-def _append(farm, partition: int, entries: int, tag: str) -> list[tuple[int, bytes]]:
-    """(partition, record) of each record appended, in write order."""
-    written = []
-    with farm.client(partition=partition) as client:
-        for e in range(entries):
-            batch = [f"{tag}-p{partition}-{e}-{r}".encode() for r in range(2)]
-            client.append(batch)
-            written += [(partition, value) for value in batch]
-    return written
-
-
 def _rows(frame) -> list[tuple[int, bytes]]:
     return [(r["partition"], bytes(r["value"]))
             for r in frame.select("partition", "index", "value").orderBy("partition", "index")
@@ -39,7 +30,7 @@ def _rows(frame) -> list[tuple[int, bytes]]:
 
 @pytest.mark.timeout(120)
 def test_batch_read_every_partition_with_its_column(spark, farm):
-    written = [row for p in range(PARTITIONS) for row in _append(farm, p, 3 + p, "b")]
+    written = [row for p in range(PARTITIONS) for row in append_entries(farm, p, 3 + p, "b")]
     frame = (spark.read.format("garlicfarm").options(**farm.options)
              .option("partitions", "all").load())
     assert frame.schema["partition"].dataType.simpleString() == "int"
@@ -64,7 +55,7 @@ def test_batch_read_every_partition_with_its_column(spark, farm):
 
 @pytest.mark.timeout(120)
 def test_stream_offsets_name_each_partition(spark, farm, tmp_path):
-    written = [row for p in range(PARTITIONS) for row in _append(farm, p, 4, "s")]
+    written = [row for p in range(PARTITIONS) for row in append_entries(farm, p, 4, "s")]
     query = (spark.readStream.format("garlicfarm").options(**farm.options)
              .option("partitions", "all").option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", "6")
