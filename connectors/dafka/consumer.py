@@ -35,6 +35,7 @@ the end of a 100000-record FETCH window when the producer is gone). An empty ans
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class ConsumerRecord(NamedTuple):
 class _Cursor:
     last: int                                        # last delivered (-1: none yet)
     ahead: dict[int, bytes] = field(default_factory=dict)   # buffered out-of-order
+    head: int = -1                                   # the highest HEAD heard
 
 
 @dataclass(slots=True)
@@ -182,6 +184,7 @@ class OffsetTracker:
         key = (subject, address)
         known = key in self.cursors
         cursor = self._cursor(key, sequence)
+        cursor.head = max(cursor.head, sequence)
         if not known or sequence > cursor.last:
             return cursor.last + 1
         return None
@@ -214,6 +217,9 @@ class Consumer(Node):
         self.bulk = bulk
         self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
         self._bulk_asked: dict[tuple[str, str], BulkAsk] = {}   # (subject, partition) ->
+        # (subject, partition) -> the plain FETCH window asked last: its end (inclusive),
+        # the delivered position last seen and when it last moved (the silence timer)
+        self._plain_to: dict[tuple[str, str], list] = {}
         # (subject, partition) -> asks in a row that went silent (the backoff's exponent)
         self._bulk_silent: dict[tuple[str, str], int] = {}
         self._ready: deque[ConsumerRecord] = deque()
@@ -225,7 +231,7 @@ class Consumer(Node):
                     proto.Command.STORE_HELLO]
         if self.bulk:
             commands.append(proto.Command.BULK_RECORDS)
-            self.add_timer(BULK_SILENCE / 2, self._ask_again_after_silence)
+        self.add_timer(BULK_SILENCE / 2, self._ask_again_after_silence)
         self.data = self._add_sub([proto.subscription_prefix(c, self.address)
                                    for c in commands], self._drain_data)
         for topic in self._initial_topics:
@@ -373,6 +379,8 @@ class Consumer(Node):
         drain_runs(self.data, self.decoder, self.stats, runs, handle)
         for run in runs.by_key.values():
             deliver(run)
+        if self._plain_to:
+            self._next_plain_windows(fetches, now)
         for key, seq in fetches.items():
             if self.tracker.cursors[key].last + 1 != seq:
                 continue   # repaired within this drain
@@ -397,9 +405,7 @@ class Consumer(Node):
         producer, as the C consumer does."""
         readers = sorted(self.bulk_readers)
         if not readers:
-            self.send(proto.Fetch(address, self.address, subject, seq,
-                                  proto.fetch_count(seq)))
-            self.stats["fetches"] += 1
+            self._plain_fetch(subject, address, seq)
             return
         reader = readers[zlib.crc32(address.encode()) % len(readers)]
         self.send(proto.BulkFetch(reader, self.address, address, subject, seq,
@@ -407,14 +413,56 @@ class Consumer(Node):
         self._bulk_asked[(subject, address)] = BulkAsk(reader, seq + BULK_WINDOW, now)
         self.stats["bulk_fetches"] += 1
 
+    def _plain_fetch(self, subject: str, address: str, seq: int) -> None:
+        """FETCH published to every store and the producer, as the C consumer does."""
+        count = proto.fetch_count(seq)
+        self.send(proto.Fetch(address, self.address, subject, seq, count))
+        self._plain_to[(subject, address)] = [seq + count, seq - 1, time.monotonic()]
+        self.stats["fetches"] += 1
+
+    def _next_plain_windows(self, fetches: dict[tuple[str, str], int], now: float) -> None:
+        """A FETCH answers one window (to the end of its 100000-block, inclusive, as
+        the C store does); a HEAD heard beyond it asks the next one. The C consumer
+        waits for the producer's next HEAD, which never comes once the producer is gone:
+        a catch-up from stores stopped at the window's end."""
+        cursors = self.tracker.cursors
+        for key, window in list(self._plain_to.items()):
+            cursor = cursors.get(key)
+            if cursor is not None and cursor.last >= cursor.head:
+                del self._plain_to[key]         # all that was heard of is here
+                continue
+            if cursor is None or cursor.last < window[0]:
+                if cursor is not None and cursor.last != window[1]:
+                    window[1], window[2] = cursor.last, now    # coming: not silent
+                    self._bulk_silent.pop(key, None)
+                continue
+            del self._plain_to[key]
+            if cursor.head > cursor.last and key not in self._bulk_asked:
+                fetches.setdefault(key, cursor.last + 1)
+
     def _ask_again_after_silence(self, now: float) -> None:
-        """A bulk answer whose slices stopped (one lost to a reconnect or a full queue,
-        with no producer's HEAD to reveal the gap) is asked again from where delivery
-        stands, after a silence that doubles per silent ask in a row."""
+        """A FETCH or bulk answer whose records stopped (the request or a slice lost to
+        a reconnect or a full queue, with no producer's HEAD to reveal the gap) is asked
+        again from where delivery stands, after a silence that doubles per silent ask
+        in a row."""
         if self._paused:     # we are not reading: the answer's slices wait in our queue
             for asked in self._bulk_asked.values():
                 asked.at = now
+            for window in self._plain_to.values():
+                window[2] = now
             return
+        for key, window in list(self._plain_to.items()):
+            # a FETCH lost (a store reconnecting), or its answer: ask again
+            silent = self._bulk_silent.get(key, 0)
+            if now - window[2] < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
+                continue
+            cursor = self.tracker.cursors.get(key)
+            if cursor is not None and cursor.last >= cursor.head:
+                del self._plain_to[key]
+                continue
+            self._bulk_silent[key] = silent + 1
+            self.stats["fetch_silences"] += 1
+            self._fetch(*key, cursor.last + 1 if cursor is not None else 0, now)
         for key, asked in list(self._bulk_asked.items()):
             silent = self._bulk_silent.get(key, 0)
             if now - asked.at < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
@@ -458,9 +506,7 @@ class Consumer(Node):
         del self._bulk_asked[key]
         nxt = self.tracker.cursors[key].last + 1 if key in self.tracker.cursors else 0
         if count == 0:
-            self.send(proto.Fetch(msg.partition, self.address, msg.subject, nxt,
-                                  proto.fetch_count(nxt)))
-            self.stats["fetches"] += 1
+            self._plain_fetch(msg.subject, msg.partition, nxt)
         elif msg.sequence + count >= asked.end:
             self._fetch(*key, nxt, now)
 

@@ -13,6 +13,7 @@ from connectors.dafka.node import new_address
 from connectors.dafka.partitions import PartitionStore
 from tests.dafka.conftest import with_config
 from tests.dafka.test_nodes import collect, offsets
+from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 TOPIC = "catch-up"
@@ -28,11 +29,29 @@ def stored(data_dir, count: int) -> str:
     return address
 
 
+def steady(config):
+    """Beacons a loaded machine cannot miss: a consumer that forgets the store forgets
+    that it answers bulk, and catches up by FETCH (test_plain_catch_up_...)."""
+    return with_config(config, beacon_timeout=30.0)
+
+
+def subscribed_after_the_probe(nodes, consumer: Consumer) -> Consumer:
+    """`consumer` started, then subscribed once the store answered its bulk probe: the
+    heads that a hello brings can overtake the probe's answer (a PUB drops what a
+    subscriber not yet connected to it would get), and a catch-up asked for before the
+    answer goes by FETCH."""
+    nodes(consumer)
+    wait_until(lambda: consumer.bulk_readers, 15, message="the store answering the probe")
+    consumer.subscribe(TOPIC)
+    return consumer
+
+
 def test_bulk_catch_up_crosses_fetch_windows_without_a_producer(config, nodes, tmp_path):
     count = proto.FETCH_BLOCK + BULK_WINDOW // 2           # two FETCH windows
     address = stored(tmp_path / "db", count)
-    nodes(Store(config, tmp_path / "db"))
-    consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), [TOPIC]))
+    nodes(Store(steady(config), tmp_path / "db"))
+    consumer = subscribed_after_the_probe(
+        nodes, Consumer(with_config(steady(config), offset_reset="earliest")))
     got = collect(consumer, count, timeout=60)
     assert offsets(got) == list(range(count))
     assert got[-1].value == b"r%d" % (count - 1) and got[-1].partition == address
@@ -47,7 +66,7 @@ def test_a_lost_slice_of_a_bulk_answer_is_asked_again(config, nodes, tmp_path):
     missed beacons on a loaded machine loses one): the consumer's silence timer must."""
     count = BULK_WINDOW + 1000
     address = stored(tmp_path / "db", count)
-    store = Store(config, tmp_path / "db")
+    store = Store(steady(config), tmp_path / "db")
     send, dropped = store.reader._send_bulk, []
 
     def lose_first_last_slice(answer, lengths, data):
@@ -59,7 +78,8 @@ def test_a_lost_slice_of_a_bulk_answer_is_asked_again(config, nodes, tmp_path):
 
     store.reader._send_bulk = lose_first_last_slice
     nodes(store)
-    consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), [TOPIC]))
+    consumer = subscribed_after_the_probe(
+        nodes, Consumer(with_config(steady(config), offset_reset="earliest")))
     got = collect(consumer, count, timeout=30)
     assert len(dropped) == 1 and 0 < dropped[0] < BULK_WINDOW
     assert offsets(got) == list(range(count))
@@ -74,8 +94,8 @@ def test_a_slow_answer_ending_after_it_was_asked_again_does_not_end_the_new_ask(
     the new ask's end it stopped the catch-up there (no producer's HEAD to resume it)."""
     count = 3 * BULK_WINDOW
     address = stored(tmp_path / "db", count)
-    store = Store(config, tmp_path / "db")
-    consumer = Consumer(with_config(config, offset_reset="earliest"), [TOPIC])
+    store = Store(steady(config), tmp_path / "db")
+    consumer = Consumer(with_config(steady(config), offset_reset="earliest"))
     send, held = store.reader._send_bulk, []
 
     def hold_first_last_slice(answer, lengths, data):
@@ -93,7 +113,7 @@ def test_a_slow_answer_ending_after_it_was_asked_again_does_not_end_the_new_ask(
     store.reader._send_bulk = hold_first_last_slice
     store.reader.add_timer(0.05, release)
     nodes(store)
-    nodes(consumer)
+    subscribed_after_the_probe(nodes, consumer)
     got = collect(consumer, count, timeout=60)
     assert held[1:] == ["sent"] and held[0][0].stop == BULK_WINDOW
     assert offsets(got) == list(range(count))
@@ -108,6 +128,18 @@ def test_a_store_without_the_extension_is_read_by_plain_fetch(config, nodes, tmp
     assert offsets(collect(consumer, 5000)) == list(range(5000))
     assert consumer.stats["fetches"] >= 1 and consumer.stats["bulk_records"] == 0
     assert not consumer.bulk_readers
+
+
+def test_plain_catch_up_crosses_fetch_windows_without_a_producer(config, nodes, tmp_path):
+    """A FETCH answers one window; with no producer's HEAD to come, the store's HEAD
+    heard at the start must ask the next (the C consumer stopped at 100,001)."""
+    count = proto.FETCH_BLOCK + 2000
+    stored(tmp_path / "db", count)
+    nodes(Store(config, tmp_path / "db", bulk=False))
+    consumer = nodes(Consumer(with_config(config, offset_reset="earliest"), [TOPIC]))
+    got = collect(consumer, count, timeout=60)
+    assert offsets(got) == list(range(count))
+    assert consumer.stats["fetches"] >= 2 and consumer.stats["bulk_records"] == 0
 
 
 def test_tracker_on_records_skips_duplicates_buffers_ahead_and_chains():
