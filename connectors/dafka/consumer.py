@@ -29,6 +29,8 @@ window that came back full is followed by the next one at once, so a consumer re
 partition to its end without waiting for the producer's HEAD (the C consumer stalls at
 the end of a 100000-record FETCH window when the producer is gone). An empty answer
 (that store lacks the records) falls back to plain FETCH. `bulk=False`: plain FETCH only.
+Plain FETCH windows chain too, up to the highest HEAD heard, and an answer (plain or
+bulk) that goes silent is asked again with a doubling backoff.
 
 `OffsetTracker` is the sans-I/O core; `Consumer` the node around it.
 """
