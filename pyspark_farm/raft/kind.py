@@ -6,6 +6,8 @@ from typing import Mapping
 
 from pyspark.sql.types import StructType
 
+from consensus.common.errors import FarmError
+
 from ..admission import SourceLimits
 from ..connection import CONNECTION_OPTIONS, FarmClientOptions
 from ..errors import OptionError, SchemaError
@@ -167,12 +169,18 @@ def _backend(options: Mapping[str, str], schema_: StructType
     key = next((f for f in schema_.fields if f.name == KEY_COLUMN), None)
     try:
         values = parse_sink(SINK_OPTIONS, options, schema_)
-    except SchemaError:
+    except SchemaError as refused:
         if key is None:
             raise
         without_key = StructType([f for f in schema_.fields if f.name != KEY_COLUMN])
         values = parse_sink(SINK_OPTIONS, options, without_key)
-        if farm_partitions(FarmClientOptions.from_options(values)) == 1:
+        try:
+            count = farm_partitions(FarmClientOptions.from_options(values))
+        except FarmError as exc:    # both problems: the key may be no mistake at all
+            raise SchemaError(f"{refused} (a '{KEY_COLUMN}' column routes rows on a farm "
+                              f"of several partitions, but the farm could not say how many "
+                              f"it has: {exc})") from exc
+        if count == 1:
             raise       # a key routes only over several partitions: today's error
     connection = FarmClientOptions.from_options(values)
     backend = RaftSinkBackend(connection, values["stageBytes"], values["stageThreads"],

@@ -286,6 +286,10 @@ def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path)
                        message="the observer to apply the farm's log")
         removed = garlicfarm("remove-server", "10", "--config", node_toml)
         assert removed.returncode == 0, removed.stderr
+    except AssertionError as exc:    # what the observer said makes the failure readable
+        log.flush()
+        tail = (tmp_path / "node-10.log").read_bytes()[-4000:].decode(errors="replace")
+        raise AssertionError(f"{exc}\nnode 10 (exit {proc.poll()}) logged:\n{tail}") from exc
     finally:
         proc.terminate()
         proc.wait(15)
