@@ -76,6 +76,22 @@ class _Cursor:
 
 
 @dataclass(slots=True)
+class PlainAsk:
+    """The plain FETCH window a partition waits on (to the end of its 100000-block)."""
+    end: int                     # the window's last sequence (inclusive)
+    seen: int                    # the delivered position last seen while it came
+    at: float                    # when that position last moved (the silence timer's start)
+    SILENCE_STAT = "fetch_silences"
+
+    def settled(self, cursor: "_Cursor | None") -> bool:
+        """All that was heard of is here: a silent FETCH is not asked again."""
+        return cursor is not None and cursor.last >= cursor.head
+
+    def hand_over(self, again: "BulkAsk | None") -> None:
+        """A FETCH's answer has no last slice to tell apart: nothing to hand over."""
+
+
+@dataclass(slots=True)
 class BulkAsk:
     """The BULK-FETCH a partition waits on. A silent answer may only be slow: the
     store replaces it when our new ask arrives, but slices it sent before that, its last
@@ -85,6 +101,16 @@ class BulkAsk:
     at: float                    # when its last slice came (the silence timer's start)
     superseded: int = 0          # earlier answers whose last slice may still come
     superseded_end: int = 0      # ... ending at most here
+    SILENCE_STAT = "bulk_silences"
+
+    def settled(self, cursor: "_Cursor | None") -> bool:
+        """Never: the store may hold more than any HEAD we heard (we ask past it)."""
+        return False
+
+    def hand_over(self, again: "BulkAsk | None") -> None:
+        """The ask that replaces this one waits for this one's last slice too."""
+        if again is not None:
+            again.supersede(self)
 
     def supersede(self, earlier: "BulkAsk") -> None:
         self.superseded = earlier.superseded + 1
@@ -219,9 +245,8 @@ class Consumer(Node):
         self.bulk = bulk
         self.bulk_readers: set[str] = set()      # answered a BULK-FETCH: our stores
         self._bulk_asked: dict[tuple[str, str], BulkAsk] = {}   # (subject, partition) ->
-        # (subject, partition) -> the plain FETCH window asked last: its end (inclusive),
-        # the delivered position last seen and when it last moved (the silence timer)
-        self._plain_to: dict[tuple[str, str], list] = {}
+        # (subject, partition) -> the plain FETCH window asked last
+        self._plain_to: dict[tuple[str, str], PlainAsk] = {}
         # (subject, partition) -> asks in a row that went silent (the backoff's exponent)
         self._bulk_silent: dict[tuple[str, str], int] = {}
         self._ready: deque[ConsumerRecord] = deque()
@@ -419,7 +444,7 @@ class Consumer(Node):
         """FETCH published to every store and the producer, as the C consumer does."""
         count = proto.fetch_count(seq)
         self.send(proto.Fetch(address, self.address, subject, seq, count))
-        self._plain_to[(subject, address)] = [seq + count, seq - 1, time.monotonic()]
+        self._plain_to[(subject, address)] = PlainAsk(seq + count, seq - 1, time.monotonic())
         self.stats["fetches"] += 1
 
     def _next_plain_windows(self, fetches: dict[tuple[str, str], int], now: float) -> None:
@@ -433,9 +458,9 @@ class Consumer(Node):
             if cursor is not None and cursor.last >= cursor.head:
                 del self._plain_to[key]         # all that was heard of is here
                 continue
-            if cursor is None or cursor.last < window[0]:
-                if cursor is not None and cursor.last != window[1]:
-                    window[1], window[2] = cursor.last, now    # coming: not silent
+            if cursor is None or cursor.last < window.end:
+                if cursor is not None and cursor.last != window.seen:
+                    window.seen, window.at = cursor.last, now    # coming: not silent
                     self._bulk_silent.pop(key, None)
                 continue
             del self._plain_to[key]
@@ -447,36 +472,24 @@ class Consumer(Node):
         a reconnect or a full queue, with no producer's HEAD to reveal the gap) is asked
         again from where delivery stands, after a silence that doubles per silent ask
         in a row."""
+        asks = (self._plain_to, self._bulk_asked)
         if self._paused:     # we are not reading: the answer's slices wait in our queue
-            for asked in self._bulk_asked.values():
-                asked.at = now
-            for window in self._plain_to.values():
-                window[2] = now
+            for ask in (a for waiting in asks for a in waiting.values()):
+                ask.at = now
             return
-        for key, window in list(self._plain_to.items()):
-            # a FETCH lost (a store reconnecting), or its answer: ask again
-            silent = self._bulk_silent.get(key, 0)
-            if now - window[2] < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
-                continue
-            cursor = self.tracker.cursors.get(key)
-            if cursor is not None and cursor.last >= cursor.head:
-                del self._plain_to[key]
-                continue
-            self._bulk_silent[key] = silent + 1
-            self.stats["fetch_silences"] += 1
-            self._fetch(*key, cursor.last + 1 if cursor is not None else 0, now)
-        for key, asked in list(self._bulk_asked.items()):
-            silent = self._bulk_silent.get(key, 0)
-            if now - asked.at < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
-                continue
-            del self._bulk_asked[key]
-            self._bulk_silent[key] = silent + 1
-            self.stats["bulk_silences"] += 1
-            cursor = self.tracker.cursors.get(key)
-            self._fetch(*key, cursor.last + 1 if cursor is not None else 0, now)
-            again = self._bulk_asked.get(key)
-            if again is not None:
-                again.supersede(asked)
+        for waiting in asks:
+            for key, ask in list(waiting.items()):
+                silent = self._bulk_silent.get(key, 0)
+                if now - ask.at < min(BULK_SILENCE * 2 ** silent, BULK_SILENCE_MAX):
+                    continue
+                del waiting[key]
+                cursor = self.tracker.cursors.get(key)
+                if ask.settled(cursor):
+                    continue
+                self._bulk_silent[key] = silent + 1
+                self.stats[ask.SILENCE_STAT] += 1
+                self._fetch(*key, cursor.last + 1 if cursor is not None else 0, now)
+                ask.hand_over(self._bulk_asked.get(key))
 
     def _on_bulk(self, msg: proto.BulkRecords, delivered: list[ConsumerRecord],
                  fetches: dict[tuple[str, str], int], now: float) -> None:
