@@ -327,6 +327,11 @@ class Group:
 
 
 def _bootstrap(config: "NodeConfig", addresses: dict[int, str]) -> Configuration:
+    """The initial members name this node; an observer that joins gets its parents
+    (the peers) only: it is a member once the farm adds it. (Naming it made the first
+    committed configuration it pulled look like its removal: it stopped itself when the
+    add-server came more than two election timeouts later.)"""
     voters = set(config.peers) | ({config.id} if not config.observer else set())
-    observers = set(config.observers) | ({config.id} if config.observer else set())
+    observers = set(config.observers) | \
+        ({config.id} if config.observer and not config.join else set())
     return Configuration.of(voters, observers - voters, dict(addresses))

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -286,7 +287,7 @@ def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path)
                        message="the observer to apply the farm's log")
         removed = garlicfarm("remove-server", "10", "--config", node_toml)
         assert removed.returncode == 0, removed.stderr
-    except AssertionError as exc:    # what the observer said makes the failure readable
+    except Exception as exc:    # what the observer said makes the failure readable
         log.flush()
         tail = (tmp_path / "node-10.log").read_bytes()[-4000:].decode(errors="replace")
         raise AssertionError(f"{exc}\nnode 10 (exit {proc.poll()}) logged:\n{tail}") from exc
@@ -294,6 +295,40 @@ def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path)
         proc.terminate()
         proc.wait(15)
         log.close()
+
+
+def test_a_joining_observer_is_not_removed_before_it_was_added(farm, tmp_path):
+    """An observer started with `join = true` pulls the farm's log before it is added. A
+    committed configuration in that log that does not name it is not its removal: it
+    took it for one (its bootstrap named it) and stopped itself two election timeouts
+    later, whenever the add-server came later than that (1 run in 5 under load)."""
+    with farm.client(timeout=10) as client:     # a committed configuration without node 10
+        client.update_observers(add={11: f"127.0.0.1:{free_port()}"})
+        client.update_observers(remove=[11])
+        configured = client.log_bounds()[1]
+    port = free_port()
+    config = _observer_toml(farm, tmp_path, 10, port,
+                            ",".join(f"{i}={farm.endpoint_of(i)}" for i in (1, 2, 3)))
+    log = open(tmp_path / "node-10.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
+                            stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        with farm.client(timeout=10) as client:
+            wait_until(lambda: _answers_at(farm, endpoint)
+                       and client.log_bounds(endpoint)[1] >= configured, 20, interval=0.1,
+                       message="node 10 to pull the configuration")
+            # it left 2 election timeouts (<= 0.6 s of ticks) after pulling; give it 5 s
+            deadline = time.monotonic() + 5
+            wait_until(lambda: proc.poll() is not None or time.monotonic() > deadline, 10,
+                       interval=0.1, message="five seconds to pass")
+            assert proc.poll() is None, "node 10 stopped before it was added"
+            assert client.ping(endpoint)["role"] == "observer"
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
+    assert "removed from the cluster" not in (tmp_path / "node-10.log").read_text()
 
 
 def _answers_at(farm, endpoint: str) -> bool:
