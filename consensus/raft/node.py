@@ -182,7 +182,7 @@ class RaftNode:
         """Whether an entry of the current term has committed: only then does a new
         leader know the commit index (Raft §8; until its no-op commits it may be behind
         what its predecessor acknowledged)."""
-        return self.log.term(self.log.committed) == self.term
+        return self.log.term(self.log.committed) == self.state.term
 
     @property
     def removed(self) -> bool:
@@ -205,7 +205,7 @@ class RaftNode:
                          self.tenure.removed)
 
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, self.log.committed)
+        return HardState(self.state.term, self.state.vote, self.log.committed)
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node's state for logs and the admin CLI."""
@@ -222,9 +222,9 @@ class RaftNode:
     def follower_contact(self) -> dict[int, FollowerContact]:
         """On a leader, how recently each follower it replicates to answered (empty on
         other roles): what tells a dead or cut-off member from a live one."""
-        if self.role is not Role.LEADER:
+        if self.state.role is not Role.LEADER:
             return {}
-        now, timeout = self.ticks, self.options.election_timeout_min
+        now, timeout = self.state.ticks, self.options.election_timeout_min
         return {peer: FollowerContact(None if pr.acked_tick is None else now - pr.acked_tick,
                                       pr.silent_ticks(now) <= timeout)
                 for peer, pr in dict(self.progress).items()}   # a copy: metrics' thread
@@ -247,7 +247,7 @@ class RaftNode:
         keeps leases safe), and a leader defers a CheckQuorum verdict that falls in the
         stall by two heartbeat intervals, once, so that its followers can answer the
         heartbeats it sends after the stall (every tick still counts for its lease)."""
-        if count > 1 and self.role is Role.FOLLOWER:
+        if count > 1 and self.state.role is Role.FOLLOWER:
             count = min(count, self.options.heartbeat_interval)
         self._stalls += count > 1
         for _ in range(count):
@@ -278,7 +278,7 @@ class RaftNode:
         if elections.check_quorum_due() and \
                 not elections.defer_check_quorum(stall, 2 * self.options.heartbeat_interval):
             if not self.tracker.quorum_active():
-                self.become_follower(self.term, None)
+                self.become_follower(self.state.term, None)
                 return
             replication.drop_departed(silent_too=True)
             self.tracker.forget_activity()
@@ -335,7 +335,7 @@ class RaftNode:
 
     def _apply_term_rules(self, msg: Message) -> bool:
         """Raft's term rules; False when the message must be dropped (already answered)."""
-        if msg.term > self.term:
+        if msg.term > self.state.term:
             if isinstance(msg, RequestVote):
                 if self.elections.in_lease() and not msg.leader_transfer:
                     return False        # a leader is alive: do not let this one disrupt
@@ -347,7 +347,7 @@ class RaftNode:
                 leader = msg.source if isinstance(msg, _LEADER_MESSAGES) else None
                 self.become_follower(msg.term, leader)
             return True
-        if msg.term < self.term:
+        if msg.term < self.state.term:
             self._answer_stale(msg)
             return False
         return True
@@ -357,25 +357,25 @@ class RaftNode:
         later = self.outbox.later
         if isinstance(msg, AppendEntries):
             later.append(AppendEntriesResponse(
-                term=self.term, source=self.id, destination=msg.source, success=False, next_index=self.log.last_index() + 1,
+                term=self.state.term, source=self.id, destination=msg.source, success=False, next_index=self.log.last_index() + 1,
                 log_index=msg.prev_log_index + 1, entry_count=len(msg.entries), ctx=msg.ctx))
         elif isinstance(msg, InstallSnapshot):
             later.append(InstallSnapshotResponse(
-                term=self.term, source=self.id, destination=msg.source, success=False, next_offset=0, snapshot_index=msg.snapshot_index))
+                term=self.state.term, source=self.id, destination=msg.source, success=False, next_offset=0, snapshot_index=msg.snapshot_index))
         elif isinstance(msg, RequestVote):
             later.append(RequestVoteResponse(
-                term=self.term, source=self.id, destination=msg.source, granted=False, pre_vote=msg.pre_vote))
+                term=self.state.term, source=self.id, destination=msg.source, granted=False, pre_vote=msg.pre_vote))
 
     # ====================================================================================
     # Role changes (the collaborators call them)
     # ====================================================================================
     def become_follower(self, term: int, leader: int | None) -> None:
-        was_leader = self.role is Role.LEADER
-        if term > self.term:
+        was_leader = self.state.role is Role.LEADER
+        if term > self.state.term:
             self.state.term = term
             self.state.vote = None
         self.state.leader_id = leader
-        self.set_role(Role.OBSERVER if self.role is Role.OBSERVER else Role.FOLLOWER)
+        self.set_role(Role.OBSERVER if self.state.role is Role.OBSERVER else Role.FOLLOWER)
         self.tracker.reset_votes()
         self.elections.reset_timer()
         if was_leader:
@@ -400,10 +400,10 @@ class RaftNode:
         is not stuck: without a leader it pulls committed entries and finds out.)"""
         if self.id in self.log.configuration.members:
             self.tenure.note_member()
-        if self.role is Role.LEADER:
+        if self.state.role is Role.LEADER:
             return
         voter = self.elections.still_voter()
-        if self.role is Role.OBSERVER:
+        if self.state.role is Role.OBSERVER:
             if voter:
                 self.set_role(Role.FOLLOWER)
                 self.elections.reset_timer()
@@ -421,11 +421,11 @@ class RaftNode:
             self.tenure.update_removed()
             return
         self._config = config
-        if self.role is Role.LEADER:
+        if self.state.role is Role.LEADER:
             self.replication.sync_progress()
-        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) and \
+        elif self.state.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) and \
                 not self.elections.promotable():
-            self.become_follower(self.term, None)
+            self.become_follower(self.state.term, None)
         self._refresh_role()
         self.tenure.update_removed()
 
@@ -458,8 +458,8 @@ class RaftNode:
         return self.replication.append(EntryType.APPLICATION, datas)
 
     def _check_leader(self) -> None:
-        if self.role is not Role.LEADER:
-            raise NotLeader(self.id, self.leader_id)
+        if self.state.role is not Role.LEADER:
+            raise NotLeader(self.id, self.state.leader_id)
 
     def read_index(self, ctx: bytes, *, lease: bool = False) -> None:
         """Start a linearizable read; a `ReadState` with this `ctx` comes in a later Ready.
@@ -545,7 +545,7 @@ class RaftNode:
 
     def _flush(self) -> None:
         due = self.due
-        if self.role is Role.LEADER and (due.dirty or due.heartbeat_due):
+        if self.state.role is Role.LEADER and (due.dirty or due.heartbeat_due):
             self.replication.flush()
             self.membership.send_joiner_snapshot()
 
@@ -598,7 +598,7 @@ class RaftNode:
         if rd.entries:
             last = rd.entries[-1]
             log.stable_to(last.index, last.term)
-            if self.role is Role.LEADER:
+            if self.state.role is Role.LEADER:
                 self.replication.maybe_commit()
         if rd.committed_entries:
             log.applied_to(rd.committed_entries[-1].index)
