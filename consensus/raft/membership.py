@@ -9,7 +9,7 @@ stalls commits while it catches up.
 RemoveServer: the leader tells the server (LeaveClusterRequest); once it accepts, or
 stops answering, the leader appends the configuration without it. The leaving server
 counts down two election timeouts without hearing from a leader, then reports itself
-removed (the server's own side of both flows is tenure.py).
+removed (tenure.py keeps that count and the rest of its own standing).
 """
 from __future__ import annotations
 
