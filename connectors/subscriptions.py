@@ -81,7 +81,7 @@ class SubscriptionLimits:
                                  f"in 1..{1 << 24}")
 
 
-class RefusalLog:
+class SubscriptionRefusals:
     """Refusals summed per (reason, peer) and logged once per `window` seconds (the
     first after a quiet window at once)."""
 
@@ -117,7 +117,7 @@ class SubscriptionGuard:
                  logger: logging.Logger, stats: Counter) -> None:
         self.limits = limits
         self.stats = stats
-        self.refusals = RefusalLog(logger, what)
+        self.refusals = SubscriptionRefusals(logger, what)
         self._counts: dict[int, int] = {}     # descriptor -> subscriptions it holds
         self._cut: set[int] = set()           # descriptors cut, until their close
         self._trim_until = 0.0
@@ -213,5 +213,5 @@ def _peer(frame: zmq.Frame) -> str:
         return "?"
 
 
-__all__ = ["HANDSHAKE_BYTES", "LOG_WINDOW", "RefusalLog", "SUBSCRIBE_COMMAND_BYTES", "SubscriptionGuard",
+__all__ = ["HANDSHAKE_BYTES", "LOG_WINDOW", "SubscriptionRefusals", "SUBSCRIBE_COMMAND_BYTES", "SubscriptionGuard",
            "SubscriptionLimits", "publisher_maxmsgsize"]

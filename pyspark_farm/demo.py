@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .demo_kinds import KINDS, STAGES, Stage, Verdict
+from .demo_kinds import KINDS, STAGES, DemoStage, DemoVerdict
 
 
 @dataclass
@@ -73,7 +73,7 @@ def _progress(query) -> tuple[int, int]:
     return len(progress), sum(p.get("numInputRows", 0) for p in progress)
 
 
-def _table(stage: Stage, generated: Generated, read: int, farm_line: str) -> Table:
+def _table(stage: DemoStage, generated: Generated, read: int, farm_line: str) -> Table:
     table = Table(title=f"garlicfarm demo, {stage.kind}: {stage.title}", expand=False)
     table.add_column("stage")
     table.add_column("batches", justify="right")
@@ -87,7 +87,7 @@ def _table(stage: Stage, generated: Generated, read: int, farm_line: str) -> Tab
     return table
 
 
-def _summary(verdicts: list[Verdict], console: Console) -> bool:
+def _summary(verdicts: list[DemoVerdict], console: Console) -> bool:
     table = Table(title="exactly-once verdicts, computed from each kind's output")
     for column in ("kind", "generated", "read back", "distinct ids", "verdict"):
         table.add_column(column, justify="left" if column == "kind" else "right")
@@ -107,7 +107,7 @@ class Demo:
             args, console, spark, farm, root
         self.client = farm.client()
 
-    def run_kind(self, kind: str) -> Verdict:
+    def run_kind(self, kind: str) -> DemoVerdict:
         args, console = self.args, self.console
         folder = self.root / kind
         inbox = folder / "events"
@@ -136,7 +136,7 @@ class Demo:
                       + f"[/] ({verdict.detail})")
         return verdict
 
-    def _follow(self, stage: Stage, generated: Generated) -> None:
+    def _follow(self, stage: DemoStage, generated: Generated) -> None:
         """The live table until the output holds every generated event (or timeout)."""
         try:
             self._follow_live(stage, generated)
@@ -146,7 +146,7 @@ class Demo:
                 # table without a newline: what comes next would be glued to its border
                 self.console.line()
 
-    def _follow_live(self, stage: Stage, generated: Generated) -> None:
+    def _follow_live(self, stage: DemoStage, generated: Generated) -> None:
         args = self.args
         killed = False
         deadline = time.monotonic() + args.timeout
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                           conf={"spark.ui.enabled": "false", "spark.log.level": "ERROR"})
     if owned:
         spark.sparkContext.setLogLevel("ERROR")
-    verdicts: list[Verdict] = []
+    verdicts: list[DemoVerdict] = []
     with tempfile.TemporaryDirectory(prefix="garlicfarm-demo-") as tmp, \
             LocalFarm(nodes=args.nodes) as farm:
         page = StatusPage(args.status_page, {farm.cluster_name: FarmTarget(

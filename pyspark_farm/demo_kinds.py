@@ -7,8 +7,8 @@ the output data: every event exactly once.
   in the farm; the dafka source from the earliest offsets);
 * **chp**: a CHP server's map (the KVSET sink, a key per event; the changelog source).
 
-Each `Stage` names its queries and how many events its output holds so far (for the
-live display) and computes its `Verdict` from the output once the stream is done.
+Each `DemoStage` names its queries and how many events its output holds so far (for the
+live display) and computes its `DemoVerdict` from the output once the stream is done.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ KINDS = ("view", "click", "cart", "buy")
 
 
 @dataclass
-class Verdict:
+class DemoVerdict:
     """What the output of one kind says: `events` rows for `expected` generated ids,
     `distinct` of them different; `ok` when every id is there exactly once (and the
     kind's own checks in `detail` hold)."""
@@ -40,12 +40,12 @@ class Verdict:
 
 
 @dataclass
-class Stage:
+class DemoStage:
     kind: str
     title: str
     queries: list[tuple[str, Any]]          # (what it does, the streaming query)
     read_count: Callable[[], int]           # events in the output so far
-    verdict: Callable[[int], Verdict]       # from the output, given the generated count
+    verdict: Callable[[int], DemoVerdict]       # from the output, given the generated count
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
@@ -85,18 +85,18 @@ def _start_reader_first(reader, writer_factory: Callable[[], Any], timeout: floa
 
 
 def _ids_verdict(spark, kind: str, table: str, expected: int, extra_ok: bool = True,
-                 detail: str = "") -> Verdict:
+                 detail: str = "") -> DemoVerdict:
     row = spark.sql(f"select count(*) as n, count(distinct id) as d, "
                     f"sum(case when id >= 0 and id < {expected} then 0 else 1 end) as stray "
                     f"from {table}").collect()[0]
     events, distinct, stray = row["n"], row["d"], row["stray"] or 0
     ok = events == expected and distinct == expected and stray == 0 and extra_ok
-    return Verdict(kind, expected, events, distinct, ok, detail)
+    return DemoVerdict(kind, expected, events, distinct, ok, detail)
 
 
 # -- raft -----------------------------------------------------------------------------------
 
-def raft_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
+def raft_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> DemoStage:
     from pyspark.sql import functions as F
     start = farm.client().last_applied() + 1
     source = lambda: (spark.readStream.format("garlicfarm").options(**farm.options)  # noqa: E731
@@ -119,7 +119,7 @@ def raft_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
         return spark.sql("select coalesce(sum(events), 0) as n from demo_raft") \
             .collect()[0]["n"]
 
-    def verdict(expected: int) -> Verdict:
+    def verdict(expected: int) -> DemoVerdict:
         # every id exactly once, read back from the log with a batch read
         (spark.read.format("garlicfarm").options(**farm.options)
          .option("startingOffsets", json.dumps({"index": start}))
@@ -132,14 +132,14 @@ def raft_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
                             detail="streamed per kind " + ", ".join(
                                 f"{k} {totals.get(k, 0):,}" for k in KINDS))
 
-    return Stage("raft", "Spark -> Raft log (exactly-once sink) -> Spark (raft source)",
+    return DemoStage("raft", "Spark -> Raft log (exactly-once sink) -> Spark (raft source)",
                  [("writer -> raft sink", writer), ("reader <- raft source", reader)],
                  read_count, verdict)
 
 
 # -- dafka ----------------------------------------------------------------------------------
 
-def dafka_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
+def dafka_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> DemoStage:
     from pyspark.sql import functions as F
     from .dafka.local import LocalDafka
     dafka = LocalDafka(stores=1, data_dir=root / "dafka").start()
@@ -166,7 +166,7 @@ def dafka_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
     def read_count() -> int:
         return spark.sql("select count(*) as n from demo_dafka").collect()[0]["n"]
 
-    def verdict(expected: int) -> Verdict:
+    def verdict(expected: int) -> DemoVerdict:
         # offsets of each partition run 0, 1, 2, ... with no gap and no repeat
         gaps = spark.sql("select partition, count(*) as n, count(distinct offset) as d, "
                          "min(offset) as lo, max(offset) as hi from demo_dafka "
@@ -176,7 +176,7 @@ def dafka_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
                             f"{len(gaps)} partition(s), offsets "
                             + ("contiguous" if contiguous else "NOT contiguous"))
 
-    return Stage("dafka", "Spark -> Dafka topic (exactly-once sink) -> Spark (dafka source)",
+    return DemoStage("dafka", "Spark -> Dafka topic (exactly-once sink) -> Spark (dafka source)",
                  [("writer -> dafka sink", writer), ("reader <- dafka source", reader)],
                  read_count, verdict, [dafka.close])
 
@@ -215,7 +215,7 @@ def start_chp_server(log_path: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"no three free consecutive ports after {CHP_PORT_ATTEMPTS} tries")
 
 
-def chp_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
+def chp_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> DemoStage:
     from pyspark.sql import functions as F
     server, address = start_chp_server(root / "chp-server.log")
 
@@ -252,7 +252,7 @@ def chp_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
     def read_count() -> int:
         return spark.sql(f"select count(*) as n from ({live})").collect()[0]["n"]
 
-    def verdict(expected: int) -> Verdict:
+    def verdict(expected: int) -> DemoVerdict:
         spark.sql(live).createOrReplaceTempView("demo_chp_events")
         row = spark.sql("select count(*) as n, count(distinct sequence) as d from demo_chp") \
             .collect()[0]
@@ -261,7 +261,7 @@ def chp_stage(spark, farm, root: Path, inbox: Path, timeout: float) -> Stage:
                             f"{row['n']:,} changelog rows, sequences "
                             + ("each once" if unique else "REPEATED"))
 
-    return Stage("chp", "Spark -> CHP map (KVSET sink) -> Spark (changelog source)",
+    return DemoStage("chp", "Spark -> CHP map (KVSET sink) -> Spark (changelog source)",
                  [("writer -> chp sink", writer), ("reader <- chp changelog", reader)],
                  read_count, verdict, [stop_server])
 

@@ -24,7 +24,7 @@ from consensus.wire.errors import ProtocolError
 from . import bulk as bulk_module
 from .address import ServerAddress
 from .kvmap import Entry
-from .mirror import BulkEntries, Mirror, Phase, Synced
+from .mirror import BulkEntries, Mirror, MirrorPhase, Synced
 from .proto import KVBULK, Channel, Hugz, ChpLimits, Message, decode, encode
 from .zmqio import drain, drain_decoded, send_frames
 
@@ -353,7 +353,7 @@ class Agent:
                 log.warning("chp client: a malformed KVBULK from %s (%s); asking for the "
                             "snapshot again, without bulk", self.server, exc)
                 self.bulk_ok = False
-                if mirror.phase is Phase.SYNCING:
+                if mirror.phase is MirrorPhase.SYNCING:
                     mirror.resync()
                 break
             with self._lock:

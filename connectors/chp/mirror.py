@@ -42,7 +42,7 @@ from .proto import Hugz, Icanhaz, Kthxbai, KvBulk, Kvpub, Kvsync
 MAX_BUFFERED = 1_000_000   # updates buffered while syncing before starting over
 
 
-class Phase(enum.Enum):
+class MirrorPhase(enum.Enum):
     SUBSCRIBING = "subscribing"
     REQUESTING = "requesting"
     SYNCING = "syncing"
@@ -133,7 +133,7 @@ class Mirror:
                  max_buffered: int = MAX_BUFFERED) -> None:
         self.subtree = subtree
         self.map = clone_map if clone_map is not None else CloneMap()
-        self.phase = Phase.SUBSCRIBING
+        self.phase = MirrorPhase.SUBSCRIBING
         self.max_buffered = max_buffered
         self.resyncs = 0            # how many times a gap or regression forced a resync
         self._snapshot: list[Entry] = []
@@ -146,16 +146,16 @@ class Mirror:
 
     @property
     def live(self) -> bool:
-        return self.phase is Phase.LIVE
+        return self.phase is MirrorPhase.LIVE
 
     @property
     def wants_snapshot(self) -> bool:
-        return self.phase is Phase.REQUESTING
+        return self.phase is MirrorPhase.REQUESTING
 
     def restart(self) -> None:
         """Start over with a (new) server: wait for its subscription, then resync.
         The entries are kept until the new snapshot replaces them."""
-        self.phase = Phase.SUBSCRIBING
+        self.phase = MirrorPhase.SUBSCRIBING
         self._snapshot = []
         self._bulk = []
         self._buffer = []
@@ -164,7 +164,7 @@ class Mirror:
     def resync(self) -> None:
         """Ask for a new snapshot from the same server (its subscription is live)."""
         self.resyncs += 1
-        self.phase = Phase.REQUESTING
+        self.phase = MirrorPhase.REQUESTING
         self._snapshot = []
         self._bulk = []
         self._buffer = []
@@ -172,7 +172,7 @@ class Mirror:
     def snapshot_request(self) -> Icanhaz:
         """The ICANHAZ to send now; the replica then waits for the snapshot. It asks to
         resume when the server announces the map this replica is in sync with."""
-        self.phase = Phase.SYNCING
+        self.phase = MirrorPhase.SYNCING
         if self.identity is not None and self._offered == self.identity:
             self._resume_from = self.map.sequence
             return Icanhaz(self.subtree,
@@ -185,30 +185,30 @@ class Mirror:
         if msg.properties:
             self._offered = resume.identity_of(msg.properties)
         phase = self.phase
-        if phase is Phase.LIVE:
+        if phase is MirrorPhase.LIVE:
             sequence = self.map.sequence
             if msg.sequence < sequence or (self._contiguous and msg.sequence > sequence):
                 self.resync()
-        elif phase is Phase.SUBSCRIBING:
-            self.phase = Phase.REQUESTING
+        elif phase is MirrorPhase.SUBSCRIBING:
+            self.phase = MirrorPhase.REQUESTING
 
     def on_update(self, msg: Kvpub, now: float) -> Entry | None:
         """A KVPUB from the server; returns the entry applied, if any."""
         phase = self.phase
-        if phase is Phase.LIVE:
+        if phase is MirrorPhase.LIVE:
             if not msg.key.startswith(self.subtree):
                 return None   # a key that shares the HUGZ prefix, outside our subtree
             if self._contiguous and msg.sequence > self.map.sequence + 1:
                 self.resync()
                 return None
             return self.map.follow(msg, now)
-        if phase is Phase.SYNCING:
+        if phase is MirrorPhase.SYNCING:
             if len(self._buffer) >= self.max_buffered:
                 self.resync()
             elif msg.key.startswith(self.subtree):
                 self._buffer.append(msg)
-        elif phase is Phase.SUBSCRIBING and self.identity is None:
-            self.phase = Phase.REQUESTING   # the snapshot will hold this update
+        elif phase is MirrorPhase.SUBSCRIBING and self.identity is None:
+            self.phase = MirrorPhase.REQUESTING   # the snapshot will hold this update
         # (a replica that may resume waits for a HUGZ, which says whether it can)
         return None
 
@@ -216,7 +216,7 @@ class Mirror:
     def on_snapshot(self, msg: Kvsync | KvBulk | Kthxbai, now: float) -> Synced | None:
         """A message on the snapshot socket; returns `Synced` on KTHXBAI. A KVBULK
         (our servers' bulk answer) counts as the KVSYNCs it holds."""
-        if self.phase is not Phase.SYNCING:
+        if self.phase is not MirrorPhase.SYNCING:
             return None   # a late reply to an abandoned request
         if isinstance(msg, Kvsync):
             self._unbulk()
@@ -253,7 +253,7 @@ class Mirror:
                 snapshot = [e for e in self._snapshot if e.body]
                 self.map = CloneMap(msg.sequence, snapshot, track_changes=old.track_changes)
         self.identity = identity
-        self.phase = Phase.LIVE
+        self.phase = MirrorPhase.LIVE
         buffered, self._buffer, self._snapshot, self._bulk = self._buffer, [], [], []
         updates = self._apply_buffered(buffered, now)
         if resumed is not None:
@@ -298,4 +298,4 @@ def _same_update(a: Entry | None, b: Entry) -> bool:
         and a.body == b.body
 
 
-__all__ = ["BulkEntries", "MAX_BUFFERED", "Phase", "Mirror", "Synced"]
+__all__ = ["BulkEntries", "MAX_BUFFERED", "MirrorPhase", "Mirror", "Synced"]

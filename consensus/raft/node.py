@@ -5,12 +5,14 @@ and everything to persist, send and apply goes out through `ready()` (driver.py 
 it). Randomness (election timeouts, observer parents) comes from a generator seeded by
 `RaftOptions.seed`, so a run is reproducible.
 
-`RaftNode` holds the state every part shares (term, vote, role, the log, the outbox,
-the tick count) and the role changes; what each role does with a message is data in
-roles.py, and the concerns are collaborators, one module each: `elections`,
-`receiver` (follower side of replication), `replication` (leader side), `membership`,
-`puller` (observers), `reads`, `transfer`. They change the shared state through its
-public attributes; the runtime uses only the methods and properties below.
+`RaftNode` builds the parts and holds the role changes; what each role does with a
+message is data in roles.py, and the concerns are helpers, one module each:
+`elections`, `receiver` (follower side of replication), `replication` (leader side),
+`membership`, `puller` (observers), `reads`, `transfer`. Each helper is given, at
+construction, only what it uses: the `NodeState` (id, ticks, term, vote, role, leader),
+the log, the `ProgressTracker`, the `Outbox`, the options, the helpers it calls, and
+the role changes it may cause as callables. The runtime uses only the methods and
+properties below.
 """
 from __future__ import annotations
 
@@ -37,9 +39,11 @@ from .read_index import ReadIndex
 from .reads import SnapshotQueryResult, SparseSnapshots, StateMachine, query_snapshot
 from .ready import Outbox, Ready, SoftState
 from .roles import Role
-from .replication import Replicator
+from .replication import ReplicationDue, Replicator
 from .roles import KNOWN, bind
+from .state import NodeState
 from .storage import HardState, Snapshot, Storage
+from .tenure import Tenure
 from .transfer import Transfer
 
 log = logging.getLogger("garlicfarm.raft")
@@ -69,50 +73,89 @@ class RaftNode:
         if node_id <= 0:
             raise ValueError(f"node_id must be a positive integer, got {node_id}")
         self.id = node_id
-        self.options = options or RaftOptions()
-        seed = self.options.seed if self.options.seed is not None else node_id
+        self.options = opts = options or RaftOptions()
+        seed = opts.seed if opts.seed is not None else node_id
         self.rng = random.Random(seed)
-        self.log = RaftLog(storage, configuration or EMPTY, applied)
-        self.log_view = LogView(self.log)   #: read-only, for the runtime's services
-        state = storage.initial_state()
-        self.term = state.term
-        self.vote = state.vote
-        if state.commit > self.log.last_index() and state.commit > self.log.first_index() - 1:
+        self.log = log = RaftLog(storage, configuration or EMPTY, applied)
+        self.log_view = LogView(log)   #: read-only, for the runtime's services
+        saved = storage.initial_state()
+        if saved.commit > log.last_index() and saved.commit > log.first_index() - 1:
             # Commit is saved after the entries; a log shorter than it lost data.
-            raise StorageStateError(f"saved commit {state.commit} is beyond the last index "
-                                    f"{self.log.last_index()}: the log lost durable entries")
-        self.log.committed = max(state.commit, self.log.first_index() - 1)
-        self.leader_id: int | None = None
-        self.tracker = ProgressTracker(node_id, lambda: self.log.configuration)
-        self.ticks = 0
+            raise StorageStateError(f"saved commit {saved.commit} is beyond the last index "
+                                    f"{log.last_index()}: the log lost durable entries")
+        log.committed = max(saved.commit, log.first_index() - 1)
+        self.state = state = NodeState(node_id, saved.term, saved.vote, Role.FOLLOWER)
+        self.tracker = tracker = ProgressTracker(node_id, lambda: log.configuration)
         self._stalls = 0            #: catch-ups seen (tick(count > 1)): numbers a stall
-        self.outbox = Outbox()
-        self.elections = Elections(self)
-        self.receiver = Receiver(self)
-        self.replication = Replicator(self)
-        self.membership = Membership(self)
-        self.puller = Puller(self)
-        self.reads = ReadIndex(self)
-        self.transfer = Transfer(self)
+        self.outbox = outbox = Outbox()     # the same object for life: the helpers hold it
+        self.due = due = ReplicationDue()
+        self.tenure = tenure = Tenure(state, log, opts)
+        # The parts, each given what it uses (a part comes after the parts it calls).
+        self.elections = Elections(
+            state=state, log=log, tracker=tracker, outbox=outbox, options=opts, rng=self.rng,
+            tenure=tenure, set_role=self.set_role, become_leader=self.become_leader,
+            become_follower=self.become_follower)
+        self.receiver = Receiver(
+            state=state, log=log, outbox=outbox, elections=self.elections, tenure=tenure,
+            become_follower=self.become_follower, after_log_change=self.after_log_change)
+        self.transfer = Transfer(state=state, log=log, tracker=tracker, outbox=outbox,
+                                 options=opts)
+        self.reads = ReadIndex(state=state, log=log, tracker=tracker, outbox=outbox,
+                               options=opts, due=due)
+        self.replication = Replicator(
+            state=state, log=log, tracker=tracker, outbox=outbox, options=opts, due=due,
+            reads=self.reads, transfer=self.transfer, after_log_change=self.after_log_change,
+            on_commit=self._on_leader_commit)
+        self.membership = Membership(
+            state=state, log=log, tracker=tracker, outbox=outbox, options=opts, tenure=tenure,
+            replication=self.replication, receiver=self.receiver, transfer=self.transfer,
+            become_follower=self.become_follower, after_log_change=self.after_log_change)
+        self.puller = Puller(state=state, log=log, outbox=outbox, options=opts, rng=self.rng,
+                             receiver=self.receiver, after_log_change=self.after_log_change)
         self._tables = bind(self)
         self.set_role(Role.OBSERVER if self.options.observer else Role.FOLLOWER)
         self._config = self.log.configuration
-        self._prev_hard = HardState(self.term, self.vote, self.log.committed)
+        self._prev_hard = HardState(state.term, state.vote, log.committed)
         self._prev_soft: SoftState | None = None
         self._handed: Ready | None = None
         self._refresh_role()
-        self.membership.update_removed()
+        tenure.update_removed()
         self._prev_soft = self.soft_state()
 
     def set_role(self, role: Role) -> None:
         """Every role change goes through here: the role brings its message handlers
         (roles.py)."""
-        self.role = role
+        self.state.role = role
         self._handlers = self._tables[role]
 
     # ====================================================================================
     # Inspection
     # ====================================================================================
+    @property
+    def term(self) -> int:
+        return self.state.term
+
+    @property
+    def vote(self) -> int | None:
+        return self.state.vote
+
+    @property
+    def role(self) -> Role:
+        return self.state.role
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.state.leader_id
+
+    @leader_id.setter
+    def leader_id(self, leader: int | None) -> None:
+        """For a test that makes a node forget its leader."""
+        self.state.leader_id = leader
+
+    @property
+    def ticks(self) -> int:
+        return self.state.ticks
+
     @property
     def configuration(self) -> Configuration:
         return self.log.configuration
@@ -139,11 +182,11 @@ class RaftNode:
         """Whether an entry of the current term has committed: only then does a new
         leader know the commit index (Raft §8; until its no-op commits it may be behind
         what its predecessor acknowledged)."""
-        return self.log.term(self.log.committed) == self.term
+        return self.log.term(self.log.committed) == self.state.term
 
     @property
     def removed(self) -> bool:
-        return self.membership.removed
+        return self.tenure.removed
 
     @property
     def transferring_to(self) -> int | None:
@@ -157,11 +200,12 @@ class RaftNode:
         return self.log.pending_snapshot is not None
 
     def soft_state(self) -> SoftState:
-        return SoftState(self.leader_id, self.role, self.term, self.log.configuration,
-                         self.membership.removed)
+        state = self.state
+        return SoftState(state.leader_id, state.role, state.term, self.log.configuration,
+                         self.tenure.removed)
 
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, self.log.committed)
+        return HardState(self.state.term, self.state.vote, self.log.committed)
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node's state for logs and the admin CLI."""
@@ -178,9 +222,9 @@ class RaftNode:
     def follower_contact(self) -> dict[int, FollowerContact]:
         """On a leader, how recently each follower it replicates to answered (empty on
         other roles): what tells a dead or cut-off member from a live one."""
-        if self.role is not Role.LEADER:
+        if self.state.role is not Role.LEADER:
             return {}
-        now, timeout = self.ticks, self.options.election_timeout_min
+        now, timeout = self.state.ticks, self.options.election_timeout_min
         return {peer: FollowerContact(None if pr.acked_tick is None else now - pr.acked_tick,
                                       pr.silent_ticks(now) <= timeout)
                 for peer, pr in dict(self.progress).items()}   # a copy: metrics' thread
@@ -203,7 +247,7 @@ class RaftNode:
         keeps leases safe), and a leader defers a CheckQuorum verdict that falls in the
         stall by two heartbeat intervals, once, so that its followers can answer the
         heartbeats it sends after the stall (every tick still counts for its lease)."""
-        if count > 1 and self.role is Role.FOLLOWER:
+        if count > 1 and self.state.role is Role.FOLLOWER:
             count = min(count, self.options.heartbeat_interval)
         self._stalls += count > 1
         for _ in range(count):
@@ -211,10 +255,11 @@ class RaftNode:
 
     def _tick(self, stall: int | None) -> None:
         """One tick; `stall` numbers the stall it catches up on (None: a plain tick)."""
-        self.ticks += 1
+        state = self.state
+        state.ticks += 1
         self.reads.tick()
-        self.membership.count_down()
-        role = self.role
+        self.tenure.count_down()
+        role = state.role
         if role is Role.LEADER:
             self._tick_leader(stall)
             return
@@ -222,7 +267,7 @@ class RaftNode:
             self.elections.observer_tick()
         else:
             self.elections.tick()
-        if self.role is Role.OBSERVER or self.ticks - self.elections.heard_leader_tick > \
+        if state.role is Role.OBSERVER or state.ticks - self.elections.heard_leader_tick > \
                 2 * self.options.election_timeout_max:
             self.puller.tick()
 
@@ -233,7 +278,7 @@ class RaftNode:
         if elections.check_quorum_due() and \
                 not elections.defer_check_quorum(stall, 2 * self.options.heartbeat_interval):
             if not self.tracker.quorum_active():
-                self.become_follower(self.term, None)
+                self.become_follower(self.state.term, None)
                 return
             replication.drop_departed(silent_too=True)
             self.tracker.forget_activity()
@@ -290,7 +335,7 @@ class RaftNode:
 
     def _apply_term_rules(self, msg: Message) -> bool:
         """Raft's term rules; False when the message must be dropped (already answered)."""
-        if msg.term > self.term:
+        if msg.term > self.state.term:
             if isinstance(msg, RequestVote):
                 if self.elections.in_lease() and not msg.leader_transfer:
                     return False        # a leader is alive: do not let this one disrupt
@@ -302,7 +347,7 @@ class RaftNode:
                 leader = msg.source if isinstance(msg, _LEADER_MESSAGES) else None
                 self.become_follower(msg.term, leader)
             return True
-        if msg.term < self.term:
+        if msg.term < self.state.term:
             self._answer_stale(msg)
             return False
         return True
@@ -312,25 +357,25 @@ class RaftNode:
         later = self.outbox.later
         if isinstance(msg, AppendEntries):
             later.append(AppendEntriesResponse(
-                term=self.term, source=self.id, destination=msg.source, success=False, next_index=self.log.last_index() + 1,
+                term=self.state.term, source=self.id, destination=msg.source, success=False, next_index=self.log.last_index() + 1,
                 log_index=msg.prev_log_index + 1, entry_count=len(msg.entries), ctx=msg.ctx))
         elif isinstance(msg, InstallSnapshot):
             later.append(InstallSnapshotResponse(
-                term=self.term, source=self.id, destination=msg.source, success=False, next_offset=0, snapshot_index=msg.snapshot_index))
+                term=self.state.term, source=self.id, destination=msg.source, success=False, next_offset=0, snapshot_index=msg.snapshot_index))
         elif isinstance(msg, RequestVote):
             later.append(RequestVoteResponse(
-                term=self.term, source=self.id, destination=msg.source, granted=False, pre_vote=msg.pre_vote))
+                term=self.state.term, source=self.id, destination=msg.source, granted=False, pre_vote=msg.pre_vote))
 
     # ====================================================================================
     # Role changes (the collaborators call them)
     # ====================================================================================
     def become_follower(self, term: int, leader: int | None) -> None:
-        was_leader = self.role is Role.LEADER
-        if term > self.term:
-            self.term = term
-            self.vote = None
-        self.leader_id = leader
-        self.set_role(Role.OBSERVER if self.role is Role.OBSERVER else Role.FOLLOWER)
+        was_leader = self.state.role is Role.LEADER
+        if term > self.state.term:
+            self.state.term = term
+            self.state.vote = None
+        self.state.leader_id = leader
+        self.set_role(Role.OBSERVER if self.state.role is Role.OBSERVER else Role.FOLLOWER)
         self.tracker.reset_votes()
         self.elections.reset_timer()
         if was_leader:
@@ -342,7 +387,7 @@ class RaftNode:
 
     def become_leader(self) -> None:
         self.set_role(Role.LEADER)
-        self.leader_id = self.id
+        self.state.leader_id = self.id
         self.tracker.reset_votes()
         self.elections.start_leading()
         self.transfer.cancel()
@@ -354,11 +399,11 @@ class RaftNode:
         believes itself a voter on the strength of a stale or truncated configuration
         is not stuck: without a leader it pulls committed entries and finds out.)"""
         if self.id in self.log.configuration.members:
-            self.membership.note_member()
-        if self.role is Role.LEADER:
+            self.tenure.note_member()
+        if self.state.role is Role.LEADER:
             return
         voter = self.elections.still_voter()
-        if self.role is Role.OBSERVER:
+        if self.state.role is Role.OBSERVER:
             if voter:
                 self.set_role(Role.FOLLOWER)
                 self.elections.reset_timer()
@@ -366,23 +411,28 @@ class RaftNode:
                             or self.options.observer):
             self.set_role(Role.OBSERVER)
         if voter:
-            self.membership.caught_up()
+            self.tenure.caught_up()
 
     def after_log_change(self) -> None:
         """Configuration follows the log: re-read it after appends and truncations."""
         config = self.log.configuration
         if config is self._config:          # the commit index may have reached it
             self._refresh_role()
-            self.membership.update_removed()
+            self.tenure.update_removed()
             return
         self._config = config
-        if self.role is Role.LEADER:
+        if self.state.role is Role.LEADER:
             self.replication.sync_progress()
-        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) and \
+        elif self.state.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) and \
                 not self.elections.promotable():
-            self.become_follower(self.term, None)
+            self.become_follower(self.state.term, None)
         self._refresh_role()
-        self.membership.update_removed()
+        self.tenure.update_removed()
+
+    def _on_leader_commit(self) -> None:
+        """Replication's commit rule advanced the commit index: a configuration may have
+        committed."""
+        self.membership.on_commit()
 
     # ====================================================================================
     # Client requests
@@ -408,8 +458,8 @@ class RaftNode:
         return self.replication.append(EntryType.APPLICATION, datas)
 
     def _check_leader(self) -> None:
-        if self.role is not Role.LEADER:
-            raise NotLeader(self.id, self.leader_id)
+        if self.state.role is not Role.LEADER:
+            raise NotLeader(self.id, self.state.leader_id)
 
     def read_index(self, ctx: bytes, *, lease: bool = False) -> None:
         """Start a linearizable read; a `ReadState` with this `ctx` comes in a later Ready.
@@ -447,7 +497,9 @@ class RaftNode:
         are refused, the target is brought up to date, then told to campaign at once.
         Gives up after election_timeout_max ticks; the caller retries if another node won."""
         self._check_leader()
-        self.transfer.start(target)
+        if target != self.id:
+            self.transfer.start(target)
+            self.replication.reconsider()
 
     # -- membership (membership.py) -----------------------------------------------------------
     def change_voters(self, voters: Collection[int],
@@ -483,29 +535,29 @@ class RaftNode:
         owed (proposals or a heartbeat not yet turned into messages) counts, and
         ready() turns it into messages (possibly none, when every window is full)."""
         # asked after every step and turn, mostly to hear "no": kept to few calls
-        replication = self.replication
+        due, state = self.due, self.state
         log, outbox, prev = self.log, self.outbox, self._prev_hard
         return bool(outbox.now or outbox.later or outbox.read_states or log.unstable
-                    or (self.role is Role.LEADER
-                        and (replication.dirty or replication.heartbeat_due))
+                    or (state.role is Role.LEADER and (due.dirty or due.heartbeat_due))
                     or log.pending_snapshot is not None or log.has_next_committed()
-                    or prev.commit != log.committed or prev.term != self.term
-                    or prev.vote != self.vote or self._soft_changed())
+                    or prev.commit != log.committed or prev.term != state.term
+                    or prev.vote != state.vote or self._soft_changed())
 
     def _flush(self) -> None:
-        replication = self.replication
-        if self.role is Role.LEADER and (replication.dirty or replication.heartbeat_due):
-            replication.flush()
+        due = self.due
+        if self.state.role is Role.LEADER and (due.dirty or due.heartbeat_due):
+            self.replication.flush()
+            self.membership.send_joiner_snapshot()
 
     def _hard_changed(self) -> bool:
-        prev = self._prev_hard
-        return prev.commit != self.log.committed or prev.term != self.term or \
-            prev.vote != self.vote
+        prev, state = self._prev_hard, self.state
+        return prev.commit != self.log.committed or prev.term != state.term or \
+            prev.vote != state.vote
 
     def _soft_changed(self) -> bool:
-        prev = self._prev_soft
-        return prev is None or prev.leader_id != self.leader_id or prev.role is not self.role \
-            or prev.term != self.term or prev.removed != self.membership.removed \
+        prev, state = self._prev_soft, self.state
+        return prev is None or prev.leader_id != state.leader_id or prev.role is not state.role \
+            or prev.term != state.term or prev.removed != self.tenure.removed \
             or prev.configuration is not self.log.configuration
 
     def ready(self) -> Ready:
@@ -527,7 +579,7 @@ class RaftNode:
         outbox = self.outbox
         rd.send_now, rd.send_after_persist, rd.read_states = \
             outbox.now, outbox.later, outbox.read_states
-        self.outbox = Outbox()
+        outbox.now, outbox.later, outbox.read_states = [], [], []
         self._handed = rd
         return rd
 
@@ -546,7 +598,7 @@ class RaftNode:
         if rd.entries:
             last = rd.entries[-1]
             log.stable_to(last.index, last.term)
-            if self.role is Role.LEADER:
+            if self.state.role is Role.LEADER:
                 self.replication.maybe_commit()
         if rd.committed_entries:
             log.applied_to(rd.committed_entries[-1].index)

@@ -2,23 +2,32 @@
 by heartbeats, JournalKeeper's lease, and reads forwarded by followers."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .errors import NotLeader
+from .log import RaftLog
 from .messages import ReadIndexRequest, ReadIndexResponse
+from .options import RaftOptions
 from .reads import STAMP_BITS, PendingRead, ReadState, ReadStatus, ReadTracker, stamp_tick
+from .ready import Outbox
+from .replication import ReplicationDue
 from .roles import Role
-
-if TYPE_CHECKING:
-    from .node import RaftNode
+from .state import NodeState
+from .tracker import ProgressTracker
 
 _MAX_STAMP_SEQ = (1 << STAMP_BITS) - 1
 
 
 class ReadIndex:
-    def __init__(self, node: "RaftNode") -> None:
-        self.node = node
-        self.waiting = ReadTracker(node.options.max_pending_reads)
+    def __init__(self, *, state: NodeState, log: RaftLog, tracker: ProgressTracker,
+                 outbox: Outbox, options: RaftOptions, due: ReplicationDue) -> None:
+        """A read waiting for its confirming round asks replication for a heartbeat
+        through `due`."""
+        self.state = state
+        self.log = log
+        self.tracker = tracker
+        self.outbox = outbox
+        self.options = options
+        self.due = due
+        self.waiting = ReadTracker(options.max_pending_reads)
         self.before_commit: list[tuple[bytes, bool, int | None]] = []   # a new leader's
         self.stamp_seq = 0          # the round within this tick (the ctx's low bits)
         self.stamp_used = False     # a message carries this round's stamp
@@ -26,7 +35,13 @@ class ReadIndex:
     def stamp(self) -> int:
         """The ctx of a leader's AppendEntries: this tick and round."""
         self.stamp_used = True
-        return (self.node.ticks << STAMP_BITS) | self.stamp_seq
+        return (self.state.ticks << STAMP_BITS) | self.stamp_seq
+
+    def _committed_in_term(self) -> bool:
+        """Only once an entry of its term committed does a new leader know the commit
+        index (Raft §8)."""
+        log = self.log
+        return log.term(log.committed) == self.state.term
 
     def tick(self) -> None:
         self.stamp_seq = 0
@@ -34,52 +49,50 @@ class ReadIndex:
 
     def expire(self) -> None:
         """The leader's tick: reads unconfirmed for an election timeout time out."""
-        node = self.node
-        for read in self.waiting.expire(node.ticks, node.options.election_timeout_max):
+        for read in self.waiting.expire(self.state.ticks, self.options.election_timeout_max):
             self.deliver(read, ReadStatus.TIMEOUT)
 
     def read_index(self, ctx: bytes, lease: bool) -> None:
-        node = self.node
-        if node.role is Role.LEADER:
+        state = self.state
+        if state.role is Role.LEADER:
             self.leader_read(ctx, lease, None)
-        elif node.leader_id is not None and node.role is not Role.OBSERVER:
-            node.outbox.now.append(ReadIndexRequest(term=node.term, source=node.id, destination=node.leader_id, ctx=ctx,
+        elif state.leader_id is not None and state.role is not Role.OBSERVER:
+            self.outbox.now.append(ReadIndexRequest(term=state.term, source=state.id, destination=state.leader_id, ctx=ctx,
                                                     lease=lease))
         else:
-            raise NotLeader(node.id, node.leader_id)
+            raise NotLeader(state.id, state.leader_id)
 
     def lease_valid(self) -> bool:
         """JournalKeeper's leader validity check: a quorum's latest responses were sent
         within the lease window (and the leader committed an entry of its term)."""
-        node = self.node
-        if node.role is not Role.LEADER or not node.committed_in_term:
+        if self.state.role is not Role.LEADER or not self._committed_in_term():
             return False
-        now, window = node.ticks, node.options.lease
-        return node.tracker.acknowledged(
+        now, window = self.state.ticks, self.options.lease
+        return self.tracker.acknowledged(
             lambda pr: bool(pr.ack_ctx) and now - stamp_tick(pr.ack_ctx) < window)
 
     def leader_read(self, ctx: bytes, lease: bool, requester: int | None) -> None:
-        node = self.node
-        if not node.committed_in_term:
+        if not self._committed_in_term():
             self.before_commit.append((ctx, lease, requester))
             return
-        index = node.log.committed
-        read = PendingRead(ctx, index, 0, node.ticks, requester)
-        if node.log.configuration.all_voters <= {node.id} or (lease and self.lease_valid()):
+        state, log = self.state, self.log
+        index = log.committed
+        read = PendingRead(ctx, index, 0, state.ticks, requester)
+        if log.configuration.all_voters <= {state.id} or (lease and self.lease_valid()):
             self.deliver(read, ReadStatus.OK)
             return
         if self.stamp_used and self.stamp_seq < _MAX_STAMP_SEQ:
             self.stamp_seq += 1
             self.stamp_used = False
-        read.stamp = (node.ticks << STAMP_BITS) | self.stamp_seq
+        read.stamp = (state.ticks << STAMP_BITS) | self.stamp_seq
         if not self.waiting.add(read):
             self.deliver(read, ReadStatus.TIMEOUT)
             return
-        node.replication.heartbeat_now()
+        self.due.heartbeat_due = True
 
     def on_commit(self) -> None:
         """The leader committed: reads held until its first commit may go on."""
-        if self.before_commit and self.node.committed_in_term:
+        if self.before_commit and self._committed_in_term():
             waiting, self.before_commit = self.before_commit, []
             for ctx, lease, requester in waiting:
                 self.leader_read(ctx, lease, requester)
@@ -88,7 +101,7 @@ class ReadIndex:
         """Reads that a quorum's acknowledgements confirmed."""
         if not self.waiting:
             return
-        tracker = self.node.tracker
+        tracker = self.tracker
 
         def confirmed(stamp: int) -> bool:
             return tracker.acknowledged(lambda pr: pr.ack_ctx >= stamp)
@@ -106,11 +119,11 @@ class ReadIndex:
         self.before_commit = []
 
     def deliver(self, read: PendingRead, status: ReadStatus) -> None:
-        node = self.node
+        state = self.state
         if read.requester is None:
-            node.outbox.read_states.append(ReadState(read.ctx, read.index, status))
+            self.outbox.read_states.append(ReadState(read.ctx, read.index, status))
         else:
-            node.outbox.now.append(ReadIndexResponse(term=node.term, source=node.id, destination=read.requester,
+            self.outbox.now.append(ReadIndexResponse(term=state.term, source=state.id, destination=read.requester,
                                                      ctx=read.ctx, index=read.index,
                                                      success=status is ReadStatus.OK))
 
@@ -119,10 +132,10 @@ class ReadIndex:
         self.leader_read(msg.ctx, msg.lease, msg.source)
 
     def on_request_elsewhere(self, msg: ReadIndexRequest) -> None:
-        node = self.node
-        node.outbox.now.append(ReadIndexResponse(term=node.term, source=node.id, destination=msg.source, ctx=msg.ctx, index=0,
+        state = self.state
+        self.outbox.now.append(ReadIndexResponse(term=state.term, source=state.id, destination=msg.source, ctx=msg.ctx, index=0,
                                                  success=False))
 
     def on_response(self, msg: ReadIndexResponse) -> None:
         status = ReadStatus.OK if msg.success else ReadStatus.NOT_LEADER
-        self.node.outbox.read_states.append(ReadState(msg.ctx, msg.index, status))
+        self.outbox.read_states.append(ReadState(msg.ctx, msg.index, status))

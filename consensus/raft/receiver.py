@@ -3,16 +3,18 @@ from the leader of our term, and what hearing from that leader means."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
+from .elections import Elections
 from .entry import Entry
 from .errors import InvalidMessage
+from .log import RaftLog
 from .messages import AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse
+from .ready import Outbox
 from .roles import Role
+from .state import NodeState
 from .storage import Snapshot
-
-if TYPE_CHECKING:
-    from .node import RaftNode
+from .tenure import Tenure
 
 
 def check_run(entries: Sequence[Entry], first: int, field: str) -> None:
@@ -35,37 +37,45 @@ class IncomingSnapshot:
 
 
 class Receiver:
-    def __init__(self, node: "RaftNode") -> None:
-        self.node = node
+    def __init__(self, *, state: NodeState, log: RaftLog, outbox: Outbox,
+                 elections: Elections, tenure: Tenure,
+                 become_follower: Callable[[int, int | None], None],
+                 after_log_change: Callable[[], None]) -> None:
+        """`after_log_change` is the node's: it re-reads the configuration after the log
+        took entries or a snapshot."""
+        self.state = state
+        self.log = log
+        self.outbox = outbox
+        self.elections = elections
+        self.tenure = tenure
+        self.become_follower = become_follower
+        self.after_log_change = after_log_change
         self.incoming: IncomingSnapshot | None = None   # a snapshot's chunks so far
 
     def hear_from_leader(self, leader: int) -> bool:
         """A leader of our term spoke. False if that cannot be (we lead this term): the
         message is dropped, and a checker will see two leaders in one term."""
-        node = self.node
-        if node.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
-            node.become_follower(node.term, leader)
-        elif node.role is Role.LEADER:
+        state = self.state
+        if state.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            self.become_follower(state.term, leader)
+        elif state.role is Role.LEADER:
             return False
-        node.leader_id = leader
-        elections = node.elections
-        elections.elapsed = 0
-        elections.heard_leader_tick = node.ticks
-        membership = node.membership
-        if membership.leave_at is not None:     # JRaft: a leader still talks to us: wait on
-            membership.start_leaving()
+        state.leader_id = leader
+        self.elections.heard_leader()
+        tenure = self.tenure
+        if tenure.leave_at is not None:     # JRaft: a leader still talks to us: wait on
+            tenure.start_leaving()
         return True
 
     def on_append_entries(self, msg: AppendEntries) -> None:
         check_run(msg.entries, msg.prev_log_index + 1, "entries")
         if not self.hear_from_leader(msg.source):
             return
-        node = self.node
-        node.outbox.later.append(self._append_response(msg))
-        node.after_log_change()
+        self.outbox.later.append(self._append_response(msg))
+        self.after_log_change()
 
     def _append_response(self, msg: AppendEntries) -> AppendEntriesResponse:
-        log = self.node.log
+        log = self.log
         prev, prev_term, entries = msg.prev_log_index, msg.prev_log_term, msg.entries
         committed = log.committed
         if prev < committed:
@@ -82,19 +92,19 @@ class Receiver:
         return self._reply(msg, True, last_new + 1)
 
     def _reply(self, msg: AppendEntries, success: bool, next_index: int) -> AppendEntriesResponse:
-        node = self.node
-        return AppendEntriesResponse(term=node.term, source=node.id, destination=msg.source, success=success, next_index=next_index,
+        state = self.state
+        return AppendEntriesResponse(term=state.term, source=state.id, destination=msg.source, success=success, next_index=next_index,
                                      log_index=msg.prev_log_index + 1, entry_count=len(msg.entries), ctx=msg.ctx)
 
     def on_install_snapshot(self, msg: InstallSnapshot) -> None:
         if not self.hear_from_leader(msg.source):
             return
-        node = self.node
-        later = node.outbox.later
-        if msg.snapshot_index <= node.log.committed:
+        state, log = self.state, self.log
+        later = self.outbox.later
+        if msg.snapshot_index <= log.committed:
             self.incoming = None
             later.append(InstallSnapshotResponse(
-                term=node.term, source=node.id, destination=msg.source, success=True, next_offset=len(msg.data) + msg.offset,
+                term=state.term, source=state.id, destination=msg.source, success=True, next_offset=len(msg.data) + msg.offset,
                 snapshot_index=msg.snapshot_index, done=True))
             return
         inc = self.incoming
@@ -104,24 +114,23 @@ class Receiver:
                                                    msg.snapshot_term)
         if msg.offset != len(inc.data):
             later.append(InstallSnapshotResponse(
-                term=node.term, source=node.id, destination=msg.source, success=False, next_offset=len(inc.data), snapshot_index=msg.snapshot_index))
+                term=state.term, source=state.id, destination=msg.source, success=False, next_offset=len(inc.data), snapshot_index=msg.snapshot_index))
             return
         inc.data += msg.data
         if not msg.done:
             later.append(InstallSnapshotResponse(
-                term=node.term, source=node.id, destination=msg.source, success=True, next_offset=len(inc.data), snapshot_index=msg.snapshot_index))
+                term=state.term, source=state.id, destination=msg.source, success=True, next_offset=len(inc.data), snapshot_index=msg.snapshot_index))
             return
         self.incoming = None
         self.restore(Snapshot(msg.snapshot_index, msg.snapshot_term, msg.configuration,
                               bytes(inc.data)))
-        node.log.commit_to(min(msg.commit, node.log.last_index()))
+        log.commit_to(min(msg.commit, log.last_index()))
         later.append(InstallSnapshotResponse(
-            term=node.term, source=node.id, destination=msg.source, success=True, next_offset=len(inc.data), snapshot_index=msg.snapshot_index, done=True))
+            term=state.term, source=state.id, destination=msg.source, success=True, next_offset=len(inc.data), snapshot_index=msg.snapshot_index, done=True))
 
     def restore(self, snapshot: Snapshot) -> None:
         """Take a snapshot received from a leader or an observer's parent."""
-        node = self.node
-        log = node.log
+        log = self.log
         if snapshot.index <= log.committed:
             return
         if log.match_term(snapshot.index, snapshot.term):
@@ -133,6 +142,6 @@ class Receiver:
             # entry with the empty one. No farm has an empty configuration: keep ours
             # until the configuration entries after the snapshot arrive (with the empty
             # one, an observer would know nobody to pull them from).
-            snapshot = replace(snapshot, configuration=node.configuration)
+            snapshot = replace(snapshot, configuration=log.configuration)
         log.restore(snapshot)
-        node.after_log_change()
+        self.after_log_change()

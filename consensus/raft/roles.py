@@ -59,7 +59,8 @@ CANDIDATE: dict[type, Handler] = {
 LEADER: dict[type, Handler] = {
     **_ANY,
     AppendEntriesResponse: ("replication", "on_append_response"),
-    InstallSnapshotResponse: ("replication", "on_install_snapshot_response"),
+    # the server being added answers membership's flow; the others, replication
+    InstallSnapshotResponse: ("membership", "on_install_snapshot_response"),
     ReadIndexRequest: ("reads", "on_request_at_leader"),
     JoinClusterResponse: ("membership", "on_join_cluster_response"),
     SyncLogResponse: ("membership", "on_sync_log_response"),

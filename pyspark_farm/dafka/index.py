@@ -61,7 +61,7 @@ class PartitionIndexError(GarlicFarmSparkError):
 
 
 @dataclass(frozen=True, slots=True)
-class Pending:
+class PendingRange:
     """Sequences [start, stop) allocated to an attempt of `batch` with output `digest`."""
     start: int
     stop: int
@@ -87,8 +87,8 @@ class PartitionIndex:
     topic: str
     next: int = 0
     committed: tuple[Range, ...] = ()
-    pending: tuple[Pending, ...] = field(default=())
-    last: Pending | None = None
+    pending: tuple[PendingRange, ...] = field(default=())
+    last: PendingRange | None = None
 
     # -- JSON (the value stored in the farm) ---------------------------------------------------
     def to_json(self) -> str:
@@ -145,7 +145,7 @@ class PartitionIndex:
             if p.batch == batch and p.digest == digest and not p.filled:
                 return self, p.start
         start = self.next
-        fresh = Pending(start, start + count, batch, digest)
+        fresh = PendingRange(start, start + count, batch, digest)
         return replace(self, next=start + count, pending=self.pending + (fresh,)), start
 
     def fill(self, start: int, stored_head: int) -> tuple["PartitionIndex", int]:
@@ -256,7 +256,7 @@ def commit_ranges(metadata: Mapping | None, topic: str) -> dict[str, Range] | No
     return ranges
 
 
-def _pending(item: Any, nxt: int, *, filled: bool) -> Pending:
+def _pending(item: Any, nxt: int, *, filled: bool) -> PendingRange:
     """A pending (or last committed) range of an index value, checked."""
     if type(item) is not list or len(item) != (5 if filled else 4):
         raise ValueError(f"{item!r:.80} is not [start, stop, batch, digest"
@@ -267,4 +267,4 @@ def _pending(item: Any, nxt: int, *, filled: bool) -> Pending:
     batch, digest = _sequence(item[2], "batch"), item[3]
     if type(digest) is not str or filled and item[4] not in (0, 1):
         raise ValueError(f"{item!r:.80}: the digest must be a string and filled 0 or 1")
-    return Pending(start, stop, batch, digest, bool(item[4]) if filled else False)
+    return PendingRange(start, stop, batch, digest, bool(item[4]) if filled else False)

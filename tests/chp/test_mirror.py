@@ -3,7 +3,7 @@ server's pending list; no sockets, explicit times."""
 from __future__ import annotations
 
 from connectors.chp.kvmap import CloneMap
-from connectors.chp.mirror import Mirror, Phase
+from connectors.chp.mirror import Mirror, MirrorPhase
 from connectors.chp.pending import PendingUpdates
 from connectors.chp.proto import Hugz, Icanhaz, Kthxbai, Kvpub, Kvset, Kvsync
 
@@ -24,10 +24,10 @@ def synced_replica(subtree: bytes = b"", entries=(), sequence: int = 0) -> Mirro
 
 def test_waits_for_a_live_subscription_before_asking_for_the_snapshot():
     replica = Mirror(b"/a/")
-    assert replica.phase is Phase.SUBSCRIBING and not replica.wants_snapshot
+    assert replica.phase is MirrorPhase.SUBSCRIBING and not replica.wants_snapshot
     replica.on_update(Kvpub(b"/a/x", 3, U[1], b"", b"v"), T0)   # proves the subscription
     assert replica.wants_snapshot
-    assert replica.snapshot_request() == Icanhaz(b"/a/") and replica.phase is Phase.SYNCING
+    assert replica.snapshot_request() == Icanhaz(b"/a/") and replica.phase is MirrorPhase.SYNCING
 
 
 def test_updates_during_the_snapshot_are_buffered_and_applied_above_its_sequence():

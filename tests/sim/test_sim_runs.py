@@ -101,9 +101,9 @@ def test_announcing_the_whole_commit_index_to_lagging_followers_is_caught(monkey
     from consensus.raft.replication import Replicator
 
     def uncapped(self, peer, pr, prev, prev_term, entries):
-        node = self.node
-        node.outbox.now.append(AppendEntries(term=node.term, source=node.id, destination=peer, prev_log_index=prev, prev_log_term=prev_term,
-                                             entries=entries, commit=node.log.committed, ctx=node.reads.stamp()))
+        state = self.state
+        self.outbox.now.append(AppendEntries(term=state.term, source=state.id, destination=peer, prev_log_index=prev, prev_log_term=prev_term,
+                                             entries=entries, commit=self.log.committed, ctx=self.reads.stamp()))
     monkeypatch.setattr(Replicator, "emit_append", uncapped)
     caught = [r for r in (run_seed(seed, SimSettings()) for seed in range(5))
               if r.violation is not None]

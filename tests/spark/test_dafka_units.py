@@ -12,7 +12,7 @@ import pytest
 from pyspark_farm.admission import SourceLimits
 from pyspark_farm.dafka import kind
 from pyspark_farm.dafka.index import (GapNotFillable, PartitionIndex, PartitionIndexError,
-                                      Pending, commit_ranges, merge)
+                                      PendingRange, commit_ranges, merge)
 from pyspark_farm.dafka.offsets import OffsetsSpec, Subscription, offsets_json, \
     offsets_spec_parser, parse_offsets
 from pyspark_farm.dafka.planning import batch_ends, plan_tasks, task_counts
@@ -86,7 +86,7 @@ def test_decisions_frontier_and_visible_ranges():
     assert done.committed == ((5, 10), (14, 20)) and done.frontier == done.next == 20
     # A replay of the last committed batch with the same output gets its range again;
     # other output gets a fresh one (garbage once decided).
-    assert done.last == Pending(14, 20, 2, "w")
+    assert done.last == PendingRange(14, 20, 2, "w")
     assert done.allocate(2, "w", 6) == (done, 14)
     assert done.allocate(2, "other", 6)[1] == 20
     assert PartitionIndex.from_json(done.to_json(), "k") == done
@@ -99,7 +99,7 @@ def test_index_json_round_trip_and_corrupt_values():
     index, _ = PartitionIndex("q", "t").allocate(3, "d", 4)
     index, _ = index.fill(4, -1)
     back = PartitionIndex.from_json(index.to_json(), "k")
-    assert back == index and back.pending == (Pending(0, 4, 3, "d", True),)
+    assert back == index and back.pending == (PendingRange(0, 4, 3, "d", True),)
     for bad in ("", "[]", '{"v": 2}', '{"v": 1, "query": "q"}', '{"v":1,"query":"q","topic":'
                 '"t","next":1,"committed":[[0]],"pending":[]}'):
         with pytest.raises(PartitionIndexError, match="'k'"):
