@@ -53,9 +53,6 @@ LOW_WATER = 256 << 10
 #: the loop the GIL this often (CPython's default, 5 ms, would add up per turn)
 SWITCH_INTERVAL = 0.001
 
-#: entries a reader handles between two `pause()`s (~20 us each of Python work)
-PAUSE_EVERY = 256
-
 #: builds the answer frame (runs on a reader thread)
 Work = Callable[[], bytes]
 #: the frame of an error for a call (runs on a reader thread)

@@ -1,0 +1,232 @@
+"""The node's reader process (`--log-readers process`): builds the pages of read_entries
+and read_journal in a process of its own, apart from the Raft loop's GIL.
+
+Why a process: a reader thread shares the GIL with the loop, and on a machine short of
+CPU a reader holding it mid-step keeps the loop waiting (ticks 300-500 ms late measured,
+benchmarks/RESULTS.md); a process has its own GIL and runs at a lower priority
+(`READER_NICE`), which a thread must not (holding the GIL, it would stall the loop).
+
+Who does what. The loop checks a call's bounds and captures what its page may see: the
+verdict facts new since the last capture (verdict_feed.py) and the process generation
+they belong to (`capture`: O(what applied since)). A reader thread (log_reads.py, as
+for the thread readers: same bounds and backpressure) then pins the page's records in
+the segments (`DiskStorage.pin_applied`: their offsets and a duplicate of each segment's
+descriptor, so a compaction meanwhile cannot disturb the read, and a page compacted away
+before it fails as the threads' does) and hands the job to the process (`build`): the
+descriptors travel over a socketpair (SCM_RIGHTS), the process reads and checks the
+records, judges them by its verdict mirror, builds and encodes the answer frame
+(log_pages.py: the threads' code) and sends the bytes back. The reader thread waits
+for them in `recv` (without the GIL) and LogReads queues them on the connection.
+The frame comes back rather than being written by the process to the client's socket
+(a descriptor it could be given once): a connection also carries the loop's own
+answers and events, framed and possibly encrypted (TLS) by the node, so one writer.
+
+Supervision: a thread waits for the process; when it dies its exit is logged (ERROR),
+the verdicts sent to it are void (`generation`: the next capture of each machine is
+full), the page in flight is answered Unavailable (a client retries), and a new one
+starts after a backoff (0.1 s doubling to 5 s; reset after a minute alive). `close`
+stops it with the node.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+import msgpack
+
+from consensus.common.errors import Unavailable
+from consensus.net.backoff import Backoff
+from consensus.runtime.verdict_feed import Delta, VerdictFeed
+
+if TYPE_CHECKING:
+    from consensus.runtime.machines import FarmStateMachine
+    from consensus.storage.segment import PinnedRecords
+
+log = logging.getLogger("garlicfarm.reads")
+
+#: the reader process's niceness above the node's (it yields the CPU to the loop)
+READER_NICE = 10
+#: a job's header: the length of its msgpack body (or of an answer frame)
+HEAD = struct.Struct(">Q")
+#: the largest answer frame accepted from the process (a page is at most 64 MiB plus
+#: one entry); anything larger means the process is broken
+MAX_FRAME = 1 << 31
+#: seconds a page may take in the process before it is deemed stuck (and killed)
+JOB_TIMEOUT = 60.0
+#: verdict request ids waiting to be sent at most; past it the captures start over
+#: (full) rather than grow (reads whose connections all closed send none)
+MAX_PENDING_IDS = 1 << 20
+#: a process alive this long resets the restart backoff
+HEALTHY_SECONDS = 60.0
+
+
+class ReaderProcess:
+    """The node's reader process and the node's side of its channel."""
+
+    def __init__(self, *, node_id: int, name: str = "reader-process",
+                 command: Callable[[int], list[str]] | None = None) -> None:
+        self.node_id = node_id
+        self._command = command or _page_builder_command
+        self._state = threading.Lock()      # generation, pending (the loop takes it briefly)
+        self._channel = threading.Lock()    # one job at a time on the socket
+        self.generation = 0
+        self._pending: list[Delta] = []
+        self._pending_ids = 0
+        self._feeds = 0
+        self.restarts = 0                   #: processes started after the first
+        self._stopping = threading.Event()
+        self._backoff = Backoff(0.1, 5.0)
+        self._sock, self.process = self._spawn()
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True,
+                                            name=f"{name}-supervisor")
+        self._supervisor.start()
+
+    # -- the loop's side ------------------------------------------------------------------
+    def feed(self) -> VerdictFeed:
+        """A feed for one state machine (a group's)."""
+        self._feeds += 1
+        return VerdictFeed(self._feeds)
+
+    def capture(self, feed: VerdictFeed, machine: "FarmStateMachine") -> int:
+        """What a page asked now may see: queue the verdicts new since the last capture
+        (loop thread); the ticket for `build`."""
+        with self._state:
+            generation = self.generation
+            delta = feed.capture(machine, fresh=feed.generation != generation)
+            feed.generation = generation
+            if delta is not None:
+                self._pending.append(delta)
+                self._pending_ids += len(delta["ids"])
+                if self._pending_ids > MAX_PENDING_IDS:
+                    self._void()
+            return generation
+
+    # -- a reader thread's side -----------------------------------------------------------
+    def build(self, job: dict, ticket: int, pins: list["PinnedRecords"]) -> bytes:
+        """The answer frame of `job` (pages.py's fields), built by the process from the
+        pinned records (closed here); Unavailable when the process failed or restarted
+        since the capture (the client retries)."""
+        try:
+            with self._channel:
+                with self._state:
+                    if ticket != self.generation:
+                        raise Unavailable(f"node {self.node_id}'s reader process restarted "
+                                          f"while the read waited: retry")
+                    deltas, self._pending, self._pending_ids = self._pending, [], 0
+                sock = self._sock
+                job = {**job, "deltas": deltas,
+                       "pieces": [[p.path, p.starts.tobytes(), p.ends.tobytes()] for p in pins]}
+                body = msgpack.packb(job, use_bin_type=True)
+                try:
+                    socket.send_fds(sock, [HEAD.pack(len(body))], [p.fd for p in pins])
+                    for pin in pins:
+                        pin.close()         # the process holds its own copies
+                    sock.sendall(body)
+                    size, = HEAD.unpack(_receive(sock, HEAD.size))
+                    if size > MAX_FRAME:
+                        raise OSError(f"the process announced a frame of {size} bytes")
+                    return _receive(sock, size)
+                except OSError as exc:
+                    with self._state:
+                        self._void()
+                    if isinstance(exc, TimeoutError):
+                        log.error("node %d: the reader process (pid %d) built no page in "
+                                  "%.0f s: killing it", self.node_id, self.process.pid,
+                                  JOB_TIMEOUT)
+                        self.process.kill()
+                    raise Unavailable(f"node {self.node_id}'s reader process failed "
+                                      f"({exc or type(exc).__name__}): retry") from None
+        finally:
+            for pin in pins:
+                pin.close()
+
+    def _void(self) -> None:
+        """Forget the verdicts sent or waiting (under _state): each feed starts over."""
+        self.generation += 1
+        self._pending, self._pending_ids = [], 0
+
+    # -- supervision ----------------------------------------------------------------------
+    def _spawn(self) -> tuple[socket.socket, subprocess.Popen]:
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(self._command(theirs.fileno()),
+                                       pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(JOB_TIMEOUT)
+        log.info("node %d: reader process started (pid %d)", self.node_id, process.pid)
+        return ours, process
+
+    def _supervise(self) -> None:
+        """Restart the process whenever it dies (with backoff), until `close`."""
+        while True:
+            began = time.monotonic()
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - began >= HEALTHY_SECONDS:
+                self._backoff = Backoff(0.1, 5.0)
+            pause = self._backoff.pause()
+            log.error("node %d: the reader process (pid %d) died (exit code %d): pages "
+                      "being built are answered Unavailable; a new one starts in %.1f s",
+                      self.node_id, self.process.pid, code, pause)
+            with self._state:
+                self._void()
+            while not self._stopping.wait(pause):
+                try:
+                    with self._channel:
+                        self._sock.close()
+                        self._sock, self.process = self._spawn()
+                        with self._state:
+                            self._void()
+                    self.restarts += 1
+                    break
+                except OSError as exc:
+                    pause = self._backoff.pause()
+                    log.error("node %d: the reader process could not start (%s): trying "
+                              "again in %.1f s", self.node_id, exc, pause)
+            if self._stopping.is_set():
+                return
+
+    def close(self) -> None:
+        """Stop the process (it ends at the end of its channel) and its supervisor."""
+        self._stopping.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)   # ends a page in flight at once
+        except OSError:
+            pass
+        with self._channel:
+            self._sock.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._supervisor.join(timeout=5)
+
+
+def _page_builder_command(fd: int) -> list[str]:
+    return [sys.executable, "-m", "consensus.runtime.page_builder", str(fd),
+            str(READER_NICE)]
+
+
+def _receive(sock: socket.socket, size: int) -> bytearray:
+    """Exactly `size` bytes (OSError at the end of the stream)."""
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], min(size - got, 4 << 20))
+        if not n:
+            raise ConnectionResetError("the reader process closed its channel")
+        got += n
+    return buffer
