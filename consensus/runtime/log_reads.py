@@ -23,12 +23,14 @@ lags of 100-300 ms measured, benchmarks/RESULTS.md). It waits for that turn only
 for the loop to be idle: a loop busy turn after turn still lets each reader take a
 step per turn.
 
-Why threads, not a reader process: a page's verdicts come from the state machine, which
-lives in the node process and changes every turn; a process would need it shipped or
-mirrored. Threads share it safely (`machines.Verdicts`), and the work that dominates
-(pread, CRC, msgpack of large buffers) runs in C. The cost is the GIL: a reader thread
-in Python code gives the loop the GIL at each switch interval, which this module lowers
-to `SWITCH_INTERVAL` (benchmarks/read_under_load.py measures the turn times).
+Threads or a process (`--log-readers`): a page's verdicts come from the state machine,
+which lives in the node process and changes every turn; threads share it safely
+(`machines.Verdicts`), and the work that dominates (pread, CRC, msgpack of large
+buffers) runs in C. The cost is the GIL: a reader thread in Python code gives the loop
+the GIL at each switch interval, which this module lowers to `SWITCH_INTERVAL`
+(benchmarks/read_under_load.py measures the turn times). With a reader process
+(reader_process.py) the threads here only hand read_entries and read_journal pages to
+it and wait for the bytes, with the same bounds.
 """
 from __future__ import annotations
 
