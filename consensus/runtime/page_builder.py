@@ -16,15 +16,13 @@ from consensus.common.errors import FarmError
 from consensus.raft.entry import limit_size
 from consensus.runtime.disk_storage import decode_record
 from consensus.runtime.log_pages import entries_page, journal_page
-from consensus.runtime.reader_process import HEAD
+from consensus.runtime.reader_process import HEAD, MAX_PIECES
 from consensus.runtime.verdict_feed import VerdictMirror
 from consensus.runtime.service import error_frame, reply_frame
 from consensus.storage.segment import PinnedRecords
 
 log = logging.getLogger("garlicfarm.reads")
 
-#: descriptors one job may carry (the segments of one page: a page is at most 64 MiB)
-MAX_FDS = 256
 #: the largest job body (a full capture of verdicts is a few MiB)
 MAX_JOB = 256 << 20
 
@@ -37,6 +35,9 @@ def build(job: dict, fds: list[int], mirror: VerdictMirror) -> bytes:
     try:
         for delta in job["deltas"]:
             mirror.apply(delta)
+        if len(fds) != len(job["pieces"]):
+            raise ValueError(f"{len(fds)} descriptors came with {len(job['pieces'])} "
+                             f"pieces of segments")
         start, stop, max_bytes = job["start"], job["stop"], job["max_bytes"]
         payloads: list[bytes] = []
         for piece in pieces:
@@ -81,7 +82,7 @@ def serve(sock: socket.socket) -> None:
     """Jobs until the node closes the channel."""
     mirror = VerdictMirror()
     while True:
-        head, fds, _, _ = socket.recv_fds(sock, HEAD.size, MAX_FDS)
+        head, fds, _, _ = socket.recv_fds(sock, HEAD.size, MAX_PIECES)
         if not head:
             return
         rest = _exactly(sock, HEAD.size - len(head)) if len(head) < HEAD.size else b""

@@ -55,6 +55,8 @@ log = logging.getLogger("garlicfarm.reads")
 READER_NICE = 10
 #: a job's header: the length of its msgpack body (or of an answer frame)
 HEAD = struct.Struct(">Q")
+#: segments (descriptors) one page may span: one SCM_RIGHTS message carries them
+MAX_PIECES = 64
 #: the largest answer frame accepted from the process (a page is at most 64 MiB plus
 #: one entry); anything larger means the process is broken
 MAX_FRAME = 1 << 31
@@ -110,9 +112,15 @@ class ReaderProcess:
 
     # -- a reader thread's side -----------------------------------------------------------
     def build(self, job: dict, ticket: int, pins: list["PinnedRecords"]) -> bytes:
-        """The answer frame of `job` (pages.py's fields), built by the process from the
-        pinned records (closed here); Unavailable when the process failed or restarted
-        since the capture (the client retries)."""
+        """The answer frame of `job` (LogCalls._page's fields), built by the process from
+        the pinned records (closed here); Unavailable when the process failed or
+        restarted since the capture (the client retries). A page over more than
+        `MAX_PIECES` segments (tiny --segment-bytes) ends after them, as a page may."""
+        if len(pins) > MAX_PIECES:
+            for pin in pins[MAX_PIECES:]:
+                pin.close()
+            pins = pins[:MAX_PIECES]
+            job = {**job, "stop": job["start"] + sum(len(p.starts) for p in pins)}
         try:
             with self._channel:
                 with self._state:

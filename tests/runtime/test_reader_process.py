@@ -212,3 +212,32 @@ def test_the_log_readers_option_is_checked():
     with pytest.raises(ConfigError, match="--log-readers.*'proc' is not one of threads, "
                                           "process"):
         NodeConfig(id=1, listen="127.0.0.1:0", data_dir="/tmp/x", log_readers="proc")
+
+
+def test_a_page_over_more_segments_than_one_message_carries_ends_early(tmp_path):
+    """A segment a record (tiny --segment-bytes): the page ends after MAX_PIECES of them,
+    holding what the threads' page holds up to there."""
+    from consensus.runtime.reader_process import MAX_PIECES
+    storage = DiskStorage(str(tmp_path), fsync="never", segment_bytes=64, cache_entries=1)
+    machine = FarmStateMachine()
+    reader = ReaderProcess(node_id=1)
+    feed = reader.feed()
+    try:
+        batch = _log(100, 1)
+        storage.append(batch)
+        for entry in batch:
+            machine.apply(entry)
+        machine.applied = batch[-1].index
+        pins = storage.pin_applied(1, 101, None)
+        assert len(pins) > MAX_PIECES
+        job = {"kind": "entries", "max_bytes": 8 << 20, "payloads": True, "g": feed.key,
+               "call": CALL, "head": HEAD, "start": 1, "stop": 101}
+        got = bytes(reader.build(job, reader.capture(feed, machine), pins))
+        expected = entries_page(storage.read_applied, machine.verdicts, 1, 101, 8 << 20, True)
+        stop = sum(len(p.starts) for p in pins[:MAX_PIECES]) + 1
+        expected = {"entries": expected["entries"][:stop - 1],
+                    "verdicts": {i: v for i, v in expected["verdicts"].items() if i < stop}}
+        assert 1 < stop < 101 and got == reply_frame(HEAD, CALL, expected)
+    finally:
+        reader.close()
+        storage.close()
