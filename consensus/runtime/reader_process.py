@@ -30,7 +30,6 @@ stops it with the node.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import struct
 import subprocess

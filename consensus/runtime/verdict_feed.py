@@ -11,7 +11,7 @@ judged by the mirror as of its call's capture or later, which holds every fact o
 entries it may show (they applied before the capture): the same verdicts as the
 reader threads', which judge by the machine at the end of the read. A `full` capture
 (the mirror's first, after the machine was restored from a snapshot, or after the
-process was restarted) sends the whole RequestLog (at most `DEDUP_CAPACITY` ids).
+process was restarted) sends the whole RequestLog (at most `DEDUP_CAPACITY` ids, copied by one C call; the reader thread encodes them).
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from typing import Any
 
 from consensus.runtime.machines import FarmStateMachine, Ledger, RequestLog, Verdicts
 
-#: a delta, as msgpack sends it: {"g", "full", "ids": [[request id, index]...],
+#: a delta, as msgpack sends it: {"g", "full", "ids": [(request id, its outcome: (index,
+#: term, result, error)), ...],
 #: "forgotten", "effective": {query: array('q') bytes}}
 Delta = dict[str, Any]
 
@@ -45,14 +46,17 @@ class VerdictFeed:
         if full:
             self._requests, self._ledger = requests, ledger
             self._through, self._forgotten, self._effective = 0, -1, {}
-        ids = []
-        for request_id, outcome in reversed(requests.outcomes.items()):
-            if outcome[0] <= self._through:
-                break
-            ids.append([request_id, outcome[0]])
-        ids.reverse()
+        if full:                        # one copy in C (the loop's time: ~2 ms at 65,536)
+            ids = list(requests.outcomes.items())
+        else:
+            ids = []
+            for item in reversed(requests.outcomes.items()):
+                if item[1][0] <= self._through:
+                    break
+                ids.append(item)
+            ids.reverse()
         if ids:
-            self._through = ids[-1][1]
+            self._through = ids[-1][1][0]
         effective = {}
         for query, indexes in ledger.effective.items():
             sent = self._effective.get(query, 0)
@@ -81,9 +85,9 @@ class VerdictMirror:
             raise ValueError(f"verdicts of machine {key} begin without a full capture")
         requests, ledger = self._machines[key]
         outcomes = requests.outcomes
-        for request_id, index in delta["ids"]:
+        for request_id, outcome in delta["ids"]:
             outcomes.pop(request_id, None)      # forgotten, then applied anew: the newest
-            outcomes[request_id] = (index,)
+            outcomes[request_id] = (outcome[0],)
         forgotten = requests.forgotten_through = delta["forgotten"]
         while outcomes and next(iter(outcomes.values()))[0] <= forgotten:
             outcomes.popitem(last=False)        # judged forgotten (None) either way
