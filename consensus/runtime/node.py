@@ -117,7 +117,7 @@ class FarmNode:
         self.reader: ReaderProcess | None = None    # --log-readers process
         try:
             if config.log_readers == "process":
-                self.reader = ReaderProcess(node_id=config.id)
+                self.reader = ReaderProcess(node_id=config.id, nice=config.log_reader_nice)
             for group in self.partitions:
                 self.groups.append(Group(
                     group, config, transport=self.transport, observer=self.observer,

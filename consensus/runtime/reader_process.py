@@ -3,8 +3,9 @@ and read_journal in a process of its own, apart from the Raft loop's GIL.
 
 Why a process: a reader thread shares the GIL with the loop, and on a machine short of
 CPU a reader holding it mid-step keeps the loop waiting (ticks 300-500 ms late measured,
-benchmarks/RESULTS.md); a process has its own GIL and runs at a lower priority
-(`READER_NICE`), which a thread must not (holding the GIL, it would stall the loop).
+benchmarks/RESULTS.md); a process has its own GIL and may run at a lower priority
+(`--log-reader-nice`), which a thread must not (holding the GIL, it would stall the
+loop).
 
 Who does what. The loop checks a call's bounds and captures what its page may see: the
 verdict facts new since the last capture (verdict_feed.py) and the process generation
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import msgpack
 
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("garlicfarm.reads")
 
-#: the reader process's niceness above the node's (it yields the CPU to the loop)
-READER_NICE = 10
 #: a job's header: the length of its msgpack body (or of an answer frame)
 HEAD = struct.Struct(">Q")
 #: segments (descriptors) one page may span: one SCM_RIGHTS message carries them
@@ -71,10 +70,9 @@ HEALTHY_SECONDS = 60.0
 class ReaderProcess:
     """The node's reader process and the node's side of its channel."""
 
-    def __init__(self, *, node_id: int, name: str = "reader-process",
-                 command: Callable[[int], list[str]] | None = None) -> None:
+    def __init__(self, *, node_id: int, nice: int = 5, name: str = "reader-process") -> None:
         self.node_id = node_id
-        self._command = command or _page_builder_command
+        self.nice = nice                    #: the process's niceness above the node's
         self._state = threading.Lock()      # generation, pending (the loop takes it briefly)
         self._channel = threading.Lock()    # one job at a time on the socket
         self.generation = 0
@@ -163,7 +161,8 @@ class ReaderProcess:
     def _spawn(self) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair()
         try:
-            process = subprocess.Popen(self._command(theirs.fileno()),
+            process = subprocess.Popen([sys.executable, "-m", "consensus.runtime.page_builder",
+                                        str(theirs.fileno()), str(self.nice)],
                                        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         except BaseException:
             ours.close()
@@ -220,11 +219,6 @@ class ReaderProcess:
             self.process.kill()
             self.process.wait()
         self._supervisor.join(timeout=5)
-
-
-def _page_builder_command(fd: int) -> list[str]:
-    return [sys.executable, "-m", "consensus.runtime.page_builder", str(fd),
-            str(READER_NICE)]
 
 
 def _receive(sock: socket.socket, size: int) -> bytearray:

@@ -206,6 +206,7 @@ def test_a_reader_process_killed_mid_read_is_restarted_and_the_read_completes():
             assert [r for _, (r, *_) in page.entries()] == \
                 [written[i] for i in range(first, first + 100) if i in written]
             assert _threads(node_pid) == threads    # no thread left per restart
+            assert _metric(url, "garlicfarm_log_reader_process_restarts_total") == 2
 
 
 def test_the_log_readers_option_is_checked():
