@@ -93,6 +93,8 @@ class LogReads:
         self.turn_running = False           # a loop turn runs (readers pause)
         self._turns = 0                     # turns begun: a pause waits for one to end
         self._loop: int | None = None       # the loop's thread (never pauses)
+        #: told of each turn's start (True) and end (False): the reader process's flag
+        self.turn_listeners: list[Callable[[bool], None]] = []
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
         self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
@@ -112,12 +114,16 @@ class LogReads:
             self.turn_running = True
             self._turns += 1
         self._loop = threading.get_ident()
+        for listener in self.turn_listeners:
+            listener(True)
 
     def turn_ends(self) -> None:
         """The loop waits again: readers go on."""
         with self._turn:
             self.turn_running = False
             self._turn.notify_all()
+        for listener in self.turn_listeners:
+            listener(False)
 
     def submit(self, conn: "Connection", work: Work, failure: Failure,
                reply: Callable[["Connection", bytes], None] | None = None) -> None:

@@ -118,6 +118,7 @@ class FarmNode:
         try:
             if config.log_readers == "process":
                 self.reader = ReaderProcess(node_id=config.id, nice=config.log_reader_nice)
+                self.reads.turn_listeners.append(self.reader.turn)
             for group in self.partitions:
                 self.groups.append(Group(
                     group, config, transport=self.transport, observer=self.observer,

@@ -31,6 +31,8 @@ stops it with the node.
 from __future__ import annotations
 
 import logging
+import mmap
+import os
 import socket
 import struct
 import subprocess
@@ -51,6 +53,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("garlicfarm.reads")
 
+#: the loop's turns as the process sees them: turns begun (u64), a turn runs (u8)
+TURN = struct.Struct("<QB")
+#: the longest a page waits at a pause for one loop turn (a loop stopped in a turn,
+#: e.g. SIGSTOPped, must not stop the pages of the other nodes' clients forever)
+TURN_WAIT = 0.5
 #: a job's header: the length of its msgpack body (or of an answer frame)
 HEAD = struct.Struct(">Q")
 #: segments (descriptors) one page may span: one SCM_RIGHTS message carries them
@@ -73,6 +80,12 @@ class ReaderProcess:
     def __init__(self, *, node_id: int, nice: int = 5, name: str = "reader-process") -> None:
         self.node_id = node_id
         self.nice = nice                    #: the process's niceness above the node's
+        # The loop's turns, shared with the process (TURN: turns begun, a turn runs): it
+        # pauses while one runs, as the reader threads do (LogReads.pause).
+        self._turn_fd = os.memfd_create("garlicfarm-loop-turn")
+        os.ftruncate(self._turn_fd, TURN.size)
+        self._turn = mmap.mmap(self._turn_fd, TURN.size)
+        self._turns = 0
         self._state = threading.Lock()      # generation, pending (the loop takes it briefly)
         self._channel = threading.Lock()    # one job at a time on the socket
         self.generation = 0
@@ -107,6 +120,12 @@ class ReaderProcess:
                     self._void()
             return generation
 
+    def turn(self, running: bool) -> None:
+        """The loop's turn begins (True) or ends (False): the process pauses meanwhile."""
+        if running:
+            self._turns += 1
+        TURN.pack_into(self._turn, 0, self._turns, running)
+
     # -- a reader thread's side -----------------------------------------------------------
     def build(self, job: dict, ticket: int, pins: list["PinnedRecords"]) -> bytes:
         """The answer frame of `job` (LogCalls._page's fields), built by the process from
@@ -126,10 +145,10 @@ class ReaderProcess:
                                           f"while the read waited: retry")
                     deltas, self._pending, self._pending_ids = self._pending, [], 0
                 sock = self._sock
-                job = {**job, "deltas": deltas,
-                       "pieces": [[p.path, p.starts.tobytes(), p.ends.tobytes()] for p in pins]}
-                body = msgpack.packb(job, use_bin_type=True)
                 try:
+                    job = {**job, "deltas": deltas, "pieces": [
+                        [p.path, p.starts.tobytes(), p.ends.tobytes()] for p in pins]}
+                    body = msgpack.packb(job, use_bin_type=True)
                     socket.send_fds(sock, [HEAD.pack(len(body))], [p.fd for p in pins])
                     for pin in pins:
                         pin.close()         # the process holds its own copies
@@ -148,6 +167,10 @@ class ReaderProcess:
                         self.process.kill()
                     raise Unavailable(f"node {self.node_id}'s reader process failed "
                                       f"({exc or type(exc).__name__}): retry") from None
+                except BaseException:
+                    with self._state:
+                        self._void()        # the deltas taken may not have arrived
+                    raise
         finally:
             for pin in pins:
                 pin.close()
@@ -162,8 +185,10 @@ class ReaderProcess:
         ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen([sys.executable, "-m", "consensus.runtime.page_builder",
-                                        str(theirs.fileno()), str(self.nice)],
-                                       pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+                                        str(theirs.fileno()), str(self.nice),
+                                        str(self._turn_fd)],
+                                       pass_fds=(theirs.fileno(), self._turn_fd),
+                                       stdin=subprocess.DEVNULL)
         except BaseException:
             ours.close()
             raise
@@ -219,6 +244,8 @@ class ReaderProcess:
             self.process.kill()
             self.process.wait()
         self._supervisor.join(timeout=5)
+        self._turn.close()
+        os.close(self._turn_fd)
 
 
 def _receive(sock: socket.socket, size: int) -> bytearray:

@@ -209,10 +209,14 @@ def test_a_reader_process_killed_mid_read_is_restarted_and_the_read_completes():
             assert _metric(url, "garlicfarm_log_reader_process_restarts_total") == 2
 
 
-def test_the_log_readers_option_is_checked():
+def test_the_log_readers_options_are_checked():
     with pytest.raises(ConfigError, match="--log-readers.*'proc' is not one of threads, "
                                           "process"):
         NodeConfig(id=1, listen="127.0.0.1:0", data_dir="/tmp/x", log_readers="proc")
+    for nice in (-1, 20, "5", True):
+        with pytest.raises(ConfigError, match="--log-reader-nice.*from 0 to 19"):
+            NodeConfig(id=1, listen="127.0.0.1:0", data_dir="/tmp/x", log_readers="process",
+                       log_reader_nice=nice)
 
 
 def test_a_page_over_more_segments_than_one_message_carries_ends_early(tmp_path):
@@ -239,6 +243,39 @@ def test_a_page_over_more_segments_than_one_message_carries_ends_early(tmp_path)
         expected = {"entries": expected["entries"][:stop - 1],
                     "verdicts": {i: v for i, v in expected["verdicts"].items() if i < stop}}
         assert 1 < stop < 101 and got == reply_frame(HEAD, CALL, expected)
+    finally:
+        reader.close()
+        storage.close()
+
+
+def test_the_process_pauses_while_a_loop_turn_runs(tmp_path):
+    """The loop goes first: a page waits at its pauses while the node's turn runs (the
+    turn never ends here: each pause gives up after TURN_WAIT), and not between turns."""
+    import time
+    from consensus.runtime.reader_process import TURN_WAIT
+    storage = DiskStorage(str(tmp_path), fsync="never")
+    machine = FarmStateMachine()
+    reader = ReaderProcess(node_id=1)
+    feed = reader.feed()
+    try:
+        batch = _log(300, 1)
+        storage.append(batch)
+        for entry in batch:
+            machine.apply(entry)
+        machine.applied = batch[-1].index
+
+        def page() -> float:
+            job = {"kind": "journal", "max_bytes": 8 << 20, "payloads": True, "g": feed.key,
+                   "call": CALL, "head": HEAD, "start": 1, "stop": 301}
+            began = time.monotonic()
+            reader.build(job, reader.capture(feed, machine), storage.pin_applied(1, 301))
+            return time.monotonic() - began
+        page()                                  # the process has started
+        reader.turn(True)
+        during = page()
+        reader.turn(False)
+        between = page()
+        assert during >= 2 * TURN_WAIT > between, (during, between)
     finally:
         reader.close()
         storage.close()
