@@ -18,6 +18,9 @@ descriptors travel over a socketpair (SCM_RIGHTS), the process reads and checks 
 records, judges them by its verdict mirror, builds and encodes the answer frame
 (log_pages.py: the threads' code) and sends the bytes back. The reader thread waits
 for them in `recv` (without the GIL) and LogReads queues them on the connection.
+The loop goes first, as with the threads: the node shares its turns with the process
+(`turn`: a memfd the process maps) and the process waits at its pauses while a turn
+runs (page_builder.LoopTurns).
 The frame comes back rather than being written by the process to the client's socket
 (a descriptor it could be given once): a connection also carries the loop's own
 answers and events, framed and possibly encrypted (TLS) by the node, so one writer.
@@ -45,7 +48,7 @@ import msgpack
 
 from consensus.common.errors import Unavailable
 from consensus.net.backoff import Backoff
-from consensus.runtime.verdict_feed import Delta, VerdictFeed
+from consensus.runtime.verdict_feed import Delta, VerdictFeed, wire_delta
 
 if TYPE_CHECKING:
     from consensus.runtime.machines import FarmStateMachine
@@ -146,7 +149,7 @@ class ReaderProcess:
                     deltas, self._pending, self._pending_ids = self._pending, [], 0
                 sock = self._sock
                 try:
-                    job = {**job, "deltas": deltas, "pieces": [
+                    job = {**job, "deltas": [wire_delta(d) for d in deltas], "pieces": [
                         [p.path, p.starts.tobytes(), p.ends.tobytes()] for p in pins]}
                     body = msgpack.packb(job, use_bin_type=True)
                     socket.send_fds(sock, [HEAD.pack(len(body))], [p.fd for p in pins])

@@ -16,6 +16,7 @@ process was restarted) sends the whole RequestLog (at most `DEDUP_CAPACITY` ids,
 from __future__ import annotations
 
 import array
+from collections import OrderedDict
 from typing import Any
 
 from consensus.runtime.machines import FarmStateMachine, Ledger, RequestLog, Verdicts
@@ -71,8 +72,17 @@ class VerdictFeed:
                 "effective": effective}
 
 
+def wire_delta(delta: Delta) -> dict[str, Any]:
+    """A delta as the process receives it (a reader thread builds it, off the loop): the
+    request ids as a list of bytes and their indexes as one array('q') buffer, which
+    msgpack decodes ~10x faster than 65,536 (id, outcome) pairs."""
+    ids = delta["ids"]
+    return {**delta, "ids": [item[0] for item in ids],
+            "at": array.array("q", [item[1][0] for item in ids]).tobytes()}
+
+
 class VerdictMirror:
-    """The reader process's copy of each fed machine's verdict facts."""
+    """The reader process's copy of each fed machine's verdict facts (`wire_delta`s)."""
 
     def __init__(self) -> None:
         self._machines: dict[int, tuple[RequestLog, Ledger]] = {}
@@ -85,9 +95,14 @@ class VerdictMirror:
             raise ValueError(f"verdicts of machine {key} begin without a full capture")
         requests, ledger = self._machines[key]
         outcomes = requests.outcomes
-        for request_id, outcome in delta["ids"]:
-            outcomes.pop(request_id, None)      # forgotten, then applied anew: the newest
-            outcomes[request_id] = (outcome[0],)
+        indexes = array.array("q")
+        indexes.frombytes(delta["at"])
+        if delta["full"]:
+            outcomes = requests.outcomes = OrderedDict(zip(delta["ids"], zip(indexes)))
+        else:
+            for request_id, index in zip(delta["ids"], indexes):
+                outcomes.pop(request_id, None)  # forgotten, then applied anew: the newest
+                outcomes[request_id] = (index,)
         forgotten = requests.forgotten_through = delta["forgotten"]
         while outcomes and next(iter(outcomes.values()))[0] <= forgotten:
             outcomes.popitem(last=False)        # judged forgotten (None) either way
