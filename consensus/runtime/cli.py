@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "own (no GIL shared with the loop, at a lower priority)")
     p.add_argument("--log-reader-nice", type=int, metavar="N",
                    help="with --log-readers process: the reader process's niceness above "
-                   "the node's, 0 to 19 (default 5): it yields the CPU to the Raft loop, and "
-                   "a high value starves the reads on a busy machine")
+                   "the node's, 0 to 19 (default 0: the process already waits while a loop "
+                   "turn runs; 5 or more starved the reads on a busy machine)")
     p.add_argument("--consumer-expiry", type=float, metavar="SECONDS",
                    help="a consumer (a Spark raft-source query) not heard from for this "
                    "long leaves `status` and the metrics (default 86400: one day)")

@@ -118,7 +118,7 @@ class NodeConfig:
     consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
     partitions: int = 1                         #: Raft groups this node hosts (0..n-1)
     log_readers: str = "threads"                #: who builds log pages: threads or process
-    log_reader_nice: int = 5                    #: the reader process's niceness above the node's
+    log_reader_nice: int = 0                    #: the reader process's niceness above the node's
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:

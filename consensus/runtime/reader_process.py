@@ -80,7 +80,7 @@ HEALTHY_SECONDS = 60.0
 class ReaderProcess:
     """The node's reader process and the node's side of its channel."""
 
-    def __init__(self, *, node_id: int, nice: int = 5, name: str = "reader-process") -> None:
+    def __init__(self, *, node_id: int, nice: int = 0, name: str = "reader-process") -> None:
         self.node_id = node_id
         self.nice = nice                    #: the process's niceness above the node's
         # The loop's turns, shared with the process (TURN: turns begun, a turn runs): it
