@@ -5,7 +5,9 @@ The loop checks a call's bounds (IndexUnderflow below the log's first entry,
 IndexOverflow past what this member applied; a new leader waits for what it may have
 acknowledged) and hands the page to the reader threads (log_reads.py), which read the
 segments, judge the entries (`machines.Verdicts`), build and encode the answer: O(1) of
-the loop's time per call, whatever the page.
+the loop's time per call, whatever the page. With `--log-readers process` the pages of
+read_entries and read_journal are built by the node's reader process instead
+(reader_process.py), with the same code (log_pages.py).
 """
 from __future__ import annotations
 
