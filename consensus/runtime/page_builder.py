@@ -8,6 +8,7 @@ import array
 import logging
 import mmap
 import os
+import signal
 import socket
 import sys
 import time
@@ -135,6 +136,8 @@ def main(argv: list[str]) -> int:
                         format=f"%(asctime)s %(levelname)s reader process of pid "
                                f"{os.getppid()}: %(message)s")
     os.nice(nice)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # a terminal's ^C is for the node: it
+                                                    # stops, and this ends with its channel
     with socket.socket(fileno=fd) as sock:
         try:
             serve(sock, turns)
