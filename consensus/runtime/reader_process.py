@@ -163,10 +163,10 @@ class ReaderProcess:
                 except OSError as exc:
                     with self._state:
                         self._void()
-                    if isinstance(exc, TimeoutError):
-                        log.error("node %d: the reader process (pid %d) built no page in "
-                                  "%.0f s: killing it", self.node_id, self.process.pid,
-                                  JOB_TIMEOUT)
+                    if not isinstance(exc, ConnectionError):  # alive, out of step
+                        log.error("node %d: the reader process (pid %d) failed a page "
+                                  "(%s; %.0f s allowed): killing it", self.node_id,
+                                  self.process.pid, exc or type(exc).__name__, JOB_TIMEOUT)
                         self.process.kill()
                     raise Unavailable(f"node {self.node_id}'s reader process failed "
                                       f"({exc or type(exc).__name__}): retry") from None
