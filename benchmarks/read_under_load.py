@@ -4,6 +4,7 @@ does the farm keep its leader and its writer's latency while a reader catches up
     PYTHONPATH=<checkout> .venv/bin/python benchmarks/read_under_load.py [--rows 1000000]
         [--backlog journal|sink] [--rows-per-entry 10] [--value-bytes 100] [--runs 3]
         [--partitions 2] [--rate 40] [--burners 2] [--quiet-seconds 0]
+        [--log-readers threads|process] [--log-reader-nice N]
 
 The code under test is the one on PYTHONPATH (the driver, the Spark workers and the
 nodes all import it): run the script once with this checkout and once with another to
@@ -188,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burners", type=int, default=2, help="CPU burner processes")
     parser.add_argument("--quiet-seconds", type=float, default=0.0,
                         help="per run, record the writer this long without the read first")
+    parser.add_argument("--log-readers", choices=("threads", "process"),
+                        help="the nodes' --log-readers (who builds the log pages); default: "
+                        "the nodes' default (and code without the option runs unchanged)")
+    parser.add_argument("--log-reader-nice", type=int,
+                        help="the nodes' --log-reader-nice (with --log-readers process)")
     args = parser.parse_args(argv)
     for name in ("rows", "value_bytes", "runs", "partitions", "rate", "rows_per_entry"):
         if getattr(args, name) < 1:
@@ -202,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     # the whole backlog stays in the log (a node keeps 100,000 entries below its latest
     # snapshot by default: a 10M-row journal backlog would be compacted before it is read)
+    readers = (("--log-readers", args.log_readers) if args.log_readers else ()) + \
+        (("--log-reader-nice", str(args.log_reader_nice))
+         if args.log_reader_nice is not None else ())
     with LocalFarm(nodes=3, extra_args=("--metrics", "127.0.0.1:0",
-                                        "--retain-entries", "1000000000")) as farm:
+                                        "--retain-entries", "1000000000", *readers)) as farm:
         nodes = [Node(farm, i) for i in farm.cluster.node_ids]
         with farm.client() as client:
             start = client.last_applied() + 1
@@ -223,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = [f"backlog ({args.backlog}): {args.rows:,} rows of {args.value_bytes} bytes, entries "
                  f"[{start}, {end}), written in {time.monotonic() - began:.0f} s; "
                  f"spark {spark.version} local[{args.partitions}], 3 nodes, fsync batch, "
-                 f"writer {args.rate}/s, {args.burners} CPU burners"]
+                 f"writer {args.rate}/s, {args.burners} CPU burners, log readers: "
+                 f"{args.log_readers or 'the default'}"
+                 f"{'' if args.log_reader_nice is None else f' (nice {args.log_reader_nice})'}"]
         print(lines[0], flush=True)
         options = {**farm.options, "startingOffsets": json.dumps({"index": start}),
                    "endingOffsets": json.dumps({"index": end})}

@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, metavar="N",
                    help="Raft groups (partitions) this node hosts, 0..N-1 (default 1; every "
                    "node of the farm gets the same N; needs --wire garlicfarm)")
+    p.add_argument("--log-readers", choices=("threads", "process"),
+                   help="who builds the pages of read_entries and read_journal off the "
+                   "Raft loop: threads (default) of the node, or a reader process of its "
+                   "own (no GIL shared with the loop, at a lower priority)")
+    p.add_argument("--log-reader-nice", type=int, metavar="N",
+                   help="with --log-readers process: the reader process's niceness above "
+                   "the node's, 0 to 19 (default 0: the process already waits while a loop "
+                   "turn runs; 5 or more starved the reads on a busy machine)")
     p.add_argument("--consumer-expiry", type=float, metavar="SECONDS",
                    help="a consumer (a Spark raft-source query) not heard from for this "
                    "long leaves `status` and the metrics (default 86400: one day)")

@@ -73,6 +73,10 @@ def _switch(value: Any, option: str) -> bool:
     raise ConfigError(option, f"{value!r} is not on or off")
 
 
+#: who builds the pages of read_entries and read_journal (docs/runtime.md)
+LOG_READERS = ("threads", "process")
+
+
 @dataclass
 class NodeConfig:
     id: int
@@ -113,6 +117,8 @@ class NodeConfig:
     metrics_tls_key: str | None = None
     consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
     partitions: int = 1                         #: Raft groups this node hosts (0..n-1)
+    log_readers: str = "threads"                #: who builds log pages: threads or process
+    log_reader_nice: int = 0                    #: the reader process's niceness above the node's
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
@@ -143,6 +149,14 @@ class NodeConfig:
         for name, minimum in (("status_interval", 0.05), ("tick", 0.001)):
             if getattr(self, name) < minimum:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"must be at least {minimum}")
+        if self.log_readers not in LOG_READERS:
+            raise ConfigError("--log-readers", f"{self.log_readers!r} is not one of "
+                              f"{', '.join(LOG_READERS)} (who builds the log reads' pages: "
+                              f"the node's reader threads or its reader process)")
+        if isinstance(self.log_reader_nice, bool) or not isinstance(self.log_reader_nice, int) \
+                or not 0 <= self.log_reader_nice <= 19:
+            raise ConfigError("--log-reader-nice", f"must be a whole number from 0 to 19 "
+                              f"(added to the node's niceness), got {self.log_reader_nice!r}")
         if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) \
                 or not 1 <= self.max_connections <= 1_000_000:
             raise ConfigError("--max-connections", f"must be a whole number from 1 to "

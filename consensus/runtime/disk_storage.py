@@ -42,6 +42,7 @@ from consensus.storage import (CorruptLogError, HardStateFile, RecordHeads, Segm
                                SnapshotStore, StoredSnapshot)
 from consensus.storage.errors import CompactedIndexError
 from consensus.storage.files import replace_atomically
+from consensus.storage.segment import PinnedRecords
 
 log = logging.getLogger("garlicfarm.storage")
 RECORD_HEAD = struct.Struct(">QB")
@@ -250,6 +251,18 @@ class DiskStorage:
         except CompactedIndexError as exc:   # the log moved on before self._first did
             raise ReadCompacted(max(exc.first_index, self._first)) from None
         return limit_size([decode_record(lo + i, p) for i, p in enumerate(payloads)], max_bytes)
+
+    def pin_applied(self, lo: int, hi: int, max_bytes: int | None = None
+                    ) -> list[PinnedRecords]:
+        """Entries [lo, hi) as `read_applied` would find them (lo < hi), located in the
+        segments for the reader process (consensus/runtime/reader_process.py): with the
+        same CompactedError when `lo` is compacted away, now or as the log is asked."""
+        if lo < self._first:
+            raise CompactedError(f"index {lo} is compacted (first index {self._first})")
+        try:
+            return self.log.pin(lo, hi, max_bytes=max_bytes)
+        except CompactedIndexError as exc:   # the log moved on before self._first did
+            raise ReadCompacted(max(exc.first_index, self._first)) from None
 
     def configuration_indexes(self) -> list[int]:
         """The indexes of the CONFIGURATION entries in the log, from the types kept

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from consensus.runtime.config import NodeConfig
     from consensus.runtime.connection import Connection
     from consensus.runtime.log_reads import LogReads
+    from consensus.runtime.reader_process import ReaderProcess
     from consensus.runtime.metrics import NodeObserver
     from consensus.runtime.transport import Transport
 
@@ -113,6 +114,7 @@ class Group:
                  learn_address: Callable[[int, str], None],
                  partitions: Callable[[], list[dict]] = lambda: [],
                  reads: "LogReads | None" = None,
+                 reader: "ReaderProcess | None" = None,
                  app_factory: Callable[[], StateMachine] | None = None) -> None:
         self.group = group
         self.config = config
@@ -151,7 +153,8 @@ class Group:
             latest_snapshot=self.storage.snapshot, new_machine=self.new_machine,
             address_of=address_of, learn_address=learn_address,
             status=self.status_dict, proposals_dropped=observer.proposals_dropped,
-            consumers=self.consumers, partitions=partitions, reads=reads))
+            consumers=self.consumers, partitions=partitions, reads=reads, reader=reader,
+            pin_applied=self.storage.pin_applied))
         self.inbox: list[Message] = []
         self.client_inbox: list = []
         self.soft: SoftState | None = None

@@ -5,7 +5,9 @@ The loop checks a call's bounds (IndexUnderflow below the log's first entry,
 IndexOverflow past what this member applied; a new leader waits for what it may have
 acknowledged) and hands the page to the reader threads (log_reads.py), which read the
 segments, judge the entries (`machines.Verdicts`), build and encode the answer: O(1) of
-the loop's time per call, whatever the page.
+the loop's time per call, whatever the page. With `--log-readers process` the pages of
+read_entries and read_journal are built by the node's reader process instead
+(reader_process.py), with the same code (log_pages.py).
 """
 from __future__ import annotations
 
@@ -15,12 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from consensus.common.errors import FarmError, IndexOverflow, IndexUnderflow
 from consensus.raft import CompactedError, Entry, PullStatus, Role
 from consensus.raft.reads import query_snapshot
-from consensus.runtime.log_reads import PAUSE_EVERY, LogReads
+from consensus.runtime.log_pages import PAUSE_EVERY, entries_page, journal_page, read_log
+from consensus.runtime.log_reads import LogReads
 from consensus.runtime.machines import CommandError
 from consensus.runtime.membership_calls import LATER, AdminWaits
 from consensus.runtime.row_index import RowIndex, entry_shows
-from consensus.wire.envelope import described, header_of
-from consensus.wire.journal_pages import member_answer
 
 if TYPE_CHECKING:
     from consensus.runtime.node_view import NodeView
@@ -35,7 +36,9 @@ MAX_PAGE_ENTRIES = 8192
 
 
 class LogCalls:
-    """The log reads' calls, answered by the reader threads (`LogReads`)."""
+    """The log reads' calls, answered by the reader threads (`LogReads`), the pages of
+    read_entries and read_journal by the node's reader process if it has one
+    (reader_process.py; entry_rows and query_snapshot stay on the threads)."""
 
     #: the calls this class answers (methods of the same name)
     CALLS = ("read_entries", "read_journal", "entry_rows", "query_snapshot")
@@ -46,6 +49,8 @@ class LogCalls:
         self._rows_lock = threading.Lock()      # the row index is used by reader threads
         self._owns_reads = node.reads is None       # else the node's, shared by its groups
         self.reads = LogReads(wake=node.transport.wake) if node.reads is None else node.reads
+        #: the verdicts this group's pages may see, fed to the node's reader process
+        self._feed = node.reader.feed() if node.reader is not None else None
 
     def pump(self) -> None:
         """Queue the finished pages on their connections (the loop, every turn). Readers
@@ -92,8 +97,13 @@ class LogCalls:
         max_bytes = _page_bytes(args)
         payloads = bool(args.get("payloads", True))
         return self._applied_range(conn, call, args, "read_entries", lambda start, stop:
-                                   self._entries(start, min(stop, start + MAX_PAGE_ENTRIES),
-                                                 max_bytes, payloads))
+                                   self._compacted_as_underflow(
+                                       entries_page, self.node.read_applied,
+                                       self.node.machine.verdicts, start,
+                                       min(stop, start + MAX_PAGE_ENTRIES), max_bytes,
+                                       payloads, self.reads.pause),
+                                   {"kind": "entries", "max_bytes": max_bytes,
+                                    "payloads": payloads})
 
     def read_journal(self, conn, call, args):
         """The visible journal entries of a page as columns (docs/runtime-requests.md
@@ -101,13 +111,11 @@ class LogCalls:
         max_bytes = _page_bytes(args)
 
         def answer(start: int, stop: int) -> dict:
-            entries = self._read_log(start, min(stop, start + MAX_PAGE_ENTRIES), max_bytes)
-            verdicts = dict(zip((e.index for e in entries),
-                                self.node.machine.verdicts().of(entries)))
-            self.reads.pause()
-            return member_answer(entries, lambda e: verdicts[e.index], start,
-                                 pause=self.reads.pause, every=PAUSE_EVERY)
-        return self._applied_range(conn, call, args, "read_journal", answer)
+            return self._compacted_as_underflow(
+                journal_page, self.node.read_applied, self.node.machine.verdicts, start,
+                min(stop, start + MAX_PAGE_ENTRIES), max_bytes, self.reads.pause)
+        return self._applied_range(conn, call, args, "read_journal", answer,
+                                   {"kind": "journal", "max_bytes": max_bytes})
 
     def entry_rows(self, conn, call, args):
         """Each entry's journal rows and the effective commits' headers, from the row
@@ -131,27 +139,17 @@ class LogCalls:
     def _read_log(self, start: int, stop: int, max_bytes: int | None) -> list[Entry]:
         """Applied entries [start, stop) on a reader thread: IndexUnderflow when they
         were compacted away after the call was checked."""
-        node = self.node
-        entries: list[Entry] = []
-        used = 0                            # limit_size's measure of `entries`
+        return self._compacted_as_underflow(read_log, self.node.read_applied, start, stop,
+                                            max_bytes, self.reads.pause)
+
+    def _compacted_as_underflow(self, read: Callable[..., Any], *args: Any) -> Any:
+        """`read(*args)`, whose entries may be compacted meanwhile: IndexUnderflow."""
         try:
-            while start < stop:             # in steps: the loop's turns go first
-                self.reads.pause()
-                end = min(stop, start + PAUSE_EVERY)
-                left = None if max_bytes is None else max(0, max_bytes - used)
-                step = node.read_applied(start, end, left)
-                if entries and step and left is not None and len(step[0].data) + 24 > left:
-                    break                   # only a page's first entry may exceed it
-                entries += step
-                if not step or step[-1].index + 1 < end:
-                    break                   # the page is full
-                start = end
-                used += sum(len(e.data) + 24 for e in step)
+            return read(*args)
         except CompactedError as exc:
-            first = max(node.log.first_index(), getattr(exc, "first_index", 0))
+            first = max(self.node.log.first_index(), getattr(exc, "first_index", 0))
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
-                                 f"{node.id}", first) from None
-        return entries
+                                 f"{self.node.id}", first) from None
 
     def _off_loop(self, conn, call, answer: Callable[[], Any]) -> object:
         """Answer `call` with `answer()`, run and encoded on a reader thread; the frame
@@ -160,12 +158,35 @@ class LogCalls:
         self.reads.submit(conn, lambda: result(answer()), failure, self.node.transport.reply)
         return LATER
 
+    def _page(self, conn, call, answer: Callable[[int, int], Any], start: int, stop: int,
+              job: dict | None) -> object:
+        """`answer(start, stop)` on a reader thread, or, with a reader process, `job`'s
+        page (log_pages.py, the same) built there: the loop captures the verdicts the
+        page may see; a reader thread pins the records and waits for the frame."""
+        reader = self.node.reader
+        if job is None or reader is None or self._feed is None:
+            return self._off_loop(conn, call, lambda: answer(start, stop))
+        ticket = reader.capture(self._feed, self.node.machine)
+        stop = min(stop, start + MAX_PAGE_ENTRIES)
+        job = {**job, "g": self._feed.key, "call": call.call_id, "head": self.service.head(),
+               "start": start, "stop": stop}
+        pin = self.node.pin_applied
+
+        def work() -> bytes:
+            pins = [] if start == stop else \
+                self._compacted_as_underflow(pin, start, stop, job["max_bytes"])
+            return reader.build(job, ticket, pins)
+        _, failure = self.service.answer_frames(call.call_id)
+        self.reads.submit(conn, work, failure, self.node.transport.reply)
+        return LATER
+
     def _applied_range(self, conn, call, args, name: str,
-                       answer: Callable[[int, int], Any]) -> Any:
+                       answer: Callable[[int, int], Any], job: dict | None = None) -> Any:
         """`answer(start, stop)` for applied entries [start, stop) of this member's log,
-        on a reader thread: IndexUnderflow below its first entry, IndexOverflow past
-        what it applied (a new leader waits for what it may already have acknowledged).
-        The loop checks the bounds only: O(1) per call."""
+        on a reader thread (or `job` in the reader process: `_page`): IndexUnderflow
+        below its first entry, IndexOverflow past what it applied (a new leader waits
+        for what it may already have acknowledged). The loop checks the bounds only:
+        O(1) per call."""
         node = self.node
         start, stop = int(args["start"]), int(args["stop"])
         if start < 1 or stop < start:
@@ -183,25 +204,12 @@ class LogCalls:
                 # so answer once that is applied here instead of "not there yet".
                 return self.waits.add(
                     conn, call, args,
-                    lambda: ((True, self._off_loop(conn, call, lambda: answer(start, stop)))
+                    lambda: ((True, self._page(conn, call, answer, start, stop, job))
                              if node.machine.applied >= stop - 1 else (False, None)),
                     f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
             raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
                                 f"entry {stop - 1} is not there yet", applied)
-        return self._off_loop(conn, call, lambda: answer(start, stop))
-
-    def _entries(self, start: int, stop: int, max_bytes: int, payloads: bool) -> dict:
-        """The answer to read_entries for applied entries [start, stop)."""
-        if start == stop:
-            return {"entries": [], "verdicts": {}}
-        entries = self._read_log(start, stop, max_bytes)
-        verdicts = {e.index: v for e, v in zip(entries, self.node.machine.verdicts().of(entries))
-                    if v is not True}
-        if not payloads:
-            return {"headers": [header_of(described(e, verdicts.get(e.index, True)))
-                                for e in entries]}
-        return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],
-                "verdicts": verdicts}
+        return self._page(conn, call, answer, start, stop, job)
 
 
 def _page_bytes(args: dict) -> int:

@@ -23,12 +23,14 @@ lags of 100-300 ms measured, benchmarks/RESULTS.md). It waits for that turn only
 for the loop to be idle: a loop busy turn after turn still lets each reader take a
 step per turn.
 
-Why threads, not a reader process: a page's verdicts come from the state machine, which
-lives in the node process and changes every turn; a process would need it shipped or
-mirrored. Threads share it safely (`machines.Verdicts`), and the work that dominates
-(pread, CRC, msgpack of large buffers) runs in C. The cost is the GIL: a reader thread
-in Python code gives the loop the GIL at each switch interval, which this module lowers
-to `SWITCH_INTERVAL` (benchmarks/read_under_load.py measures the turn times).
+Threads or a process (`--log-readers`): a page's verdicts come from the state machine,
+which lives in the node process and changes every turn; threads share it safely
+(`machines.Verdicts`), and the work that dominates (pread, CRC, msgpack of large
+buffers) runs in C. The cost is the GIL: a reader thread in Python code gives the loop
+the GIL at each switch interval, which this module lowers to `SWITCH_INTERVAL`
+(benchmarks/read_under_load.py measures the turn times). With a reader process
+(reader_process.py) the threads here only hand read_entries and read_journal pages to
+it and wait for the bytes, with the same bounds.
 """
 from __future__ import annotations
 
@@ -52,9 +54,6 @@ LOW_WATER = 256 << 10
 #: the GIL switch interval (s) of a node process: a reader thread in Python code hands
 #: the loop the GIL this often (CPython's default, 5 ms, would add up per turn)
 SWITCH_INTERVAL = 0.001
-
-#: entries a reader handles between two `pause()`s (~20 us each of Python work)
-PAUSE_EVERY = 256
 
 #: builds the answer frame (runs on a reader thread)
 Work = Callable[[], bytes]
@@ -94,6 +93,8 @@ class LogReads:
         self.turn_running = False           # a loop turn runs (readers pause)
         self._turns = 0                     # turns begun: a pause waits for one to end
         self._loop: int | None = None       # the loop's thread (never pauses)
+        #: told of each turn's start (True) and end (False): the reader process's flag
+        self.turn_listeners: list[Callable[[bool], None]] = []
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
         self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
@@ -113,12 +114,16 @@ class LogReads:
             self.turn_running = True
             self._turns += 1
         self._loop = threading.get_ident()
+        for listener in self.turn_listeners:
+            listener(True)
 
     def turn_ends(self) -> None:
         """The loop waits again: readers go on."""
         with self._turn:
             self.turn_running = False
             self._turn.notify_all()
+        for listener in self.turn_listeners:
+            listener(False)
 
     def submit(self, conn: "Connection", work: Work, failure: Failure,
                reply: Callable[["Connection", bytes], None] | None = None) -> None:

@@ -226,6 +226,11 @@ class NodeCollector(Collector):
                      "threads or waiting for them.", reads.in_flight)
         yield _gauge("garlicfarm_log_reads_refused_total", "Log reads refused because "
                      "too many waited (a counter).", reads.refused)
+        reader = node.reader
+        if reader is not None:
+            yield _gauge("garlicfarm_log_reader_process_restarts_total", "Reader processes "
+                         "started after the first because one died (--log-readers process; "
+                         "a counter).", reader.restarts)
         yield _gauge("garlicfarm_server_uptime_seconds", "Seconds since the node "
                      "started.", node.uptime())
         yield from consumer_families(*node.consumers.current())

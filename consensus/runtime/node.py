@@ -43,6 +43,7 @@ from consensus.runtime.config import NodeConfig
 from consensus.runtime.disk_storage import CommitSaver, SyncThread
 from consensus.runtime.group import Group, TurnTicks
 from consensus.runtime.log_reads import LogReads
+from consensus.runtime.reader_process import ReaderProcess
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
 from consensus.runtime.status import status_json
@@ -113,18 +114,24 @@ class FarmNode:
         self.syncer = SyncThread(self.transport.wake, self.observer.fsynced)
         self.saver = CommitSaver()
         self.reads = LogReads(wake=self.transport.wake)    # the groups' log pages
+        self.reader: ReaderProcess | None = None    # --log-readers process
         try:
+            if config.log_readers == "process":
+                self.reader = ReaderProcess(node_id=config.id, nice=config.log_reader_nice)
+                self.reads.turn_listeners.append(self.reader.turn)
             for group in self.partitions:
                 self.groups.append(Group(
                     group, config, transport=self.transport, observer=self.observer,
                     syncer=self.syncer, saver=self.saver, ticks=self._ticks,
                     addresses=self.addresses,
                     address_of=self.address_of, learn_address=self.learn_address,
-                    partitions=self.partitions_view, reads=self.reads,
+                    partitions=self.partitions_view, reads=self.reads, reader=self.reader,
                     app_factory=app_factory))
         except BaseException:
             self._close_groups()
             self.reads.close()
+            if self.reader is not None:
+                self.reader.close()
             self.transport.shutdown()
             raise
         self.balancer = Balancer(
@@ -309,6 +316,8 @@ class FarmNode:
         for group in self.groups:
             group.service.shutdown()
         self.reads.close()
+        if self.reader is not None:
+            self.reader.close()
         self.transport.shutdown()
         self._close_groups()
         log.info("node %d stopped", self.id)

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from consensus.runtime.consumers import ConsumerBook
     from consensus.runtime.disk_storage import SnapshotView
     from consensus.runtime.log_reads import LogReads
+    from consensus.runtime.reader_process import ReaderProcess
+    from consensus.storage.segment import PinnedRecords
     from consensus.runtime.machines import FarmStateMachine
     from consensus.runtime.transport import Transport
 
@@ -80,3 +82,7 @@ class NodeView:
     partitions: Callable[[], list[dict]] = lambda: []
     #: the node's reader threads, shared by its groups (None: the service makes its own)
     reads: "LogReads | None" = None
+    #: the node's reader process (--log-readers process), shared by its groups
+    reader: "ReaderProcess | None" = None
+    #: applied entries [lo, hi) located for the reader process (DiskStorage.pin_applied)
+    pin_applied: "Callable[[int, int, int | None], list[PinnedRecords]] | None" = None

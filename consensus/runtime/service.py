@@ -122,15 +122,12 @@ class Service:
                                                    Callable[[FarmError], bytes]]:
         """Builders of the answer frame and of the error frame of a call, with this
         node's head as of now, for use on any thread (the log reads' reader threads)."""
-        head, frame = self._head(), self._frame
+        head = self._head()
+        return partial(reply_frame, head, call_id), partial(error_frame, head, call_id)
 
-        def result(value: Any) -> bytes:
-            return frame(ext.Reply(*head, call_id, 0, value, "", {}))
-
-        def failure(exc: FarmError) -> bytes:
-            return frame(ext.Reply(*head, call_id, int(exc.code), None, str(exc),
-                                   error_detail(exc)))
-        return result, failure
+    def head(self) -> tuple[int, int, int]:
+        """This node's head of an answer, as of now (the reader process frames with it)."""
+        return self._head()
 
     def reply(self, conn: "Connection", call_id: int, result: Any) -> None:
         self._send(conn, ext.Reply(*self._head(), call_id, 0, result, "", {}))
@@ -633,6 +630,17 @@ class Service:
         self.log_calls.close()
 
 
+
+
+def reply_frame(head: tuple[int, int, int], call_id: int, value: Any) -> bytes:
+    """The frame answering call `call_id` with `value` (any thread, or the reader process)."""
+    return encode(ext.Reply(*head, call_id, 0, value, "", {}), GARLICFARM_REGISTRY)
+
+
+def error_frame(head: tuple[int, int, int], call_id: int, exc: FarmError) -> bytes:
+    """The frame answering call `call_id` with the error `exc`."""
+    return encode(ext.Reply(*head, call_id, int(exc.code), None, str(exc),
+                            error_detail(exc)), GARLICFARM_REGISTRY)
 
 
 def _now_ms() -> int:

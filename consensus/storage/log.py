@@ -376,6 +376,17 @@ class SegmentedLog:
         with self._lock:
             return self._read_pieces(self._pin(start, stop, max_bytes))
 
+    def pin(self, start: int, stop: int, *, max_bytes: int | None = None
+            ) -> list[PinnedRecords]:
+        """Records [start, stop) as `read` would choose them, located now, to be read
+        later by anyone holding the pins' descriptors (e.g. another process they are
+        sent to): a compaction meanwhile does not disturb them. Sealed records only
+        (committed ones): a truncation would void the pins. The caller closes them."""
+        if max_bytes is not None:
+            _check_int("max_bytes", max_bytes, 0)
+        with self._lock:
+            return self._pin(start, stop, max_bytes)
+
     def _pin(self, start: int, stop: int, max_bytes: int | None) -> list[PinnedRecords]:
         """Locate records [start, stop) as `read` chooses them (under _lock)."""
         self._check_usable()

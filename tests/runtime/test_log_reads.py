@@ -174,12 +174,14 @@ def test_readers_hammering_a_large_log_get_exact_answers_and_the_loop_keeps_its_
         assert _slow_turns(farm, offsets) == {i: [] for i in farm.node_ids}
 
 
-def test_compaction_during_reads_answers_underflow_never_wrong_entries():
+@pytest.mark.parametrize("readers", ["threads", "process"])
+def test_compaction_during_reads_answers_underflow_never_wrong_entries(readers):
     # a snapshot every 20,000 entries, 10,000 kept below it, 1 MiB segments: the writer
     # makes the node compact several times while the readers page from its first index
+    # (with the reader process too: its records are pinned by a reader thread)
     with LocalCluster(1, fsync="never", status_interval=5.0, extra_args=(
             "--snapshot-interval", "20000", "--retain-entries", "10000",
-            "--segment-bytes", str(1 << 20))) as farm:
+            "--segment-bytes", str(1 << 20), "--log-readers", readers)) as farm:
         farm.wait_for_leader(30)
         with farm.client(timeout=30) as client:
             written = _write_backlog(client, 60_000)
