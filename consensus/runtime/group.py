@@ -174,6 +174,8 @@ class Group:
     def busy(self) -> bool:
         """Is there work for this group's turn without waiting for sockets? (Without it
         and without ticks due, the node skips the group's turn.)"""
+        if self.clock.quiesced_at is not None:     # it quiesced with nothing pending
+            return bool(self.inbox or self.client_inbox)
         return bool(self.inbox or self.client_inbox or self.clock.owed) \
             or self.notice is not None or self.service.has_pending or self.driver.busy()
 

@@ -31,9 +31,9 @@ import math
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from consensus.raft import AppendEntriesResponse, PullEntries, PullSnapshot, Role
-from consensus.wire.extensions import Quiesce
 
 if TYPE_CHECKING:
+    from consensus.wire.extensions import Quiesce
     from consensus.runtime.group import Group, TurnTicks
     from consensus.runtime.transport import Transport
 
@@ -118,7 +118,7 @@ class Quiescer:
         raft = group.raft
         if group.clock.quiesced_at is not None:
             group.notice = None
-            if not raft.can_quiesce():
+            if not raft.can_quiesce() or group.driver.busy():
                 self.wake(group, now)
             return
         notice = group.notice
