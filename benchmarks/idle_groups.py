@@ -2,11 +2,12 @@
 process of an idle 3-node farm of N partitions (issue 28), after every partition has a
 leader and (with quiescing) the idle ones have quiesced.
 
-Run it with the code to measure first on PYTHONPATH (the node processes inherit it), e.g.
-main's code against a branch's:
+Run it from the checkout whose code is measured, with that checkout on PYTHONPATH (the
+node processes start with `python -m`, which puts the working directory first on their
+path), e.g. main's code against a branch's:
 
-    PYTHONPATH=/path/to/checkout python benchmarks/idle_groups.py --partitions 100 1000 \
-        [--tick 0.05] [--fsync never] [--window 10] [--deadline 180]
+    cd /path/to/checkout && PYTHONPATH=$PWD python /path/to/idle_groups.py \
+        --partitions 100 1000 [--tick 0.05] [--fsync never] [--window 10] [--deadline 180]
 
 Each size prints one JSON line: partitions, seconds until every partition had a leader
 (`led_s`, null if not all did within --deadline) and until the node-reported quiesced
