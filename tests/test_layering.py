@@ -38,9 +38,10 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                           "consensus.client", "consensus.admin", "consensus.linearizability",
                           "consensus.cli"),
     "consensus.linearizability": (),
-    # the simulator's application includes the farm's sink ledger (sim/kv.py)
+    # the simulator's application includes the farm's sink ledger (sim/kv.py), and it
+    # quiesces by the runtime's rule (sim/quiet.py)
     "consensus.sim": ("consensus.raft", "consensus.linearizability", "consensus.storage",
-                      "consensus.runtime.machines"),
+                      "consensus.runtime.machines", "consensus.runtime.quiesce"),
     "consensus": ("consensus",),
     "connectors": (),
     "connectors.subscriptions": (),

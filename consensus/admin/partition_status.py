@@ -14,7 +14,8 @@ def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, 
     `leader` (the member that says it leads, in the highest term any member reports;
     None while no one does), `term`, `commit` (the leader's), `lag` (entries the
     furthest-behind member that answered has yet to apply, against the leader's commit),
-    and `applied` per member."""
+    `applied` per member and `quiesced`, the members that stopped ticking it (idle,
+    docs/runtime.md "Quiescing idle groups")."""
     by_partition: dict[int, dict[int, dict]] = {}
     for node_id, parts in views.items():
         for part in parts:
@@ -31,7 +32,8 @@ def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, 
         applied = {n: int(p.get("applied") or 0) for n, p in sorted(members.items())}
         rows.append({"partition": partition, "leader": leader, "term": term,
                      "commit": commit, "lag": max(0, commit - min(applied.values())),
-                     "applied": applied})
+                     "applied": applied,
+                     "quiesced": [n for n, p in sorted(members.items()) if p.get("quiesced")]})
     return rows
 
 

@@ -280,7 +280,7 @@ commit <span id="commit">?</span> &middot; publisher <span id="publisher">?</spa
 <th>last status</th><th>publisher</th></tr></thead><tbody></tbody></table>
 <h2 id="partitions-title" hidden>partitions</h2>
 <table id="partitions" hidden><thead><tr><th>partition</th><th>leader</th><th>term</th>
-<th>commit</th><th>lag</th></tr></thead><tbody></tbody></table>
+<th>commit</th><th>lag</th><th>quiesced</th></tr></thead><tbody></tbody></table>
 <h2>consumers</h2>
 <table id="consumers"><thead><tr><th>consumer</th><th>position</th><th>lag entries</th>
 <th>lag rows</th><th>last seen</th></tr></thead><tbody></tbody></table>
@@ -323,7 +323,9 @@ function render(doc) {
   for (const p of parts) {
     const row = document.createElement("tr");
     row.dataset.partition = p.partition;
-    [p.partition, node(p.leader), show(p.term), show(p.commit), show(p.lag)]
+    const quiet = (p.quiesced || []).length;
+    [p.partition, node(p.leader), show(p.term), show(p.commit), show(p.lag),
+     quiet ? `${quiet}/${Object.keys(p.applied || {}).length}` : ""]
       .forEach(v => cell(row, v));
     partBody.appendChild(row);
   }

@@ -229,6 +229,28 @@ class RaftNode:
                                       pr.silent_ticks(now) <= timeout)
                 for peer, pr in dict(self.progress).items()}   # a copy: metrics' thread
 
+    def can_quiesce(self) -> bool:
+        """May the runtime stop ticking this group (quiesce it, as CockroachDB does)? A
+        pure query. A leader: every entry is committed and every tracked peer holds it and
+        was sent the commit index, and nothing waits for time (a read, a transfer, a
+        membership change, a snapshot). A follower: it knows its leader and has applied
+        nothing it has not committed, with no read or snapshot waiting; the runtime still
+        checks the leader's word (term, last index) before it stops ticking."""
+        log_ = self.log
+        last = log_.last_index()
+        if last != log_.committed or log_.pending_snapshot is not None or self.reads.waiting \
+                or self.reads.before_commit or self.membership.leaving \
+                or self.membership.catching_up or self.removed:
+            return False
+        if self.role is Role.FOLLOWER:
+            return self.leader_id is not None
+        return self.role is Role.LEADER and self.committed_in_term \
+            and self.transfer.target is None and self.membership.joiner is None \
+            and self.membership.leaver is None and not log_.configuration.is_joint \
+            and log_.configuration_index <= log_.committed \
+            and all(pr.match == last and pr.sent_commit >= last and not pr.inflight
+                    for pr in self.tracker.progress.values())
+
     def end_boot_lease(self) -> None:
         """Vote at once: forget that this node may have confirmed a leader just before a
         restart (it refuses votes for its first election timeout otherwise). For a

@@ -52,8 +52,10 @@ class Balancer:
     """See the module docstring; `tick(now)` from the node's loop."""
 
     def __init__(self, node_id: int, cores: Sequence[BalancedCore],
-                 drained: Callable[[], frozenset[int]] = frozenset) -> None:
+                 drained: Callable[[], frozenset[int]] = frozenset,
+                 alive: Callable[[int], bool] = lambda peer: True) -> None:
         self.id, self.cores, self.drained = node_id, list(cores), drained
+        self.alive = alive      #: the node's liveness of a peer (a quiesced core's is stale)
         self._next = 0.0
         self.moves = 0          #: transfers started (tests, logs)
 
@@ -78,7 +80,8 @@ class Balancer:
         live = {self.id}
         for core in mine:
             live |= {peer for peer, contact in core.follower_contact().items()
-                     if contact.reachable and peer in core.configuration.voters}
+                     if contact.reachable and peer in core.configuration.voters
+                     and self.alive(peer)}
         drained = self.drained()
         live -= drained
         if not live:

@@ -24,6 +24,7 @@ from consensus.runtime.disk_storage import (CommitSaver, DiskStorage, SnapshotVi
 from consensus.runtime.groups import group_data_dir
 from consensus.runtime.machines import FarmStateMachine
 from consensus.runtime.node_view import NodeView
+from consensus.runtime.quiesce import GroupClock
 from consensus.runtime.service import Service
 from consensus.storage import FsyncPolicy
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from consensus.runtime.reader_process import ReaderProcess
     from consensus.runtime.metrics import NodeObserver
     from consensus.runtime.transport import Transport
+    from consensus.wire.extensions import Quiesce
 
 log = logging.getLogger("garlicfarm.node")
 
@@ -157,13 +159,16 @@ class Group:
             pin_applied=self.storage.pin_applied))
         self.inbox: list[Message] = []
         self.client_inbox: list = []
+        self.clock = GroupClock(ticks)      #: no ticks while quiesced (quiesce.py)
+        self.wake_due = False               #: quiesced, and a message asks for a turn
+        self.notice: "Quiesce | None" = None    #: the leader's Quiesce, judged after a turn
         self.soft: SoftState | None = None
         self.leader_since_ms: int | None = None    #: wall clock of this node's election
         self._snapshot_due = False
         self.disk = SyncedDisk(self.storage, fsyncs=FsyncPolicy.parse(config.fsync).fsyncs,
                                syncer=syncer, observer=observer)
         self.driver = ReadyDriver(self.raft, self.disk,
-                                  PeerNetwork(transport, observer, group), self, ticks)
+                                  PeerNetwork(transport, observer, group), self, self.clock)
 
     def new_machine(self) -> FarmStateMachine:
         return FarmStateMachine(self.app_factory() if self.app_factory else None)
@@ -172,8 +177,10 @@ class Group:
     def busy(self) -> bool:
         """Is there work for this group's turn without waiting for sockets? (Without it
         and without ticks due, the node skips the group's turn.)"""
-        return bool(self.inbox or self.client_inbox) or self.service.has_pending \
-            or self.driver.busy()
+        if self.clock.quiesced_at is not None:     # it quiesced with nothing pending
+            return bool(self.inbox or self.client_inbox)
+        return bool(self.inbox or self.client_inbox or self.clock.owed) \
+            or self.notice is not None or self.service.has_pending or self.driver.busy()
 
     def first_campaign(self, rank: int) -> None:
         """A brand-new farm elects at once: the voter of the initial configuration at
@@ -326,7 +333,8 @@ class Group:
         return {"role": raft.role.value, "term": raft.term, "commit": raft.commit_index,
                 "last": raft.last_index, "applied": self.machine.applied,
                 "logSize": self.storage.log_bytes, "leader": raft.leader_id,
-                "leaderSince": self.leader_since_ms if raft.role is Role.LEADER else None}
+                "leaderSince": self.leader_since_ms if raft.role is Role.LEADER else None,
+                "quiesced": self.clock.quiesced_at is not None}
 
 
 def _bootstrap(config: "NodeConfig", addresses: dict[int, str]) -> Configuration:

@@ -16,7 +16,7 @@ from consensus.runtime.budget import Trust, jraft_limits
 from consensus.runtime.connection import Connection
 from consensus.wire import jraft_mapping as jm
 from consensus.wire.errors import ProtocolError
-from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType
+from consensus.wire.extensions import GARLICFARM_REGISTRY, ExtType, NodeHeartbeat, Quiesce
 from consensus.wire.jraft import REGISTRY, JRaftDecoder, MessageType, RaftRequest, encode
 from consensus.wire.jraft_mapping import Route
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 _CLIENT_REQUESTS = frozenset({MessageType.CLIENT_REQUEST, MessageType.ADD_SERVER_REQUEST,
                               MessageType.REMOVE_SERVER_REQUEST})
 _CLIENT_EXTENSIONS = frozenset({ExtType.HELLO, ExtType.CALL})
+_NODE_FRAMES = frozenset({ExtType.QUIESCE, ExtType.NODE_HEARTBEAT})
 _SOURCE = struct.Struct(">i")       # every JRaft message's source id, after its type byte
 
 
@@ -73,6 +74,9 @@ class JRaftWire:
                 t.select_in(conn, select.group, select.source)
                 if conn.closed:
                     return
+                continue
+            if kind in _NODE_FRAMES and self.extensions:
+                self._node_frame(conn, registration.codec.decode(frame, kind, limits))
                 continue
             # the hot messages first, straight to core messages (jraft_mapping)
             if kind == MessageType.APPEND_ENTRIES_REQUEST:
@@ -122,6 +126,18 @@ class JRaftWire:
                 t.on_client(conn, w, None)
             else:
                 raise ProtocolError("messageType", f"{kind} is not accepted by a node")
+
+    def _node_frame(self, conn: Connection, msg: Quiesce | NodeHeartbeat) -> None:
+        """A peer's Quiesce or NodeHeartbeat: only a configured peer may send one (its
+        bytes counted as heard when read); anyone else breaks the stream."""
+        t = self.t
+        t.note_peer(conn, msg.source)
+        if conn.trust is not Trust.PEER or msg.source <= 0:
+            raise ProtocolError("messageType", f"{type(msg).__name__} is accepted from "
+                                "peers only")
+        if type(msg) is Quiesce and msg.destination == t.node_id and \
+                t.on_quiesce is not None:
+            t.on_quiesce(conn.in_group, msg)
 
     def send(self, conn: Connection, msg: Message, group: int = 0) -> bool:
         if type(msg) is AppendEntries:

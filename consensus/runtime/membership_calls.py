@@ -64,6 +64,9 @@ class AdminWaits:
         self._answers = answers
         self._waits: list[AdminWait] = []
 
+    def __len__(self) -> int:
+        return len(self._waits)
+
     def add(self, conn: "Connection", call: ext.Call, args: dict,
             check: Callable[[], tuple[bool, Any]], timeout_message: str | Callable[[], str],
             *, leader_only: bool = True, given_up: Callable[[], None] | None = None) -> object:

@@ -233,6 +233,14 @@ class NodeCollector(Collector):
                          "a counter).", reader.restarts)
         yield _gauge("garlicfarm_server_uptime_seconds", "Seconds since the node "
                      "started.", node.uptime())
+        quiescer = node.quiescer
+        yield _gauge("garlicfarm_server_partitions", "Partitions (Raft groups) this node "
+                     "hosts.", len(node.groups))
+        yield _gauge("garlicfarm_server_quiesced_groups", "Partitions this node stopped "
+                     "ticking because they are idle (docs/runtime.md, \"Quiescing idle "
+                     "groups\").", 0 if quiescer is None else len(quiescer.quiesced))
+        yield _gauge("garlicfarm_server_group_wakes_total", "Quiesced partitions woken "
+                     "again (a counter).", 0 if quiescer is None else quiescer.wakes)
         yield from consumer_families(*node.consumers.current())
 
 

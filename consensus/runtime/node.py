@@ -46,6 +46,7 @@ from consensus.runtime.log_reads import LogReads
 from consensus.runtime.reader_process import ReaderProcess
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
+from consensus.runtime.quiesce import QUIET_MESSAGES, Quiescer
 from consensus.runtime.status import status_json
 from consensus.runtime.transport import Transport
 from consensus.wire.jraft import LogEntry, ValueType
@@ -106,7 +107,8 @@ class FarmNode:
             accept_marker=self._accept_marker, on_client_ack=self._on_client_ack,
             endpoint_of=self.address_of, client_budget=config.client_buffer_budget,
             limits=AdmissionLimits(max_connections=config.max_connections),
-            on_refused=self.observer.connection_refused, groups=self.partitions)
+            on_refused=self.observer.connection_refused, groups=self.partitions,
+            on_quiesce=self._on_quiesce if config.partitions > 1 else None)
         self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
         self.clock = TickClock(config.tick)
@@ -134,9 +136,16 @@ class FarmNode:
                 self.reader.close()
             self.transport.shutdown()
             raise
+        # idle groups 1.. stop ticking (quiesce.py); only a node of several partitions
+        self.quiescer = Quiescer(
+            self.id, self.transport, tick=config.tick, election_ticks=config.election_ticks,
+            heartbeat_ticks=self.groups[0].raft.options.heartbeat_interval,
+            peers=lambda: self.groups[0].raft.configuration.members) \
+            if len(self.groups) > 1 else None
         self.balancer = Balancer(
             self.id, [g.raft for g in self.groups],
-            lambda: parse_drained(self.groups[0].machine.kv.get(DRAINED_KEY))) \
+            lambda: parse_drained(self.groups[0].machine.kv.get(DRAINED_KEY)),
+            alive=lambda peer: self.quiescer.alive(peer, time.monotonic())) \
             if len(self.groups) > 1 else None
         self._stop = threading.Event()
         self._leader_hint: int | None = None
@@ -187,7 +196,15 @@ class FarmNode:
 
     # -- callbacks from the transport ----------------------------------------------------------
     def _inbox_append(self, group: int, msg: Message) -> None:
-        self.groups[group].inbox.append(msg)
+        g = self.groups[group]
+        g.inbox.append(msg)
+        g.notice = None                 # the leader spoke after its Quiesce
+        if g.clock.quiesced_at is not None and type(msg) not in QUIET_MESSAGES:
+            g.wake_due = True
+
+    def _on_quiesce(self, group: int, msg) -> None:
+        if group > 0:                   # group 0 never quiesces (quiesce.py)
+            self.quiescer.on_quiesce(self.groups[group], msg)
 
     def _on_client(self, conn, wire, slot) -> None:
         self.groups[conn.in_group].client_inbox.append((conn, wire, slot))
@@ -254,12 +271,26 @@ class FarmNode:
                 if ticks.now:
                     self._ticks_late(clock.late)
                 now = time.monotonic()
-                for group in groups:        # an idle group's turn waits for its ticks
-                    if ticks.now or group.busy():
-                        group.turn(now)
+                quiescer = self.quiescer
+                if quiescer is None:
+                    for group in groups:        # an idle group's turn waits for its ticks
+                        if ticks.now or group.busy():
+                            group.turn(now)
+                else:
+                    if ticks.now or groups[0].busy():
+                        groups[0].turn(now)
+                    for group in groups[1:]:    # a quiesced one waits for a message
+                        if group.busy() or ticks.now and group.clock.quiesced_at is None:
+                            quiescer.before_turn(group, now)
+                            group.turn(now)
+                            quiescer.after_turn(group, now, bool(ticks.now))
+                    quiescer.tick(now)
                 self.reads.pump(transport.reply)    # every group's finished pages, once
-                if self.balancer is not None and ticks.now:
-                    self.balancer.tick(now)
+                if self.balancer is not None and ticks.now and self.balancer.tick(now) \
+                        and quiescer is not None:
+                    for group in list(quiescer.quiesced):   # a transfer needs the clock
+                        if group.raft.transferring_to is not None:
+                            quiescer.wake(group, now)
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()

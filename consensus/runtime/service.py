@@ -259,6 +259,12 @@ class Service:
         """Writes wait for the next `propose_pending`."""
         return bool(self._pending)
 
+    @property
+    def waits_for_time(self) -> bool:
+        """Does a call here wait for the clock (a write not proposed yet, a read's or an
+        admin call's deadline)? Its group keeps ticking (docs/runtime.md, "Quiescing")."""
+        return bool(self._pending or self._reads or self.waits)
+
     def propose_pending(self) -> None:
         """Every write of the turn in one `propose_many`; commands get the leader's
         clock (envelope.stamp), the same for all of them."""

@@ -44,6 +44,7 @@ from consensus.runtime.log_summary import LogSummary
 from consensus.runtime.peer_hosts import PeerHosts
 from consensus.wire import jraft_mapping as jm
 from consensus.wire.errors import ProtocolError
+from consensus.wire.extensions import Quiesce, node_heartbeat_frame, quiesce_frame
 from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse
 
 log = logging.getLogger("garlicfarm.transport")
@@ -74,8 +75,10 @@ class Transport:
                  client_budget: int = DEFAULT_CLIENT_BUDGET,
                  limits: AdmissionLimits = AdmissionLimits(),
                  on_refused: Callable[[str], None] = lambda reason: None,
-                 groups: GroupSet = GroupSet(1)) -> None:
+                 groups: GroupSet = GroupSet(1),
+                 on_quiesce: Callable[[int, Quiesce], None] | None = None) -> None:
         self.node_id = node_id
+        self.on_quiesce = on_quiesce    #: a leader's Quiesce of a group (None: refused)
         self.wire_name = wire
         self.security = security
         self.address_of = address_of
@@ -108,6 +111,9 @@ class Transport:
         self.incoming: set[Connection] = set()
         self._incoming_peers: set[Connection] = set()   #: let in as peers (gate counts)
         self.last_in: dict[int, Connection] = {}
+        #: peer id -> when we last read bytes from it (any frame, any connection): the
+        #: node-level liveness that quiesced groups rely on (docs/runtime.md)
+        self.heard: dict[int, float] = {}
         self._new_slots: list[tuple[Connection, jm.ResponseSlot]] = []
         self._generation: dict[int, int] = {}   # group -> Readys handed out so far
         # id(answer) -> (answer, connection, slot): the slot a handed-out answer fills
@@ -208,6 +214,8 @@ class Transport:
         """Read up to `limit` bytes into the wire; the bytes read."""
         data, eof = conn.receive(limit)
         if data:
+            if conn.peer_id is not None and conn.trust is Trust.PEER:
+                self.heard[conn.peer_id] = self.woke
             try:
                 self._wire_of(conn).on_data(conn, data)
             except ProtocolError as exc:
@@ -510,6 +518,22 @@ class Transport:
         self._wire_of(conn).send_client_entries(conn, entries)
         self._dirty.add(conn)
         return True
+
+    def send_quiesce(self, peer_id: int, group: int, term: int, index: int) -> None:
+        """Tell follower `peer_id` that we quiesce `group` at `index` (on the connection
+        our AppendEntries take, after them)."""
+        conn = self._outgoing(peer_id, self.wire_name)
+        if conn is not None:
+            conn.select_out(group, self.node_id)
+            conn.out += quiesce_frame(self.node_id, peer_id, term, index)
+            self._dirty.add(conn)
+
+    def send_node_heartbeat(self, peer_id: int) -> None:
+        """One NodeHeartbeat to `peer_id` (dials it when we have no connection)."""
+        conn = self._outgoing(peer_id, self.wire_name)
+        if conn is not None:
+            conn.out += node_heartbeat_frame(self.node_id, peer_id)
+            self._dirty.add(conn)
 
     def reply(self, conn: Connection, data: bytes, group: int = 0) -> None:
         """Bytes for a client connection (service answers, events) from group `group`."""

@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--steps", type=int, default=SimSettings.steps,
                         help=f"fault steps per seed (default {SimSettings.steps})")
+    parser.add_argument("--quiesce", action="store_true",
+                        help="idle groups quiesce by the runtime's rule, and each group's "
+                             "clients pause every other spell (consensus/sim/quiet.py)")
     parser.add_argument("--verbose", action="store_true", help="print every seed's trace")
     args = parser.parse_args(argv)
     for name in ("nodes", "seeds", "steps"):
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:    # the core's warnings (a follower refusing) are the faults' doing
         logging.getLogger("garlicfarm.raft").setLevel(logging.ERROR)
     settings = SimSettings(nodes=args.nodes, spares=args.spares, groups=args.groups,
-                           steps=args.steps,
+                           steps=args.steps, quiesce=args.quiesce,
                            verbose=args.verbose)
     started = time.monotonic()
     total_steps = violations = 0
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("  " + line, file=sys.stderr)
             print(f"replay: python -m consensus.sim --nodes {args.nodes} --spares {args.spares} "
                   f"--groups {args.groups} --steps {args.steps} --seeds 1 --seed {seed} "
-                  f"--verbose", file=sys.stderr)
+                  f"{'--quiesce ' if args.quiesce else ''}--verbose", file=sys.stderr)
             break
     ran = seed - args.seed + 1
     extra = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))

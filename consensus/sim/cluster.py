@@ -16,6 +16,7 @@ from .group import SimGroup
 from .host import SimHost
 from .nemesis import Nemesis, draw_link_faults
 from .network import Packet, SimNetwork
+from .quiet import SimQuiescer
 from .server import SimServer
 
 # Short timeouts so that a few hundred steps see many elections. The lease is as long as
@@ -45,6 +46,7 @@ class SimSettings:
     keep_snapshots: int = 3
     compact_margin: int = 5
     check_timeout: float = 20.0     #: seconds for the linearizability check of one group
+    quiesce: bool = False       #: idle groups quiesce (quiet.py); the clients pause in spells
     verbose: bool = False
 
 
@@ -85,6 +87,7 @@ class SimCluster:
         for server in self.servers.values():
             server.start()
         self.nemesis = Nemesis(self.rng, self)
+        self.quiet = SimQuiescer(self, SIM_OPTIONS) if settings.quiesce else None
         self.crashes = 0
         self._outbox: dict[tuple[int, int], list[tuple[int, Message]]] = {}
         self.note(f"seed {seed}: {settings.groups} groups of {settings.nodes} voters on "
@@ -179,13 +182,17 @@ class SimCluster:
                 host.tick()
         for _ in range(3):
             packets = self.network.due(step, self.nemesis.reorder and faults)
+            quiet = self.quiet
             for packet in packets:
                 server = servers[packet.destination]
+                if quiet is not None and server.up:
+                    quiet.delivered(packet, step)
                 for group_id, msg in packet.messages:
                     host = server.replicas[group_id]
                     if server.up and host.up:
                         with self.groups[group_id].blame():
-                            host.node.step(msg)
+                            if quiet is None or not quiet.intercept(host, msg):
+                                host.node.step(msg)
             moved = False
             for server in servers.values():
                 for host in server.running():
@@ -197,6 +204,9 @@ class SimCluster:
             self.nemesis.crash_now(step)
             if not packets and not moved:
                 break
+        if self.quiet is not None:
+            self.quiet.after_step(step)
+            self._flush()
         for group in self.groups:
             with group.blame():
                 group.after_step(step, self.settings.compact_margin)
@@ -238,6 +248,8 @@ class SimCluster:
             "messages": self.network.sent, "packets": self.network.packets,
             "dropped": self.network.dropped, "acked": sum(acked),
             "groups_without_acks": acked.count(0),
+            **({"quiesces": self.quiet.quiesces, "wakes": self.quiet.wakes}
+               if self.quiet is not None else {}),
             "unchecked": sum(g.linearizability is Verdict.UNKNOWN for g in self.groups),
             **{f"ops_{k}": sum(g.workload.counts[k] for g in self.groups)
                for k in ("ok", "fail", "info")}})

@@ -14,6 +14,8 @@ from .checker import SafetyChecker, Violation
 from .host import SimHost
 from .workload import Workload
 
+QUIET_SPELL = 30    #: steps of a client spell with --quiesce (two election timeouts)
+
 if TYPE_CHECKING:
     from .cluster import SimCluster, SimSettings
 
@@ -88,7 +90,11 @@ class SimGroup:
 
     # -- each step -------------------------------------------------------------------------------
     def issue(self, step: int, settings: "SimSettings") -> None:
-        """This group's clients, each with its own chance per step."""
+        """This group's clients, each with its own chance per step; with quiescing they
+        pause every other spell (the groups in turn), so that groups go idle and quiesce
+        while the faults go on."""
+        if settings.quiesce and (step // QUIET_SPELL + self.id) % 2:
+            return
         rng = self.cluster.rng
         if rng.random() < settings.p_write:
             self.workload.write(step, self.hosts)
@@ -121,7 +127,10 @@ class SimGroup:
             return False
         for member in node.configuration.members:
             host = self.hosts[member]
-            if not host.up or host.node.log.applied != node.commit_index:
+            # known committed too (a quiesced leader sends no heartbeat: a restarted member
+            # whose snapshot is ahead of its saved commit learns it once it wakes the group)
+            if not host.up or host.node.log.applied != node.commit_index \
+                    or host.node.commit_index != node.commit_index:
                 return False
         return not leader.node.has_ready()
 

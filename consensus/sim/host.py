@@ -6,7 +6,7 @@ making it durable. The server (server.py) crashes and restarts all its replicas 
 from __future__ import annotations
 
 import random
-from typing import Protocol
+from typing import Callable, Protocol
 
 from consensus.raft import (Configuration, Entry, EntryType, Message, RaftNode, RaftOptions,
                             ReadState, Ready, ReadyDriver, Snapshot)
@@ -49,6 +49,11 @@ class SimHost:
         self._events: HostEvents | None = None
         self._rng = random.Random(0)
         self._sync_probability = 1.0
+        # quiescing (quiet.py), as the runtime's: no ticks from `quiesced_at` (a step) on
+        self.quiesced_at: int | None = None
+        self.owed = 0                   #: ticks missed while quiesced, for the next tick
+        self.notice = None              #: its leader's QuiesceNotice, judged after the step
+        self.waker: Callable[["SimHost"], None] | None = None   #: set when the run quiesces
 
     def start(self) -> None:
         """Boot (or reboot) from what the disk holds."""
@@ -60,6 +65,7 @@ class SimHost:
         self.node = RaftNode(self.id, self.disk, self.options, configuration=self.bootstrap,
                              applied=self._snapshot_index)
         self.driver = ReadyDriver(self.node, self, self, self, self)
+        self.quiesced_at, self.owed, self.notice = None, 0, None
         self.incarnation += 1
         self.up = True
 
@@ -80,6 +86,13 @@ class SimHost:
     def tick(self) -> None:
         self.driver.tick()
 
+    def awake(self) -> RaftNode:
+        """The core, for a client's or the nemesis's call: a quiesced replica wakes first
+        (and ticks the time it missed), as the runtime wakes a group before its turn."""
+        if self.quiesced_at is not None and self.waker is not None:
+            self.waker(self)
+        return self.node
+
     # -- the Ready pipeline ----------------------------------------------------------------
     def process(self, rng: random.Random, events: HostEvents, sync_probability: float) -> bool:
         """Advance the pipeline by one or two phases; True when something happened."""
@@ -99,9 +112,12 @@ class SimHost:
         """No Ready half-handled: the disk and the machine describe the same point."""
         return self.up and not self.driver.syncing
 
-    # -- the driver's Clock: one tick per call -------------------------------------------------
+    # -- the driver's Clock: one tick per call (none while quiesced; the missed ones after) ----
     def due(self) -> int:
-        return 1
+        if self.quiesced_at is not None:
+            return 0
+        owed, self.owed = self.owed, 0
+        return 1 + owed
 
     # -- the driver's Disk -----------------------------------------------------------------
     def write(self, rd: Ready) -> bool:

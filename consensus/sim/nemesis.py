@@ -204,7 +204,7 @@ class Nemesis:
         leader = group.leader()
         if leader is None:
             return
-        node = leader.node
+        node = leader.awake()
         config = node.configuration
         ids = sorted(cluster.servers)
         non_voters = [i for i in ids if not config.is_voter(i)]
@@ -252,7 +252,7 @@ class Nemesis:
             return
         target = rng.choice(targets)
         try:
-            leader.node.transfer_leader(target)
+            leader.awake().transfer_leader(target)
             group.note(f"leader {leader.id}: transfer leadership to {target}")
         except RaftError as exc:
             group.note(f"leader {leader.id}: transfer to {target} refused: {exc}")

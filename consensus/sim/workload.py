@@ -108,7 +108,7 @@ class Workload:
             self._event(op, "fail", None)
             return
         try:
-            index = host.node.propose(encode_put(op.key, op.value))
+            index = host.awake().propose(encode_put(op.key, op.value))
         except NotLeader as exc:
             if exc.leader_id is not None:
                 self.leader_hint[op.client] = exc.leader_id
@@ -128,7 +128,7 @@ class Workload:
         leaders = [h for h in hosts.values() if h.up and h.node.role is Role.LEADER]
         if not leaders:
             return
-        node = self.rng.choice(leaders).node
+        node = self.rng.choice(leaders).awake()
         roll = self.rng.random()
         if roll < 0.7 or not self.staged:
             data = encode_stage(self.batch, len(self.staged))
@@ -161,7 +161,7 @@ class Workload:
             return
         ctx = str(op.id).encode()
         try:
-            host.node.read_index(ctx, lease=op.mode == "lease")
+            host.awake().read_index(ctx, lease=op.mode == "lease")
         except NotLeader as exc:
             if exc.leader_id is not None:
                 self.leader_hint[op.client] = exc.leader_id

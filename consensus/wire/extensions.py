@@ -7,7 +7,7 @@ same authenticated connection, registered in `GARLICFARM_REGISTRY` (a copy of
 
 * 0x20-0x23 reuse JRaft's shapes: PreVoteRequest / TimeoutNowRequest /
   TransferVoteRequest (45-byte request header) and PreVoteResponse (26-byte response).
-* 0x24-0x36 share one *extension shape*: ``type u8 | source i32 | destination i32 |
+* 0x24-0x38 share one *extension shape*: ``type u8 | source i32 | destination i32 |
   term i64 | bodySize i32 | body`` (21-byte header), the body being a msgpack array of
   the message's body fields in wire order. `ExtensionCodec` checks bodySize against the
   limits before buffering, and every field's type after decoding; a bad frame raises a
@@ -65,6 +65,8 @@ class ExtType(enum.IntEnum):
     WRITE_RESULT = 0x34
     EVENT = 0x35
     GROUP_SELECT = 0x36
+    QUIESCE = 0x37
+    NODE_HEARTBEAT = 0x38
 
 
 def _bad(field: str, reason: str, offset: int | None = None) -> InvalidField:
@@ -190,6 +192,28 @@ class GroupSelect(ExtensionMessage):
     TYPE = ExtType.GROUP_SELECT
     NAME = "GroupSelect"
     KINDS = (int,)
+
+
+@dataclass(frozen=True, slots=True)
+class Quiesce(ExtensionMessage):
+    """The leader (`source`, in `term`) of the connection's current group stops ticking
+    it: the group is idle with `index` its last and committed entry. A follower of that
+    leader and term holding exactly that much stops ticking it too, until any message of
+    the group (docs/runtime.md, "Quiescing idle groups")."""
+    index: int
+    TYPE = ExtType.QUIESCE
+    NAME = "Quiesce"
+    KINDS = (int,)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHeartbeat(ExtensionMessage):
+    """Node `source` is alive: one per peer per heartbeat interval, for every group at
+    once, so that the followers of quiesced groups notice a dead or cut-off leader node
+    without a heartbeat per group (term 0, no body)."""
+    TYPE = ExtType.NODE_HEARTBEAT
+    NAME = "NodeHeartbeat"
+    KINDS = ()
 
 
 def _checker(kind: Any) -> tuple[tuple[type, ...], bool] | None:
@@ -360,6 +384,19 @@ def group_select_frame(source: int, group: int) -> bytes:
     return _HEAD.pack(ExtType.GROUP_SELECT, source, 0, 0, len(body)) + body
 
 
+def quiesce_frame(source: int, destination: int, term: int, index: int) -> bytes:
+    """`encode(Quiesce(source, destination, term, index))`, built per follower by a
+    leader that quiesces a group."""
+    body = msgpack.packb([index])
+    return _HEAD.pack(ExtType.QUIESCE, source, destination, term, len(body)) + body
+
+
+def node_heartbeat_frame(source: int, destination: int) -> bytes:
+    """`encode(NodeHeartbeat(source, destination, 0))`."""
+    body = msgpack.packb([])
+    return _HEAD.pack(ExtType.NODE_HEARTBEAT, source, destination, 0, len(body)) + body
+
+
 def write_result_frame(source: int, term: int, request_id: bytes, index: int,
                        entry_term: int, code: int = 0, result: Any = None,
                        message: str = "", detail: dict | None = None) -> bytes:
@@ -429,11 +466,11 @@ RAFT_CODECS: dict[type, ExtensionCodec] = {codec.message_class: codec for codec 
                     ("done", bool))),
 )}
 
-#: every extension-shaped frame (0x24-0x36), in type order
+#: every extension-shaped frame (0x24-0x38), in type order
 EXTENSION_CODECS: tuple[ExtensionCodec, ...] = tuple(sorted(
     (*RAFT_CODECS.values(),
      *map(ExtensionCodec.of, (Hello, Welcome, Call, Reply, WriteResult, EventMessage,
-                              GroupSelect))),
+                              GroupSelect, Quiesce, NodeHeartbeat))),
     key=lambda codec: codec.type_byte))
 
 

@@ -126,11 +126,13 @@ def test_partition_rows_take_each_partitions_leader_from_its_own_word():
             {"partition": 1, "role": "follower", "term": 2, "commit": 4, "applied": 4,
              "leader": 2}],
         2: [{"partition": 0, "role": "follower", "term": 3, "commit": 9, "applied": 6},
-            {"partition": 1, "role": "leader", "term": 2, "commit": 5, "applied": 5}],
+            {"partition": 1, "role": "leader", "term": 2, "commit": 5, "applied": 5,
+             "quiesced": True}],
         3: [{"partition": 0, "role": "leader", "term": 2, "commit": 7, "applied": 7},
             {"partition": 1, "role": "candidate", "term": 2, "commit": 3, "applied": 3}]}
     rows = partition_rows(views)
     assert rows[0] == {"partition": 0, "leader": 1, "term": 3, "commit": 9, "lag": 3,
-                       "applied": {1: 9, 2: 6, 3: 7}}    # node 3's leadership is stale
+                       "applied": {1: 9, 2: 6, 3: 7}, "quiesced": []}  # 3's lead is stale
     assert rows[1]["leader"] == 2 and rows[1]["commit"] == 5 and rows[1]["lag"] == 2
+    assert rows[1]["quiesced"] == [2]
     assert leaders_per_node(rows, [1, 2, 3]) == {1: 1, 2: 1, 3: 0}

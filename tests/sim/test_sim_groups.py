@@ -39,6 +39,22 @@ def test_many_groups_under_faults_find_no_violation_and_every_group_commits():
 
 
 @pytest.mark.timeout(60)
+def test_quiescing_groups_under_faults_find_no_violation_and_every_group_commits():
+    """--quiesce: idle groups stop ticking and wake again under every fault, by the
+    runtime's rule (sim/quiet.py), and every group still commits and converges."""
+    settings = SimSettings(groups=3, quiesce=True)
+    quiesces = wakes = 0
+    for seed in (0, 1, 2):
+        result = run_seed(seed, settings)
+        assert result.violation is None, f"seed {seed}: {result.violation}\n" + \
+            "\n".join(result.trace[-25:])
+        assert result.stats["groups_without_acks"] == 0, result.stats
+        quiesces += result.stats["quiesces"]
+        wakes += result.stats["wakes"]
+    assert quiesces > 30 and wakes > 30, (quiesces, wakes)
+
+
+@pytest.mark.timeout(60)
 def test_a_bug_planted_in_one_group_is_reported_naming_that_group(monkeypatch, capsys):
     """Group 2's replicas skip the AppendEntries consistency check (the planted bug of
     test_sim_runs, in one group only): the run must fail with group 2 named."""

@@ -355,6 +355,8 @@ def extension_frames() -> list:
             x.WriteResult(1, 0, 3, b"r" * 16, 5, 3, 0, None, "", {}),
             x.EventMessage(1, 0, 3, "leader-changed", 2, {"applied": 9}),
             x.GroupSelect(1, 0, 0, 5),
+            x.Quiesce(1, 2, 3, 40),
+            x.NodeHeartbeat(1, 2, 0),
             rm.ReadIndexRequest(term=3, source=2, destination=1, ctx=b"ctx", lease=True),
             rm.ReadIndexResponse(term=3, source=1, destination=2, ctx=b"ctx", index=10,
                                  success=True),
@@ -410,3 +412,11 @@ def test_group_select_frame_is_the_encoded_message():
     from consensus.wire.extensions import GroupSelect, group_select_frame
     from consensus.wire.extensions import encode
     assert group_select_frame(2, 5) == encode(GroupSelect(2, 0, 0, 5))
+
+
+def test_the_quiesce_frame_builders_write_what_the_codec_reads():
+    """The transport's Quiesce and NodeHeartbeat builders write what the codec reads back."""
+    from consensus.wire.extensions import (NodeHeartbeat, Quiesce, encode,
+                                           node_heartbeat_frame, quiesce_frame)
+    assert quiesce_frame(2, 3, 7, 41) == encode(Quiesce(2, 3, 7, 41))
+    assert node_heartbeat_frame(2, 3) == encode(NodeHeartbeat(2, 3, 0))

@@ -20,7 +20,7 @@ final class Frames {
   static final int HEAD = 21;
   /** The extension shape's type range (0x20-0x23 reuse JRaft's shapes). */
   static final int FIRST_EXTENSION = 0x24;
-  static final int LAST_EXTENSION = 0x36;
+  static final int LAST_EXTENSION = 0x38;     // 0x37-0x38: Quiesce, NodeHeartbeat (peers only)
   /** The frames that follow (in that direction) belong to farm partition (Raft group) `group`. */
   static final int GROUP_SELECT = 0x36;
   /** The largest group number the wire carries (protocol.md: 0..2^31-1). */

@@ -151,8 +151,8 @@ class FramesTest {
   void headsOutsideTheExtensionShapeOrLimitsAreRefused() {
     assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.type(head(4, 0), "reading")))
         .contains("sent a frame of type 4 while we were reading"));
-    assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.type(head(0x37, 0), "reading")))
-        .contains("type 55"));
+    assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.type(head(0x39, 0), "reading")))
+        .contains("type 57"));
     assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.bodySize(head(0x31, -1))))
         .contains("bodySize -1"));
     assertTrue(bad(assertThrows(Frames.Bad.class, () -> Frames.bodySize(head(0x31, Frames.MAX_BODY + 1))))

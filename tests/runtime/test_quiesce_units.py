@@ -1,0 +1,96 @@
+"""Quiescing's two pure parts (issue 28): the core's query `RaftNode.can_quiesce` and the
+runtime's clock of a quiesced group (`GroupClock`, `Quiescer.wake`), on the in-memory
+cluster of the core's tests: when a group may stop ticking, and that a woken leader's
+lease is judged by a clock that caught up with the time it slept."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from consensus.raft import Role
+from consensus.runtime.group import TurnTicks
+from consensus.runtime.quiesce import GroupClock, Quiescer
+from tests.raft.harness import OPTIONS, Cluster
+
+
+class Sleeper:
+    """What `Quiescer.wake` touches of a group: its clock and its wake flag."""
+
+    def __init__(self) -> None:
+        self.clock = GroupClock(TurnTicks())
+        self.wake_due = False
+
+
+def quiescer() -> Quiescer:
+    """The default node's policy: 10 ms ticks, 30 election ticks, heartbeats every 10."""
+    return Quiescer(1, SimpleNamespace(heard={}), tick=0.01, election_ticks=30,
+                    heartbeat_ticks=10, peers=lambda: [])
+
+
+def idle_three():
+    cluster = Cluster([1, 2, 3])
+    leader = cluster.elect(1)
+    cluster.tick(OPTIONS.heartbeat_interval)     # the commit index reaches the followers
+    return cluster, leader
+
+
+def test_an_idle_leader_and_its_followers_may_quiesce_and_asking_changes_nothing():
+    cluster, leader = idle_three()
+    assert leader.can_quiesce()
+    assert all(cluster.nodes[i].can_quiesce() for i in (2, 3))
+    before = (leader.status(), leader.has_ready())
+    assert leader.can_quiesce() and (leader.status(), leader.has_ready()) == before
+
+
+def test_a_write_a_read_or_a_transfer_keeps_the_leader_ticking():
+    cluster, leader = idle_three()
+    leader.propose(b"x")
+    assert not leader.can_quiesce()              # appended, not committed
+    cluster.deliver()
+    assert not leader.can_quiesce()              # committed; the followers not told yet
+    cluster.tick(OPTIONS.heartbeat_interval)
+    assert leader.can_quiesce()
+    leader.read_index(b"r")                      # a read waits for a heartbeat round
+    assert not leader.can_quiesce()
+    cluster.deliver()
+    assert leader.can_quiesce()
+    leader.transfer_leader(2)
+    assert not leader.can_quiesce()
+
+
+def test_a_follower_without_a_leader_or_behind_its_commit_may_not_quiesce():
+    cluster, leader = idle_three()
+    cluster.isolate(1)
+    leader.propose(b"lost")
+    cluster.tick(OPTIONS.election_timeout_max * 2, ids=[2, 3])
+    others = [cluster.nodes[i] for i in (2, 3)]
+    assert any(n.role is not Role.FOLLOWER or n.leader_id is None for n in others)
+    assert not all(n.can_quiesce() for n in others)
+
+
+def test_a_woken_leader_catches_up_its_clock_and_its_lease_is_over():
+    """Quiesced for 1 s at a 10 ms tick, the leader's core saw no tick; waking delivers
+    the missed ticks (capped) before anything is stepped, so the lease it held when it
+    went quiet - granted by acknowledgements now 1 s old - no longer serves reads."""
+    cluster, leader = idle_three()
+    assert leader.lease_valid()
+    group, policy = Sleeper(), quiescer()
+    clock = group.clock
+    clock.quiesced_at = 100.0
+    policy.quiesced.add(group)
+    assert clock.due() == 0                      # quiesced: no ticks whatever came due
+    policy.wake(group, 101.0)
+    assert clock.quiesced_at is None and group not in policy.quiesced
+    due = clock.due()
+    assert due == policy.cap >= OPTIONS.lease  # 100 ticks missed, capped at 70
+    leader.tick(due)
+    assert not leader.lease_valid()
+    assert clock.due() == 0                      # the catch-up is delivered once
+
+
+def test_a_leader_woken_at_once_still_heartbeats_at_once():
+    """Woken right after quiescing, a group gets at least a heartbeat interval of ticks:
+    the leader's heartbeat round goes out in that turn."""
+    group, policy = Sleeper(), quiescer()
+    group.clock.quiesced_at = 100.0
+    policy.wake(group, 100.001)
+    assert group.clock.due() == 10
