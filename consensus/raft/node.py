@@ -239,8 +239,8 @@ class RaftNode:
         log_ = self.log
         last = log_.last_index()
         if last != log_.committed or log_.pending_snapshot is not None or self.reads.waiting \
-                or self.reads.before_commit or self.membership.leaving \
-                or self.membership.catching_up or self.removed:
+                or self.reads.before_commit or self.tenure.leaving \
+                or self.tenure.catching_up or self.removed:
             return False
         if self.role is Role.FOLLOWER:
             return self.leader_id is not None
