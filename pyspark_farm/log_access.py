@@ -61,8 +61,10 @@ class Visible:
 
 
 def log_end(client: "FarmClient") -> int:
-    """One past the last entry applied at the leader: what a new batch may read up to."""
-    return client.last_applied() + 1
+    """One past the last entry applied at the leader that readers may see: what a new
+    batch may read up to (in a partition of several, it stops before a batch that
+    partition 0 has not decided: docs/exactly-once.md, "Partitions")."""
+    return client.last_applied(stable=True) + 1
 
 
 def first_index(client: "FarmClient") -> int:

@@ -388,8 +388,11 @@ class FarmClient:
         answer = self.query(msgpack.packb(request, use_bin_type=True), consistency=consistency)
         return msgpack.unpackb(answer, raw=False, strict_map_key=False)
 
-    def last_applied(self) -> int:
-        return int(self._call("last_applied"))
+    def last_applied(self, *, stable: bool = False) -> int:
+        """The leader's last applied index; `stable`: the last one a reader may read up
+        to, before any batch still waiting for partition 0's decision (a node older than
+        that answers the applied index: it holds no such batch)."""
+        return int(self._call("last_applied", {"stable": True} if stable else None))
 
     def log_bounds(self, endpoint: str | None = None) -> tuple[int, int, int]:
         first, commit, snapshot = self._call("log_bounds", leader=endpoint is None,

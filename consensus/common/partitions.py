@@ -8,6 +8,13 @@ import json
 from consensus.common.errors import ConfigError
 
 MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine, threads
+#: A COMMIT's metadata keys of a batch decided across partitions (docs/exactly-once.md,
+#: "Partitions"): a *prepared* commit in partition q > 0 (its rows wait for partition 0's
+#: decision), partition 0's decision naming each partition's prepared commit
+#: ({"q": index}), and the marker that rolls the decision forward into partition q.
+PREPARED_KEY = "garlicfarm.prepared"
+MARKERS_KEY = "garlicfarm.markers"
+RESOLVES_KEY = "garlicfarm.resolves"
 
 
 def check_partitions(value: object, option: str = "--partitions") -> int:

@@ -22,7 +22,7 @@ from consensus.runtime.consumers import ConsumerBook, counted_rows
 from consensus.runtime.disk_storage import (CommitSaver, DiskStorage, SnapshotView, SyncedDisk,
                                             SyncThread)
 from consensus.runtime.groups import group_data_dir
-from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.machines import Decider, FarmStateMachine
 from consensus.runtime.node_view import NodeView
 from consensus.runtime.service import Service
 from consensus.storage import FsyncPolicy
@@ -113,8 +113,10 @@ class Group:
                  learn_address: Callable[[int, str], None],
                  partitions: Callable[[], list[dict]] = lambda: [],
                  reads: "LogReads | None" = None,
-                 app_factory: Callable[[], StateMachine] | None = None) -> None:
+                 app_factory: Callable[[], StateMachine] | None = None,
+                 decider: Decider | None = None) -> None:
         self.group = group
+        self.decider = decider
         self.config = config
         self.id = config.id
         self.transport = transport
@@ -163,7 +165,7 @@ class Group:
                                   PeerNetwork(transport, observer, group), self, ticks)
 
     def new_machine(self) -> FarmStateMachine:
-        return FarmStateMachine(self.app_factory() if self.app_factory else None)
+        return FarmStateMachine(self.app_factory() if self.app_factory else None, self.decider)
 
     # -- the loop ---------------------------------------------------------------------------
     def busy(self) -> bool:

@@ -164,13 +164,15 @@ class LogCalls:
                        answer: Callable[[int, int], Any]) -> Any:
         """`answer(start, stop)` for applied entries [start, stop) of this member's log,
         on a reader thread: IndexUnderflow below its first entry, IndexOverflow past
-        what it applied (a new leader waits for what it may already have acknowledged).
-        The loop checks the bounds only: O(1) per call."""
+        what it applied and may show (`stable_applied`: never into a batch partition 0
+        has not decided; a new leader waits for what it may already have acknowledged).
+        The loop checks the bounds only: O(1) per call (and per batch awaiting a
+        decision)."""
         node = self.node
         start, stop = int(args["start"]), int(args["stop"])
         if start < 1 or stop < start:
             raise FarmError(f"{name}({start}, {stop}): need 1 <= start <= stop")
-        first, applied = node.log.first_index(), node.machine.applied
+        first, applied = node.log.first_index(), node.machine.stable_applied()
         if start < first:
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first)
@@ -184,10 +186,12 @@ class LogCalls:
                 return self.waits.add(
                     conn, call, args,
                     lambda: ((True, self._off_loop(conn, call, lambda: answer(start, stop)))
-                             if node.machine.applied >= stop - 1 else (False, None)),
+                             if node.machine.stable_applied() >= stop - 1 else (False, None)),
                     f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
-            raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
-                                f"entry {stop - 1} is not there yet", applied)
+            held = "" if applied == node.machine.applied else \
+                f" (entry {applied + 1} is a batch waiting for partition 0's decision)"
+            raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}"
+                                f"{held}; entry {stop - 1} is not there yet", applied)
         return self._off_loop(conn, call, lambda: answer(start, stop))
 
     def _entries(self, start: int, stop: int, max_bytes: int, payloads: bool) -> dict:

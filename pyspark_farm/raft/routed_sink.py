@@ -4,12 +4,16 @@ A row whose `key` (string, binary or integer) is not null goes to the partition 
 partitioner picks for it (`partitioning.key_partitions`: murmur2 of the key's bytes, mod
 N), so the rows of one key stay in one partition, in write order; rows without a key are spread
 row by row over the partitions in turn (from the task's number: deterministic, so a
-re-run batch routes as the first run did). Each partition gets what today's one-partition sink does: staged payloads, then
-one commit entry per (query id, batch id) that its ledger takes once; the driver commits
-the partitions one after the other, and a commit that is re-run (driver restart) commits
-the partitions still missing while the others ignore it as a duplicate. So every row is
-written exactly once per partition, but a batch is NOT atomic across partitions: a reader
-can see partition 0's part of a batch before partition 1's (docs: "Partitions").
+re-run batch routes as the first run did). Each partition gets staged payloads, as the
+one-partition sink's; the driver then decides the batch once, in partition 0, so that it
+is visible in every partition at once or in none (docs/exactly-once.md, "Partitions"):
+1. prepare: every other partition with rows takes a prepared commit of its share, which
+   its readers do not read past until partition 0 decides the batch;
+2. decide: partition 0's commit (its own share, maybe none) names each prepared commit;
+   its ledger takes one per (query id, batch id), so the batch is decided once;
+3. roll forward: a marker in each prepared partition records the decision there.
+Readers need only step 2 (a partition's members ask partition 0's ledger); a commit that
+is re-run (driver restart) after the decision finds it and only rolls it forward.
 With valueFormat binary the key routes only (the value is stored); with json, msgpack or
 arrow it is encoded into the value with the other columns, as today.
 """
@@ -23,6 +27,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+
+from consensus.common.partitions import MARKERS_KEY, PREPARED_KEY, RESOLVES_KEY
 
 from ..errors import SchemaError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
@@ -136,31 +142,66 @@ class RoutedSinkBackend:
 
     def commit(self, query_id: str, batch_id: int, outputs: Sequence[StagedOutput]
                ) -> CommitOutcome:
-        """One commit per partition that has rows, each taken once by its ledger."""
-        committed = duplicate = False
-        first: int | None = None
-        total = 0
-        named: list[int] = []
-        for partition in range(self.partitions):
-            parts = [o.routed[partition] for o in outputs
-                     if isinstance(o, RoutedOutput) and partition in o.routed]
-            staged = [ref for refs, _ in parts for ref in refs]
-            if not staged:
-                continue
-            counts = [n for _, rows in parts for n in rows]
-            metadata = {"rows": counts, "partitions": len(parts), "writer": "pyspark_farm"}
-            client = self._of(partition).connection.client()
-            try:
-                result = client.commit_batch(query_id, batch_id, staged, metadata=metadata)
-            finally:
-                client.close()
-            committed |= result.committed
-            duplicate = duplicate or result.duplicate
-            first = result.index if first is None else first
-            total += sum(counts)
-            named += staged
-        return CommitOutcome(committed, duplicate and not committed, first, total,
-                             tuple(named))
+        """Prepare, decide in partition 0, roll forward (the module docstring)."""
+        shares: dict[int, tuple[list[int], list[int]]] = {}
+        for output in outputs:
+            if isinstance(output, RoutedOutput):
+                for partition, (refs, rows) in output.routed.items():
+                    staged, counts = shares.setdefault(partition, ([], []))
+                    staged.extend(refs)
+                    counts.extend(rows)
+        if not shares:
+            return CommitOutcome(False, False, None, 0, ())
+        parts = {p: sum(1 for o in outputs if isinstance(o, RoutedOutput) and p in o.routed)
+                 for p in shares}
+
+        def metadata(partition: int) -> dict:
+            return {"rows": shares[partition][1], "partitions": parts[partition],
+                    "writer": "pyspark_farm"}
+
+        decision = self._ask(0, lambda c: c.batch_status(query_id, batch_id))
+        committed = False
+        if decision is None:
+            markers: dict[str, int] = {}
+            for partition in sorted(p for p in shares if p):
+                staged = shares[partition][0]
+                prepared = self._ask(partition, lambda c: c.commit_batch(
+                    query_id, batch_id, staged,
+                    metadata={**metadata(partition), PREPARED_KEY: 0}))
+                if prepared.duplicate:      # rolled forward already: decided meanwhile
+                    break
+                markers[str(partition)] = prepared.index
+            else:
+                staged0, counts0 = shares.get(0, ([], []))
+                decided = self._ask(0, lambda c: c.commit_batch(
+                    query_id, batch_id, staged0,
+                    metadata={"rows": counts0, "partitions": parts.get(0, 0),
+                              "writer": "pyspark_farm", MARKERS_KEY: markers}))
+                committed = decided.committed
+            decision = self._ask(0, lambda c: c.batch_status(query_id, batch_id))
+            if decision is None:
+                raise RuntimeError(f"partition 0 neither took nor remembers the decision "
+                                   f"of query {query_id}, batch {batch_id}: the batch "
+                                   f"fails and Spark runs it again")
+        self.roll_forward(query_id, batch_id, decision.metadata)
+        named = tuple(r for p in sorted(shares) for r in shares[p][0])
+        return CommitOutcome(committed, not committed, decision.index,
+                             sum(sum(c) for _, c in shares.values()), named)
+
+    def roll_forward(self, query_id: str, batch_id: int, decision: dict) -> None:
+        """Record partition 0's decision (its commit's metadata) in every partition it
+        names: a marker each, which a partition that has it already answers duplicate."""
+        markers = decision.get(MARKERS_KEY) if isinstance(decision, dict) else None
+        for key, prepared in sorted((markers or {}).items()):
+            self._ask(int(key), lambda c: c.commit_batch(
+                query_id, batch_id, [], metadata={RESOLVES_KEY: prepared}))
+
+    def _ask(self, partition: int, call):
+        client = self._of(partition).connection.client()
+        try:
+            return call(client)
+        finally:
+            client.close()
 
     def abort(self, query_id: str, batch_id: int) -> None:
         for partition in range(self.partitions):
