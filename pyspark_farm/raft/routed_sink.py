@@ -132,8 +132,8 @@ class RoutedSinkBackend:
             targets = np.where(targets == NO_PARTITION, spread, targets)
         else:
             targets = spread
-        if self.value_format == "binary":       # the key routes; the value is stored
-            batch = batch.drop_columns([KEY_COLUMN])
+        if self.value_format == "binary" and KEY_COLUMN in batch.schema.names:
+            batch = batch.drop_columns([KEY_COLUMN])     # the key routes; the value is stored
         for partition in np.unique(targets).tolist():
             yield partition, batch.filter(pa.array(targets == partition))
 

@@ -1,0 +1,174 @@
+"""The raft sink's commit over a farm of several partitions, stopped in its windows
+(issue 28, item 3; docs/exactly-once.md, "Partitions"): a batch is visible in every
+partition at once or in none. The driver's side (`RoutedSinkBackend`) runs here, in the
+test process, against a real farm of 3 nodes x 3 partitions; readers use the calls the
+Python and JVM readers use (the stable end, read_entries and the members' verdicts), at
+every member."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from consensus.client import FarmClient, FarmError, IndexOverflow
+from pyspark_farm import LocalFarm
+from pyspark_farm.connection import FarmClientOptions
+from pyspark_farm.log_access import log_end
+from pyspark_farm.raft.routed_sink import RoutedSinkBackend
+from pyspark_farm.raft.sink import RaftSinkBackend
+from pyspark_farm.sink import TaskTag
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+ROWS = 30           # keyless: spread row by row, 10 a partition
+
+
+@pytest.fixture(scope="module")
+def farm():
+    with LocalFarm(nodes=3, partitions=PARTITIONS) as running:
+        yield running
+
+
+def routed(farm: LocalFarm) -> RoutedSinkBackend:
+    options = farm.options
+    connection = FarmClientOptions(endpoints=options["endpoints"], cluster=options["cluster"],
+                                   username=options["username"],
+                                   password=options["password"])
+    return RoutedSinkBackend(RaftSinkBackend(connection, stage_bytes=256), PARTITIONS,
+                             "binary")
+
+
+def run_batch(backend: RoutedSinkBackend, query: str, batch: int, run: int):
+    """What one run of a micro-batch stages (two tasks), as Spark's driver gets it."""
+    outputs = []
+    for task in range(2):
+        values = [f"{query}-{batch}-{task}-{n}".encode() for n in range(ROWS // 2)]
+        frame = pa.RecordBatch.from_pydict({"value": pa.array(values, pa.binary())})
+        outputs.append(backend.stage_batches(TaskTag(query, batch, task, run), iter([frame])))
+    return outputs
+
+
+def visible(farm: LocalFarm, partition: int, query: str, endpoint: str | None = None
+            ) -> list[bytes]:
+    """The rows of `query` a reader of `partition` sees (at `endpoint`, else the
+    leader), up to the partition's stable end."""
+    with farm.client(partition=partition) as client:
+        end = log_end(client)
+        rows = []
+        for record in client.read_committed(1, end, endpoint=endpoint):
+            if record.commit is None:
+                continue
+            for payload in record.records:
+                for batch in pa.ipc.open_stream(payload):
+                    rows += [v for v in batch.column("value").to_pylist()
+                             if v.startswith(query.encode())]
+        return rows
+
+
+def shares(farm: LocalFarm, query: str, endpoint: str | None = None) -> list[int]:
+    return [len(visible(farm, p, query, endpoint)) for p in range(PARTITIONS)]
+
+
+class Stop(FarmError):
+    """The driver dies here (the injected fault)."""
+
+
+def stop_commits(monkeypatch, *, decided: bool) -> None:
+    """Make the driver stop: with `decided`, at its first commit call to a partition
+    other than 0 after partition 0 took one (between the decision and the rest);
+    otherwise at partition 0's commit call (before any decision)."""
+    real = FarmClient.commit_batch
+    seen = {"zero": False}
+
+    def commit_batch(self, *args, **kwargs):
+        if self.partition == 0 and not decided:
+            raise Stop("the driver died before partition 0's commit")
+        if self.partition != 0 and seen["zero"]:
+            raise Stop("the driver died after partition 0's commit")
+        result = real(self, *args, **kwargs)
+        seen["zero"] |= self.partition == 0
+        return result
+    monkeypatch.setattr(FarmClient, "commit_batch", commit_batch)
+
+
+def members(farm: LocalFarm) -> list[str]:
+    return farm.options["endpoints"].split(",")
+
+
+def wait_for(condition, what: str, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    delay = 0.02
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {seconds} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+@pytest.mark.timeout(60)
+def test_a_driver_that_dies_after_partition_0_decided_leaves_the_batch_whole_everywhere(
+        farm, monkeypatch):
+    """Today's sequential commits fail this: partition 0 showed the batch, the others
+    never did. Now partition 0's commit is the decision; the others' readers see their
+    share from it, at every member, before any marker; the restart's re-run only rolls
+    the decision forward, and every row shows once."""
+    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
+    first = run_batch(backend, query, 0, run=0)
+    stop_commits(monkeypatch, decided=True)
+    with pytest.raises(Stop):
+        backend.commit(query, 0, first)
+    monkeypatch.undo()
+    whole = [ROWS // PARTITIONS] * PARTITIONS
+    assert shares(farm, query) == whole
+    for endpoint in members(farm):        # followers learn the decision from partition 0
+        wait_for(lambda e=endpoint: shares(farm, query, e) == whole,
+                 f"the decided batch whole at {endpoint}")
+    with farm.client(partition=1) as client:
+        assert client.batch_status(query, 0) is None      # not rolled forward yet
+    rerun = run_batch(backend, query, 0, run=1)           # the restart runs it again
+    outcome = backend.commit(query, 0, rerun)
+    assert (outcome.committed, outcome.duplicate) == (False, True)
+    for partition in range(PARTITIONS):
+        with farm.client(partition=partition) as client:
+            assert client.batch_status(query, 0) is not None
+    rows = [row for p in range(PARTITIONS) for row in visible(farm, p, query)]
+    assert sorted(rows) == sorted(f"{query}-0-{t}-{n}".encode()
+                                  for t in range(2) for n in range(ROWS // 2))
+
+
+@pytest.mark.timeout(60)
+def test_an_undecided_batch_holds_the_other_partitions_readers_until_its_decision(
+        farm, monkeypatch):
+    """The driver dies after preparing partitions 1 and 2, before partition 0 decides:
+    their readers stop before the prepared commit (an entry written after it waits
+    too), and go on at once when the restart decides the batch, showing it once."""
+    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
+    first = run_batch(backend, query, 0, run=0)
+    stop_commits(monkeypatch, decided=False)
+    with pytest.raises(Stop):
+        backend.commit(query, 0, first)
+    monkeypatch.undo()
+    with farm.client(partition=1) as client:
+        after, _ = client.append([f"{query}-after".encode()])
+        held = log_end(client)
+        assert held < after
+        with pytest.raises(IndexOverflow, match="waiting for partition 0's decision"):
+            client.read_entries(held, after + 1)
+    assert shares(farm, query) == [0, 0, 0]
+    outcome = backend.commit(query, 0, run_batch(backend, query, 0, run=1))
+    assert (outcome.committed, outcome.duplicate) == (True, False)
+    with farm.client(partition=1) as client:
+        assert log_end(client) > after
+        journal = [r for r in client.read_committed(held, log_end(client))
+                   if r.commit is None and f"{query}-after".encode() in r.records]
+        assert len(journal) == 1
+    rows = [row for p in range(PARTITIONS) for row in visible(farm, p, query)]
+    assert sorted(rows) == sorted(f"{query}-0-{t}-{n}".encode()
+                                  for t in range(2) for n in range(ROWS // 2))
+    assert shares(farm, query) == [ROWS // PARTITIONS] * PARTITIONS
