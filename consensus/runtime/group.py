@@ -143,7 +143,8 @@ class Group:
                              applied=self._snapshot_index)
         self.consumers = ConsumerBook(
             counted_rows(self.raft.log_view, lambda entry: self.machine.verdict(entry)),
-            lambda: (self.raft.log_view.first_index(), self.machine.applied + 1),
+            # up to the stable end: what readers may read (and rows counted once judged)
+            lambda: (self.raft.log_view.first_index(), self.machine.stable_applied() + 1),
             expiry=config.consumer_expiry)
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,

@@ -23,7 +23,7 @@ import dataclasses
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +36,11 @@ from ..value_formats import encode_values
 from .partitioning import NO_PARTITION, key_partitions
 from .sink import RaftSinkBackend, _Stager, ipc_payload, payload_chunks
 
+if TYPE_CHECKING:
+    from consensus.client import FarmClient
+
 KEY_COLUMN = "key"
+T = TypeVar("T")
 
 
 #: Spark type names of the key columns `partitioning` encodes as Kafka's serializers do.
@@ -159,50 +163,67 @@ class RoutedSinkBackend:
             return {"rows": shares[partition][1], "partitions": parts[partition],
                     "writer": "pyspark_farm"}
 
-        decision = self._ask(0, lambda c: c.batch_status(query_id, batch_id))
-        committed = False
-        if decision is None:
-            markers: dict[str, int] = {}
-            for partition in sorted(p for p in shares if p):
-                staged = shares[partition][0]
-                prepared = self._ask(partition, lambda c: c.commit_batch(
-                    query_id, batch_id, staged,
-                    metadata={**metadata(partition), PREPARED_KEY: 0}))
-                if prepared.duplicate:      # rolled forward already: decided meanwhile
-                    break
-                markers[str(partition)] = prepared.index
-            else:
-                staged0, counts0 = shares.get(0, ([], []))
-                decided = self._ask(0, lambda c: c.commit_batch(
-                    query_id, batch_id, staged0,
-                    metadata={"rows": counts0, "partitions": parts.get(0, 0),
-                              "writer": "pyspark_farm", MARKERS_KEY: markers}))
-                committed = decided.committed
-            decision = self._ask(0, lambda c: c.batch_status(query_id, batch_id))
+        with _Clients(self) as ask:
+            decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
+            committed = False
             if decision is None:
-                raise RuntimeError(f"partition 0 neither took nor remembers the decision "
-                                   f"of query {query_id}, batch {batch_id}: the batch "
-                                   f"fails and Spark runs it again")
-        self.roll_forward(query_id, batch_id, decision.metadata)
+                markers: dict[str, int] = {}
+                for partition in sorted(p for p in shares if p):
+                    staged = shares[partition][0]
+                    prepared = ask(partition, lambda c: c.commit_batch(
+                        query_id, batch_id, staged,
+                        metadata={**metadata(partition), PREPARED_KEY: 0}))
+                    if prepared.duplicate:      # rolled forward already: decided meanwhile
+                        break
+                    markers[str(partition)] = prepared.index
+                else:
+                    staged0, counts0 = shares.get(0, ([], []))
+                    decided = ask(0, lambda c: c.commit_batch(
+                        query_id, batch_id, staged0,
+                        metadata={"rows": counts0, "partitions": parts.get(0, 0),
+                                  "writer": "pyspark_farm", MARKERS_KEY: markers}))
+                    committed = decided.committed
+                decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
+                if decision is None:
+                    raise RuntimeError(f"partition 0 neither took nor remembers the decision "
+                                       f"of query {query_id}, batch {batch_id}: the batch "
+                                       f"fails and Spark runs it again")
+            self.roll_forward(query_id, batch_id, decision.metadata, ask)
         named = tuple(r for p in sorted(shares) for r in shares[p][0])
         return CommitOutcome(committed, not committed, decision.index,
                              sum(sum(c) for _, c in shares.values()), named)
 
-    def roll_forward(self, query_id: str, batch_id: int, decision: dict) -> None:
+    def roll_forward(self, query_id: str, batch_id: int, decision: dict,
+                     ask: "_Clients") -> None:
         """Record partition 0's decision (its commit's metadata) in every partition it
         names: a marker each, which a partition that has it already answers duplicate."""
         markers = decision.get(MARKERS_KEY) if isinstance(decision, dict) else None
         for key, prepared in sorted((markers or {}).items()):
-            self._ask(int(key), lambda c: c.commit_batch(
+            ask(int(key), lambda c: c.commit_batch(
                 query_id, batch_id, [], metadata={RESOLVES_KEY: prepared}))
-
-    def _ask(self, partition: int, call):
-        client = self._of(partition).connection.client()
-        try:
-            return call(client)
-        finally:
-            client.close()
 
     def abort(self, query_id: str, batch_id: int) -> None:
         for partition in range(self.partitions):
             self._of(partition).abort(query_id, batch_id)
+
+
+class _Clients:
+    """One client per partition for the calls of one commit (`ask(partition, call)`),
+    all closed at its end."""
+
+    def __init__(self, backend: RoutedSinkBackend) -> None:
+        self._backend = backend
+        self._open: dict[int, "FarmClient"] = {}
+
+    def __enter__(self) -> "_Clients":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for client in self._open.values():
+            client.close()
+
+    def __call__(self, partition: int, call: Callable[["FarmClient"], T]) -> T:
+        client = self._open.get(partition)
+        if client is None:
+            client = self._open[partition] = self._backend._of(partition).connection.client()
+        return call(client)

@@ -3,7 +3,7 @@
 partition at once or in none. The driver's side (`RoutedSinkBackend`) runs here, in the
 test process, against a real farm of 3 nodes x 3 partitions; readers use the calls the
 Python and JVM readers use (the stable end, read_entries and the members' verdicts), at
-every member."""
+every member; the last test kills a real Spark driver there."""
 from __future__ import annotations
 
 import time
@@ -19,6 +19,7 @@ from pyspark_farm.log_access import log_end
 from pyspark_farm.raft.routed_sink import RoutedSinkBackend
 from pyspark_farm.raft.sink import RaftSinkBackend
 from pyspark_farm.sink import TaskTag
+from tests.spark.helpers import crash_after_commit, file_stream, write_files
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +173,46 @@ def test_an_undecided_batch_holds_the_other_partitions_readers_until_its_decisio
     assert sorted(rows) == sorted(f"{query}-0-{t}-{n}".encode()
                                   for t in range(2) for n in range(ROWS // 2))
     assert shares(farm, query) == [ROWS // PARTITIONS] * PARTITIONS
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_spark_driver_killed_between_the_decision_and_the_markers(spark, farm, tmp_path,
+                                                                     no_queries_left):
+    """A streaming query's driver SIGKILLed inside the sink's commit of batch 1, after
+    partition 0 decided it: the Python and JVM readers see batches 0 and 1 whole in
+    every partition; the restart rolls the decision forward; every row shows once."""
+    tag = f"d{uuid.uuid4().hex[:8]}"
+    chunks = [[f"{tag}-f{f}-r{i:02d}" for i in range(12)] for f in range(3)]
+    inbox, checkpoint = tmp_path / "in", tmp_path / "chk"
+    write_files(inbox, chunks)
+    query_id = crash_after_commit(farm.options, inbox, checkpoint, 1,
+                                  where="--crash-after-decision")
+    with farm.client(partition=0) as client:
+        assert client.batch_status(query_id, 1) is not None         # decided
+    with farm.client(partition=1) as client:
+        assert client.batch_status(query_id, 1) is None             # no marker yet
+
+    def read(fmt: str):
+        frame = (spark.read.format(fmt).options(**farm.options).option("partitions", "all")
+                 .load().where(f"value like '{tag}-%'").select("partition", "value"))
+        rows = [(r["partition"], bytes(r["value"]).decode()) for r in frame.collect()]
+        assert len({p for p, _ in rows}) == PARTITIONS              # spread over all
+        return sorted(v for _, v in rows)
+
+    decided = sorted(chunks[0] + chunks[1])
+    assert read("garlicfarm") == decided
+    assert read("garlicfarm-columnar") == decided
+    rerun = (file_stream(spark, inbox).writeStream.format("garlicfarm")
+             .options(**farm.options).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert rerun.id == query_id
+        rerun.awaitTermination(120)
+        assert rerun.exception() is None
+    finally:
+        rerun.stop()
+    for partition in range(PARTITIONS):
+        with farm.client(partition=partition) as client:
+            assert client.last_committed_batch(query_id) == len(chunks) - 1
+    assert read("garlicfarm") == sorted(sum(chunks, []))
