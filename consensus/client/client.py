@@ -375,6 +375,14 @@ class FarmClient:
         index, staged, metadata = found
         return BatchCommit(True, index, False, query_id, int(batch_id), tuple(staged), metadata)
 
+    def prepared_commits(self) -> tuple[int, list[tuple[int, str, int]], list[tuple[int, int]]]:
+        """A partition's (applied index, prepared commits still waiting as (index, query
+        id, batch id), the newest rolled-forward ones as (index, partition 0's decision
+        index)), at one moment (docs/exactly-once.md, "Partitions")."""
+        applied, waiting, resolved = self._query_builtin(["prepared"])
+        return (int(applied), [(int(i), q, int(b)) for i, q, b in waiting],
+                [(int(i), int(d)) for i, d in resolved])
+
     def last_committed_batch(self, query_id: str) -> int | None:
         return self._query_builtin(["last_batch", query_id])
 

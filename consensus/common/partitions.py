@@ -15,6 +15,7 @@ MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine,
 PREPARED_KEY = "garlicfarm.prepared"
 MARKERS_KEY = "garlicfarm.markers"
 RESOLVES_KEY = "garlicfarm.resolves"
+DECIDED_AT_KEY = "garlicfarm.decided_at"    #: on a marker: the decision's index in partition 0
 
 
 def check_partitions(value: object, option: str = "--partitions") -> int:

@@ -16,7 +16,7 @@ from consensus.common.errors import FarmError, IndexOverflow, IndexUnderflow
 from consensus.raft import CompactedError, Entry, PullStatus, Role
 from consensus.raft.reads import query_snapshot
 from consensus.runtime.log_reads import PAUSE_EVERY, LogReads
-from consensus.runtime.machines import CommandError
+from consensus.runtime.machines import CommandError, FarmStateMachine
 from consensus.runtime.membership_calls import LATER, AdminWaits
 from consensus.runtime.row_index import RowIndex, entry_shows
 from consensus.wire.envelope import described, header_of
@@ -189,7 +189,7 @@ class LogCalls:
                              if node.machine.stable_applied() >= stop - 1 else (False, None)),
                     f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
             held = "" if applied == node.machine.applied else \
-                f" (entry {applied + 1} is a batch waiting for partition 0's decision)"
+                f" ({_waiting(node.machine, applied + 1)})"
             raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}"
                                 f"{held}; entry {stop - 1} is not there yet", applied)
         return self._off_loop(conn, call, lambda: answer(start, stop))
@@ -206,6 +206,13 @@ class LogCalls:
                                 for e in entries]}
         return {"entries": [[e.index, e.term, int(e.type), e.data] for e in entries],
                 "verdicts": verdicts}
+
+
+def _waiting(machine: FarmStateMachine, index: int) -> str:
+    """What holds a partition's stable end at `index`: a prepared commit's batch."""
+    query, batch = machine.ledger.prepared.get(index, ("?", "?"))[:2]
+    return f"entry {index} is batch {batch} of query {query!r}, waiting for partition 0's " \
+        f"decision"
 
 
 def _page_bytes(args: dict) -> int:

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import msgpack
 
 from consensus.common.errors import ErrorCode
-from consensus.common.partitions import MARKERS_KEY, PREPARED_KEY, RESOLVES_KEY
+from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
+    RESOLVES_KEY
 from consensus.raft import Entry, EntryType, StateMachine
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
@@ -42,6 +43,9 @@ log = logging.getLogger("garlicfarm.machines")
 DEDUP_CAPACITY = 65_536
 BATCHES_KEPT_PER_QUERY = 100_000
 ALLOCATIONS_KEPT = 100_000
+#: rolled-forward prepared commits whose decision index is kept, for readers that cut
+#: every partition at one index of partition 0 (only the newest matter: `prepared` query)
+RESOLVED_KEPT = 4096
 MAX_COUNTER = (1 << 63) - 1
 SNAPSHOT_VERSION = 2           #: 2: requests as [id, [index, term, result, error]]
 _READABLE_VERSIONS = (1, 2)    #: 1: requests as [id, index, term, result, error]
@@ -131,6 +135,7 @@ class Ledger:
         self.counters: dict[str, int] = {}
         self.allocations: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self.prepared: dict[int, list] = {}         # index -> [query, batch, staged, meta]
+        self.resolved: OrderedDict[int, int] = OrderedDict()  # prepared index -> decision's
 
     def stage(self, index: int, query: str, batch: int, partition: int, attempt: int,
               content_type: str) -> int:
@@ -146,7 +151,7 @@ class Ledger:
             if staged:
                 raise CommandError("a marker names no staged entries (the prepared commit "
                                    "it rolls forward does)")
-            return self._resolve(query, batch, meta[RESOLVES_KEY])
+            return self._resolve(query, batch, meta[RESOLVES_KEY], meta.get(DECIDED_AT_KEY))
         batches = self.commits.setdefault(query, OrderedDict())
         first = batches.get(batch)
         if first is not None:
@@ -195,7 +200,7 @@ class Ledger:
             old, _ = batches.popitem(last=False)
             self.forgotten[query] = max(old, self.forgotten.get(query, -1))
 
-    def _resolve(self, query: str, batch: int, target: object) -> list:
+    def _resolve(self, query: str, batch: int, target: object, decided_at: object) -> list:
         """A marker: partition 0 decided (query, batch) with the prepared commit at
         `target`; [committed, index of the batch's commit, duplicate] as `commit`."""
         self._drop_garbage(query, batch)        # a re-run's output, zombie attempts'
@@ -209,6 +214,9 @@ class Ledger:
                                f"query {query!r}, batch {batch} (nothing to roll forward)")
         self._record(query, batch, target, found[2], found[3])   # effective before forgetting:
         self._forget_prepared(query, batch)                         # reader threads look here
+        self.resolved[target] = decided_at if type(decided_at) is int else 0
+        while len(self.resolved) > RESOLVED_KEPT:
+            self.resolved.popitem(last=False)
         return [True, target, False]
 
     def _forget_prepared(self, query: str, batch: int) -> None:
@@ -311,7 +319,8 @@ class Ledger:
                             for q, batches in self.commits.items()},
                 "counters": self.counters,
                 "allocations": [[*k, v] for k, v in self.allocations.items()],
-                "prepared": [[i, *v] for i, v in self.prepared.items()]}
+                "prepared": [[i, *v] for i, v in self.prepared.items()],
+                "resolved": [[i, d] for i, d in self.resolved.items()]}
 
     def load(self, data: dict) -> None:
         self.__init__()
@@ -327,6 +336,7 @@ class Ledger:
         self.allocations = OrderedDict(((k, q, b), v) for k, q, b, v in data["allocations"])
         self.prepared = {i: [q, b, list(staged), meta]
                          for i, q, b, staged, meta in data.get("prepared", ())}
+        self.resolved = OrderedDict((i, d) for i, d in data.get("resolved", ()))
 
 
 @dataclass(frozen=True)
@@ -502,6 +512,9 @@ class FarmStateMachine:
         "statuses": lambda self: self.statuses,
         "publisher": lambda self: self.publisher(),
         "applied": lambda self: self.applied,
+        "prepared": lambda self: [self.applied,
+                                  [[i, p[0], p[1]] for i, p in self.ledger.prepared.items()],
+                                  [[i, d] for i, d in self.ledger.resolved.items()]],
     }
 
     # -- snapshots -----------------------------------------------------------------------------

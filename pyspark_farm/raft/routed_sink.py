@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from consensus.common.partitions import MARKERS_KEY, PREPARED_KEY, RESOLVES_KEY
+from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
+    RESOLVES_KEY
 
 from ..errors import SchemaError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
@@ -174,33 +175,35 @@ class RoutedSinkBackend:
                         query_id, batch_id, staged,
                         metadata={**metadata(partition), PREPARED_KEY: 0}))
                     if prepared.duplicate:      # rolled forward already: decided meanwhile
+                        decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
                         break
                     markers[str(partition)] = prepared.index
-                else:
+                else:       # the decision, or (duplicate) the one taken before, as it was
                     staged0, counts0 = shares.get(0, ([], []))
-                    decided = ask(0, lambda c: c.commit_batch(
+                    decision = ask(0, lambda c: c.commit_batch(
                         query_id, batch_id, staged0,
                         metadata={"rows": counts0, "partitions": parts.get(0, 0),
                                   "writer": "pyspark_farm", MARKERS_KEY: markers}))
-                    committed = decided.committed
-                decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
+                    committed = decision.committed
                 if decision is None:
                     raise RuntimeError(f"partition 0 neither took nor remembers the decision "
                                        f"of query {query_id}, batch {batch_id}: the batch "
                                        f"fails and Spark runs it again")
-            self.roll_forward(query_id, batch_id, decision.metadata, ask)
+            self.roll_forward(query_id, batch_id, decision.index, decision.metadata, ask)
         named = tuple(r for p in sorted(shares) for r in shares[p][0])
         return CommitOutcome(committed, not committed, decision.index,
                              sum(sum(c) for _, c in shares.values()), named)
 
-    def roll_forward(self, query_id: str, batch_id: int, decision: dict,
+    def roll_forward(self, query_id: str, batch_id: int, at: int, decision: dict,
                      ask: "_Clients") -> None:
-        """Record partition 0's decision (its commit's metadata) in every partition it
-        names: a marker each, which a partition that has it already answers duplicate."""
+        """Record partition 0's decision (at index `at`, `decision` its commit's metadata)
+        in every partition it names: a marker each, which a partition that has it already
+        answers duplicate."""
         markers = decision.get(MARKERS_KEY) if isinstance(decision, dict) else None
         for key, prepared in sorted((markers or {}).items()):
             ask(int(key), lambda c: c.commit_batch(
-                query_id, batch_id, [], metadata={RESOLVES_KEY: prepared}))
+                query_id, batch_id, [],
+                metadata={RESOLVES_KEY: prepared, DECIDED_AT_KEY: at}))
 
     def abort(self, query_id: str, batch_id: int) -> None:
         for partition in range(self.partitions):

@@ -10,7 +10,8 @@ import itertools
 import msgpack
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from consensus.common.partitions import MARKERS_KEY, PREPARED_KEY, RESOLVES_KEY
+from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
+    RESOLVES_KEY
 from consensus.raft import Entry, EntryType
 from consensus.runtime.machines import Decider, FarmStateMachine
 from consensus.wire.envelope import CommandKind, encode_command
@@ -77,9 +78,13 @@ def test_the_marker_records_the_decision_once_and_frees_the_prepared_commit():
     parts = Partitions()
     _, prepared = prepared_batch(parts)
     parts.commit(0, 0, [], {MARKERS_KEY: {"1": prepared}})
-    marker, result = parts.commit(1, 0, [], {RESOLVES_KEY: prepared})
+    assert msgpack.unpackb(parts.one.query(msgpack.packb(["prepared"]))) == \
+        [parts.one.applied, [[prepared, Q, 0]], []]
+    marker, result = parts.commit(1, 0, [], {RESOLVES_KEY: prepared, DECIDED_AT_KEY: 7})
     assert result == [True, prepared, False]
     assert parts.one.ledger.prepared == {}
+    assert msgpack.unpackb(parts.one.query(msgpack.packb(["prepared"]))) == \
+        [marker, [], [[prepared, 7]]]          # what readers cut partitions by
     assert parts.verdict(1, prepared) is True
     assert parts.verdict(1, marker) is False        # the marker shows no rows itself
     assert parts.one.ledger.batch_status(Q, 0)[0] == prepared

@@ -16,6 +16,7 @@ from consensus.client import FarmClient, FarmError, IndexOverflow
 from pyspark_farm import LocalFarm
 from pyspark_farm.connection import FarmClientOptions
 from pyspark_farm.log_access import log_end
+from pyspark_farm.raft.partitions import consistent_ends
 from pyspark_farm.raft.routed_sink import RoutedSinkBackend
 from pyspark_farm.raft.sink import RaftSinkBackend
 from pyspark_farm.sink import TaskTag
@@ -52,25 +53,49 @@ def run_batch(backend: RoutedSinkBackend, query: str, batch: int, run: int):
     return outputs
 
 
-def visible(farm: LocalFarm, partition: int, query: str, endpoint: str | None = None
-            ) -> list[bytes]:
-    """The rows of `query` a reader of `partition` sees (at `endpoint`, else the
-    leader), up to the partition's stable end."""
+def cut(farm: LocalFarm) -> dict[int, int]:
+    """Every partition's end in one consistent cut, as the partitioned readers plan."""
+    clients = {p: farm.client(partition=p) for p in range(PARTITIONS)}
+    try:
+        return consistent_ends(clients[0], clients)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def visible(farm: LocalFarm, partition: int, query: str, end: int,
+            endpoint: str | None = None) -> list[bytes]:
+    """The rows of `query` a reader of `partition` sees in [1, end) (at `endpoint`, else
+    the leader), waiting, as the readers do, for a member whose stable end is behind."""
     with farm.client(partition=partition) as client:
-        end = log_end(client)
-        rows = []
-        for record in client.read_committed(1, end, endpoint=endpoint):
-            if record.commit is None:
-                continue
-            for payload in record.records:
-                for batch in pa.ipc.open_stream(payload):
-                    rows += [v for v in batch.column("value").to_pylist()
-                             if v.startswith(query.encode())]
-        return rows
+        def read() -> list[bytes]:
+            rows = []
+            for record in client.read_committed(1, end, endpoint=endpoint):
+                for payload in record.records if record.commit is not None else ():
+                    for batch in pa.ipc.open_stream(payload):
+                        rows += [v for v in batch.column("value").to_pylist()
+                                 if v.startswith(query.encode())]
+            return rows
+        return wait_for(lambda: _or_none(read), f"partition {partition} read to {end}")[0]
+
+
+def _or_none(read) -> list | None:
+    """[what `read` returned] (a list, true even when empty), None on IndexOverflow."""
+    try:
+        return [read()]
+    except IndexOverflow:
+        return None
 
 
 def shares(farm: LocalFarm, query: str, endpoint: str | None = None) -> list[int]:
-    return [len(visible(farm, p, query, endpoint)) for p in range(PARTITIONS)]
+    """How many of `query`'s rows each partition shows, in one consistent cut."""
+    ends = cut(farm)
+    return [len(visible(farm, p, query, ends[p], endpoint)) for p in range(PARTITIONS)]
+
+
+def all_rows(farm: LocalFarm, query: str) -> list[bytes]:
+    ends = cut(farm)
+    return sorted(r for p in range(PARTITIONS) for r in visible(farm, p, query, ends[p]))
 
 
 class Stop(FarmError):
@@ -128,8 +153,7 @@ def test_a_driver_that_dies_after_partition_0_decided_leaves_the_batch_whole_eve
     whole = [ROWS // PARTITIONS] * PARTITIONS
     assert shares(farm, query) == whole
     for endpoint in members(farm):        # followers learn the decision from partition 0
-        wait_for(lambda e=endpoint: shares(farm, query, e) == whole,
-                 f"the decided batch whole at {endpoint}")
+        assert shares(farm, query, endpoint) == whole
     with farm.client(partition=1) as client:
         assert client.batch_status(query, 0) is None      # not rolled forward yet
     rerun = run_batch(backend, query, 0, run=1)           # the restart runs it again
@@ -138,9 +162,8 @@ def test_a_driver_that_dies_after_partition_0_decided_leaves_the_batch_whole_eve
     for partition in range(PARTITIONS):
         with farm.client(partition=partition) as client:
             assert client.batch_status(query, 0) is not None
-    rows = [row for p in range(PARTITIONS) for row in visible(farm, p, query)]
-    assert sorted(rows) == sorted(f"{query}-0-{t}-{n}".encode()
-                                  for t in range(2) for n in range(ROWS // 2))
+    assert all_rows(farm, query) == sorted(f"{query}-0-{t}-{n}".encode()
+                                           for t in range(2) for n in range(ROWS // 2))
 
 
 @pytest.mark.timeout(60)
@@ -159,19 +182,22 @@ def test_an_undecided_batch_holds_the_other_partitions_readers_until_its_decisio
         after, _ = client.append([f"{query}-after".encode()])
         held = log_end(client)
         assert held < after
-        with pytest.raises(IndexOverflow, match="waiting for partition 0's decision"):
+        with pytest.raises(IndexOverflow, match=f"batch 0 of query '{query}', waiting for "
+                                                "partition 0's decision"):
             client.read_entries(held, after + 1)
     assert shares(farm, query) == [0, 0, 0]
     outcome = backend.commit(query, 0, run_batch(backend, query, 0, run=1))
     assert (outcome.committed, outcome.duplicate) == (True, False)
+    end = cut(farm)[1]                      # the readers' end: at once
+    assert end > after
     with farm.client(partition=1) as client:
-        assert log_end(client) > after
-        journal = [r for r in client.read_committed(held, log_end(client))
-                   if r.commit is None and f"{query}-after".encode() in r.records]
+        journal = wait_for(lambda: _or_none(lambda: [
+            r for r in client.read_committed(held, end)
+            if r.commit is None and f"{query}-after".encode() in r.records]),
+            "partition 1 read past the decided batch")[0]
         assert len(journal) == 1
-    rows = [row for p in range(PARTITIONS) for row in visible(farm, p, query)]
-    assert sorted(rows) == sorted(f"{query}-0-{t}-{n}".encode()
-                                  for t in range(2) for n in range(ROWS // 2))
+    assert all_rows(farm, query) == sorted(f"{query}-0-{t}-{n}".encode()
+                                           for t in range(2) for n in range(ROWS // 2))
     assert shares(farm, query) == [ROWS // PARTITIONS] * PARTITIONS
 
 
@@ -216,3 +242,46 @@ def test_a_spark_driver_killed_between_the_decision_and_the_markers(spark, farm,
         with farm.client(partition=partition) as client:
             assert client.last_committed_batch(query_id) == len(chunks) - 1
     assert read("garlicfarm") == sorted(sum(chunks, []))
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_with_no_rows_in_partition_0_is_decided_there_all_the_same(farm):
+    """Keys that route to partitions 1 and 2 only: partition 0 takes an empty decision
+    (it shows no rows, and no task reads it), the others show their shares."""
+    from pyspark_farm.log_access import entry_sizes
+    from pyspark_farm.raft.partitioning import partition_for
+    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
+    keys = [k for k in (f"key{n}" for n in range(100)) if partition_for(k, PARTITIONS)][:6]
+    frame = pa.RecordBatch.from_pydict({
+        "key": pa.array(keys * 2), "value": pa.array([f"{query}-{n}".encode()
+                                                      for n in range(12)], pa.binary())})
+    outcome = backend.commit(query, 0, [backend.stage_batches(TaskTag(query, 0, 0, 0),
+                                                              iter([frame]))])
+    assert (outcome.committed, outcome.rows) == (True, 12)
+    expected = [sum(partition_for(k, PARTITIONS) == p for k in keys * 2)
+                for p in range(PARTITIONS)]
+    assert expected[0] == 0 and shares(farm, query) == expected
+    with farm.client(partition=0) as client:
+        decision = client.batch_status(query, 0)
+        assert decision.staged == ()
+        sizes = entry_sizes(client, decision.index, decision.index + 1)
+        assert sum(s.rows for s in sizes) == 0
+
+
+@pytest.mark.timeout(60)
+def test_an_operator_releases_an_abandoned_batch_by_deciding_it_empty(farm, monkeypatch):
+    """The documented escape (docs/exactly-once.md, "An abandoned batch"): an empty
+    decision in partition 0 frees the partitions the abandoned run prepared in."""
+    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
+    first = run_batch(backend, query, 0, run=0)
+    stop_commits(monkeypatch, decided=False)
+    with pytest.raises(Stop):
+        backend.commit(query, 0, first)
+    monkeypatch.undo()
+    with farm.client(partition=1) as client:
+        after, _ = client.append([f"{query}-after".encode()])
+        assert log_end(client) < after
+    with farm.client(partition=0) as client:
+        client.commit_batch(query, 0, [], metadata={"garlicfarm.markers": {}})
+    assert cut(farm)[1] > after
+    assert shares(farm, query) == [0, 0, 0]
