@@ -375,11 +375,13 @@ class FarmClient:
         index, staged, metadata = found
         return BatchCommit(True, index, False, query_id, int(batch_id), tuple(staged), metadata)
 
-    def prepared_commits(self) -> tuple[int, list[tuple[int, str, int]], list[tuple[int, int]]]:
+    def prepared_commits(self, decided_from: int = 0
+                         ) -> tuple[int, list[tuple[int, str, int]], list[tuple[int, int]]]:
         """A partition's (applied index, prepared commits still waiting as (index, query
-        id, batch id), the newest rolled-forward ones as (index, partition 0's decision
-        index)), at one moment (docs/exactly-once.md, "Partitions")."""
-        applied, waiting, resolved = self._query_builtin(["prepared"])
+        id, batch id), the newest rolled-forward ones decided at or after partition 0's
+        index `decided_from` as (index, decision index)), at one moment
+        (docs/exactly-once.md, "Partitions")."""
+        applied, waiting, resolved = self._query_builtin(["prepared", int(decided_from)])
         return (int(applied), [(int(i), q, int(b)) for i, q, b in waiting],
                 [(int(i), int(d)) for i, d in resolved])
 

@@ -203,15 +203,16 @@ class Ledger:
     def _resolve(self, query: str, batch: int, target: object, decided_at: object) -> list:
         """A marker: partition 0 decided (query, batch) with the prepared commit at
         `target`; [committed, index of the batch's commit, duplicate] as `commit`."""
-        self._drop_garbage(query, batch)        # a re-run's output, zombie attempts'
         first = self.commits.get(query, {}).get(batch)
         if first is not None or batch <= self.forgotten.get(query, -1):
+            self._drop_garbage(query, batch)
             self._forget_prepared(query, batch)
             return [False, first[0] if first is not None else 0, True]
         found = self.prepared.get(target) if type(target) is int else None
         if found is None or found[0] != query or found[1] != batch:
             raise CommandError(f"marker: entry {target!r} is not a prepared commit of "
                                f"query {query!r}, batch {batch} (nothing to roll forward)")
+        self._drop_garbage(query, batch)        # a re-run's output, zombie attempts'
         self._record(query, batch, target, found[2], found[3])   # effective before forgetting:
         self._forget_prepared(query, batch)                         # reader threads look here
         self.resolved[target] = decided_at if type(decided_at) is int else 0
@@ -512,9 +513,9 @@ class FarmStateMachine:
         "statuses": lambda self: self.statuses,
         "publisher": lambda self: self.publisher(),
         "applied": lambda self: self.applied,
-        "prepared": lambda self: [self.applied,
-                                  [[i, p[0], p[1]] for i, p in self.ledger.prepared.items()],
-                                  [[i, d] for i, d in self.ledger.resolved.items()]],
+        "prepared": lambda self, decided_from=0: [
+            self.applied, [[i, p[0], p[1]] for i, p in self.ledger.prepared.items()],
+            [[i, d] for i, d in self.ledger.resolved.items() if d >= decided_from]],
     }
 
     # -- snapshots -----------------------------------------------------------------------------

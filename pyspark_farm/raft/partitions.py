@@ -116,7 +116,7 @@ def consistent_ends(zero: "FarmClient", clients: dict[int, "FarmClient"]) -> dic
 def _cut_end(client: "FarmClient", zero: "FarmClient", end0: int) -> int:
     from consensus.client import FarmError
     try:
-        applied, waiting, resolved = client.prepared_commits()
+        applied, waiting, resolved = client.prepared_commits(end0)
     except FarmError as exc:
         if "not a built-in query" not in str(exc):
             raise

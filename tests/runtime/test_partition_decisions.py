@@ -85,6 +85,8 @@ def test_the_marker_records_the_decision_once_and_frees_the_prepared_commit():
     assert parts.one.ledger.prepared == {}
     assert msgpack.unpackb(parts.one.query(msgpack.packb(["prepared"]))) == \
         [marker, [], [[prepared, 7]]]          # what readers cut partitions by
+    assert msgpack.unpackb(parts.one.query(msgpack.packb(["prepared", 8]))) == \
+        [marker, [], []]                       # decided before partition 0's index 8
     assert parts.verdict(1, prepared) is True
     assert parts.verdict(1, marker) is False        # the marker shows no rows itself
     assert parts.one.ledger.batch_status(Q, 0)[0] == prepared

@@ -137,7 +137,7 @@ class _Partition:
     def last_applied(self, *, stable: bool = False) -> int:
         return self.applied
 
-    def prepared_commits(self):
+    def prepared_commits(self, decided_from: int = 0):
         return self.applied, self.waiting, self.resolved
 
     def batch_status(self, query: str, batch: int):
