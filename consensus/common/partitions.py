@@ -16,6 +16,9 @@ PREPARED_KEY = "garlicfarm.prepared"
 MARKERS_KEY = "garlicfarm.markers"
 RESOLVES_KEY = "garlicfarm.resolves"
 DECIDED_AT_KEY = "garlicfarm.decided_at"    #: on a marker: the decision's index in partition 0
+#: how partition q refuses a prepared commit while an older batch of the query waits for
+#: its marker (the driver rolls that decision forward, then prepares again)
+WAITING_FOR_MARKERS = "older prepared commits wait for their markers"
 
 
 def check_partitions(value: object, option: str = "--partitions") -> int:

@@ -31,7 +31,7 @@ import msgpack
 
 from consensus.common.errors import ErrorCode
 from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
-    RESOLVES_KEY
+    RESOLVES_KEY, WAITING_FOR_MARKERS
 from consensus.raft import Entry, EntryType, StateMachine
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
@@ -163,6 +163,13 @@ class Ledger:
             self._drop_garbage(query, batch)
             self._forget_prepared(query, batch)
             return [False, 0, True]
+        if isinstance(meta, dict) and PREPARED_KEY in meta:
+            older = sorted((b, i) for i, (q, b, _, _) in self.prepared.items()
+                           if q == query and b < batch)
+            if older:
+                raise CommandError(f"{WAITING_FOR_MARKERS}: batch {older[0][0]} of query "
+                                   f"{query!r} (prepared at entry {older[0][1]}): roll "
+                                   f"partition 0's decision of it forward first")
         for s in staged:
             owner = self.staged.get(s)
             if owner is None:
@@ -177,10 +184,6 @@ class Ledger:
             self._drop_staged(s)
         self._drop_garbage(query, batch)
         if isinstance(meta, dict) and PREPARED_KEY in meta:
-            # Spark commits batches in order: a batch the driver decided before this one
-            # was rolled forward here before it prepared this one, so what is still
-            # prepared of older batches was not chosen.
-            self._forget_prepared(query, batch - 1)
             self.prepared[index] = [query, batch, list(staged), meta]
             return [True, index, False]
         self._record(query, batch, index, list(staged), meta)
@@ -208,6 +211,10 @@ class Ledger:
             self._drop_garbage(query, batch)
             self._forget_prepared(query, batch)
             return [False, first[0] if first is not None else 0, True]
+        if target is None:          # decided without a share here: its prepared are garbage
+            self._drop_garbage(query, batch)
+            self._forget_prepared(query, batch)
+            return [False, 0, False]
         found = self.prepared.get(target) if type(target) is int else None
         if found is None or found[0] != query or found[1] != batch:
             raise CommandError(f"marker: entry {target!r} is not a prepared commit of "
@@ -221,9 +228,9 @@ class Ledger:
         return [True, target, False]
 
     def _forget_prepared(self, query: str, batch: int) -> None:
-        """The prepared commits of `query`'s batches up to `batch` are decided (and not
-        pending any more): drop them."""
-        for index in [i for i, p in self.prepared.items() if p[0] == query and p[1] <= batch]:
+        """The prepared commits of `query`'s `batch` are decided (the batch is recorded
+        here, or decided without a share here): drop them."""
+        for index in [i for i, p in self.prepared.items() if p[0] == query and p[1] == batch]:
             del self.prepared[index]
 
     def decision(self, query: str, batch: int, partition: int, index: int) -> bool | None:

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
-    RESOLVES_KEY
+    RESOLVES_KEY, WAITING_FOR_MARKERS
 
 from ..errors import SchemaError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
@@ -38,7 +38,7 @@ from .partitioning import NO_PARTITION, key_partitions
 from .sink import RaftSinkBackend, _Stager, ipc_payload, payload_chunks
 
 if TYPE_CHECKING:
-    from consensus.client import FarmClient
+    from consensus.client import BatchCommit, FarmClient
 
 KEY_COLUMN = "key"
 T = TypeVar("T")
@@ -171,9 +171,8 @@ class RoutedSinkBackend:
                 markers: dict[str, int] = {}
                 for partition in sorted(p for p in shares if p):
                     staged = shares[partition][0]
-                    prepared = ask(partition, lambda c: c.commit_batch(
-                        query_id, batch_id, staged,
-                        metadata={**metadata(partition), PREPARED_KEY: 0}))
+                    prepared = self._prepare(ask, partition, query_id, batch_id, staged,
+                                             {**metadata(partition), PREPARED_KEY: 0})
                     if prepared.duplicate:      # rolled forward already: decided meanwhile
                         decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
                         break
@@ -198,12 +197,45 @@ class RoutedSinkBackend:
                      ask: "_Clients") -> None:
         """Record partition 0's decision (at index `at`, `decision` its commit's metadata)
         in every partition it names: a marker each, which a partition that has it already
-        answers duplicate."""
+        answers duplicate. (A partition it does not name learns it at its next prepared
+        commit of the query: `_prepare`.)"""
         markers = decision.get(MARKERS_KEY) if isinstance(decision, dict) else None
         for key, prepared in sorted((markers or {}).items()):
             ask(int(key), lambda c: c.commit_batch(
                 query_id, batch_id, [],
                 metadata={RESOLVES_KEY: prepared, DECIDED_AT_KEY: at}))
+
+    def _prepare(self, ask: "_Clients", partition: int, query_id: str, batch_id: int,
+                 staged: list[int], metadata: dict) -> "BatchCommit":
+        """The prepared commit in `partition`; when the partition still holds an older
+        batch of the query prepared and unmarked (a driver died after deciding it, and
+        its re-run had no rows there), that decision is rolled forward first."""
+        from consensus.client import FarmError
+
+        def prepare() -> "BatchCommit":
+            return ask(partition, lambda c: c.commit_batch(query_id, batch_id, staged,
+                                                           metadata=metadata))
+        try:
+            return prepare()
+        except FarmError as exc:
+            if WAITING_FOR_MARKERS not in str(exc):
+                raise
+        _, waiting, _ = ask(partition, lambda c: c.prepared_commits())
+        for older in sorted({b for _, q, b in waiting if q == query_id and b < batch_id}):
+            decision = ask(0, lambda c: c.batch_status(query_id, older))
+            if decision is None:
+                raise RuntimeError(
+                    f"batch {older} of query {query_id} is prepared in partition "
+                    f"{partition} but partition 0 never decided it: Spark does not skip a "
+                    f"batch, so this checkpoint's history differs from the farm's; decide "
+                    f"it in partition 0 (docs/exactly-once.md, \"An abandoned batch\")")
+            markers = decision.metadata.get(MARKERS_KEY) if isinstance(
+                decision.metadata, dict) else None
+            named = (markers or {}).get(str(partition))
+            ask(partition, lambda c: c.commit_batch(
+                query_id, older, [],
+                metadata={RESOLVES_KEY: named, DECIDED_AT_KEY: decision.index}))
+        return prepare()
 
     def abort(self, query_id: str, batch_id: int) -> None:
         for partition in range(self.partitions):

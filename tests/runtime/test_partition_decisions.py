@@ -11,7 +11,7 @@ import msgpack
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
-    RESOLVES_KEY
+    RESOLVES_KEY, WAITING_FOR_MARKERS
 from consensus.raft import Entry, EntryType
 from consensus.runtime.machines import Decider, FarmStateMachine
 from consensus.wire.envelope import CommandKind, encode_command
@@ -114,8 +114,15 @@ def test_a_decision_that_names_no_share_here_passes_the_prepared_commit():
     parts.commit(0, 0, [parts.stage(0, 0)], {MARKERS_KEY: {}})
     assert parts.verdict(1, prepared) is False
     assert parts.one.stable_applied() == parts.one.applied
-    _, next_batch = prepared_batch(parts, batch=1)  # the next batch forgets the old one
-    assert list(parts.one.ledger.prepared) == [next_batch]
+    staged = parts.stage(1, 1)
+    _, error = parts.commit(1, 1, [staged], {PREPARED_KEY: 0})   # the next batch waits ...
+    assert error[1].startswith(WAITING_FOR_MARKERS) and "batch 0" in error[1]
+    assert parts.one.ledger.staged[staged]                       # ... and loses nothing
+    _, result = parts.commit(1, 0, [], {RESOLVES_KEY: None})     # a void marker
+    assert result == [False, 0, False] and parts.one.ledger.prepared == {}
+    assert parts.verdict(1, prepared) is False
+    index, result = parts.commit(1, 1, [staged], {PREPARED_KEY: 0})
+    assert result == [True, index, False]
 
 
 def test_prepared_commits_survive_a_snapshot_and_a_restart():
@@ -150,6 +157,7 @@ ints = st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1)    # what msgp
 metas = st.one_of(
     st.builds(lambda: {PREPARED_KEY: 0}),
     st.builds(lambda i: {RESOLVES_KEY: i}, st.one_of(st.integers(0, 30), st.text(max_size=2),
+                                                     st.none(),
                                                      st.lists(ints, max_size=2))),
     st.builds(lambda m: {MARKERS_KEY: m}, st.one_of(
         st.dictionaries(st.sampled_from(["0", "1", "2"]), st.integers(0, 30), max_size=2),

@@ -285,3 +285,24 @@ def test_an_operator_releases_an_abandoned_batch_by_deciding_it_empty(farm, monk
         client.commit_batch(query, 0, [], metadata={"garlicfarm.markers": {}})
     assert cut(farm)[1] > after
     assert shares(farm, query) == [0, 0, 0]
+
+
+@pytest.mark.timeout(60)
+def test_the_next_batch_rolls_an_unmarked_decision_forward(farm, monkeypatch):
+    """The driver dies after deciding batch 0, and nothing re-commits it (its re-run had
+    no rows): batch 1's prepared commits find batch 0 unmarked in partitions 1 and 2,
+    roll its decision forward there, then go on; both batches show once."""
+    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
+    first = run_batch(backend, query, 0, run=0)
+    stop_commits(monkeypatch, decided=True)
+    with pytest.raises(Stop):
+        backend.commit(query, 0, first)
+    monkeypatch.undo()
+    outcome = backend.commit(query, 1, run_batch(backend, query, 1, run=0))
+    assert (outcome.committed, outcome.duplicate) == (True, False)
+    for partition in range(PARTITIONS):
+        with farm.client(partition=partition) as client:
+            assert client.batch_status(query, 0) is not None
+            assert [w for w in client.prepared_commits()[1] if w[1] == query] == []
+    assert all_rows(farm, query) == sorted(f"{query}-{b}-{t}-{n}".encode() for b in range(2)
+                                           for t in range(2) for n in range(ROWS // 2))
