@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from concurrent.futures import Future
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
@@ -168,15 +169,13 @@ class RoutedSinkBackend:
             decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
             committed = False
             if decision is None:
-                markers: dict[str, int] = {}
-                for partition in sorted(p for p in shares if p):
-                    staged = shares[partition][0]
-                    prepared = self._prepare(ask, partition, query_id, batch_id, staged,
-                                             {**metadata(partition), PREPARED_KEY: 0})
-                    if prepared.duplicate:      # rolled forward already: decided meanwhile
-                        decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
-                        break
-                    markers[str(partition)] = prepared.index
+                prepared = ask.each(sorted(p for p in shares if p), lambda p: self._prepare(
+                    ask, p, query_id, batch_id, shares[p][0],
+                    {**metadata(p), PREPARED_KEY: 0}))
+                markers = {str(p): result.index for p, result in prepared.items()}
+                if any(result.duplicate for result in prepared.values()):
+                    # rolled forward already somewhere: decided meanwhile
+                    decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
                 else:       # the decision, or (duplicate) the one taken before, as it was
                     staged0, counts0 = shares.get(0, ([], []))
                     decision = ask(0, lambda c: c.commit_batch(
@@ -200,10 +199,9 @@ class RoutedSinkBackend:
         answers duplicate. (A partition it does not name learns it at its next prepared
         commit of the query: `_prepare`.)"""
         markers = decision.get(MARKERS_KEY) if isinstance(decision, dict) else None
-        for key, prepared in sorted((markers or {}).items()):
-            ask(int(key), lambda c: c.commit_batch(
-                query_id, batch_id, [],
-                metadata={RESOLVES_KEY: prepared, DECIDED_AT_KEY: at}))
+        named = {int(key): prepared for key, prepared in (markers or {}).items()}
+        ask.each(sorted(named), lambda p: ask(p, lambda c: c.commit_batch(
+            query_id, batch_id, [], metadata={RESOLVES_KEY: named[p], DECIDED_AT_KEY: at})))
 
     def _prepare(self, ask: "_Clients", partition: int, query_id: str, batch_id: int,
                  staged: list[int], metadata: dict) -> "BatchCommit":
@@ -243,22 +241,42 @@ class RoutedSinkBackend:
 
 
 class _Clients:
-    """One client per partition for the calls of one commit (`ask(partition, call)`),
-    all closed at its end."""
+    """One client per partition for the calls of one commit (`ask(partition, call)`, one
+    thread at a time per partition, as a client serves), all closed at its end; `each`
+    runs a step in several partitions at once (their round trips overlap)."""
 
     def __init__(self, backend: RoutedSinkBackend) -> None:
         self._backend = backend
         self._open: dict[int, "FarmClient"] = {}
+        self._locks: dict[int, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> "_Clients":
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         for client in self._open.values():
             client.close()
 
     def __call__(self, partition: int, call: Callable[["FarmClient"], T]) -> T:
-        client = self._open.get(partition)
-        if client is None:
-            client = self._open[partition] = self._backend._of(partition).connection.client()
-        return call(client)
+        with self._lock:
+            lock = self._locks.setdefault(partition, threading.Lock())
+        with lock:
+            client = self._open.get(partition)
+            if client is None:
+                client = self._backend._of(partition).connection.client()
+                self._open[partition] = client
+            return call(client)
+
+    def each(self, partitions: Sequence[int], step: Callable[[int], T]) -> dict[int, T]:
+        """`step(partition)` for every partition, concurrently; the first error raised."""
+        if len(partitions) <= 1:
+            return {p: step(p) for p in partitions}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=min(16, self._backend.partitions),
+                                            thread_name_prefix="garlicfarm-commit")
+        futures = {p: self._pool.submit(step, p) for p in partitions}
+        return {p: future.result() for p, future in futures.items()}
