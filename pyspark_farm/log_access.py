@@ -61,8 +61,10 @@ class Visible:
 
 
 def log_end(client: "FarmClient") -> int:
-    """One past the last entry applied at the leader: what a new batch may read up to."""
-    return client.last_applied() + 1
+    """One past the last entry applied at the leader that readers may see: what a new
+    batch may read up to (in a partition of several, it stops before a batch that
+    partition 0 has not decided: docs/exactly-once.md, "Partitions")."""
+    return client.last_applied(stable=True) + 1
 
 
 def first_index(client: "FarmClient") -> int:
@@ -465,6 +467,12 @@ class LogPlanner:
     _target: int | None = None          # Trigger.AvailableNow's end
     _last_batch_at: float | None = None  # for maxTriggerDelay
     _sizes: tuple[int, int, "SizeScan"] | None = None    # next_end's scan, for plan_batch
+    cut: int | None = None      # a reader of several partitions: this one's end in its cut
+
+    def end(self) -> int:
+        """Where a batch may read up to: the log's (stable) end, or, in a read of several
+        partitions, this partition's end in their consistent cut (raft/partitions.py)."""
+        return self.cut if self.cut is not None else log_end(self.client())
 
     def client(self) -> "FarmClient":
         if self._client is None:
@@ -515,7 +523,7 @@ class LogPlanner:
         now = time.monotonic()
         if self._last_batch_at is None:
             self._last_batch_at = now
-        end = log_end(client)
+        end = self.end()
         if self._target is not None:
             end = min(end, self._target)
         if end <= begin:

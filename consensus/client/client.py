@@ -375,6 +375,16 @@ class FarmClient:
         index, staged, metadata = found
         return BatchCommit(True, index, False, query_id, int(batch_id), tuple(staged), metadata)
 
+    def prepared_commits(self, decided_from: int = 0
+                         ) -> tuple[int, list[tuple[int, str, int]], list[tuple[int, int]]]:
+        """A partition's (applied index, prepared commits still waiting as (index, query
+        id, batch id), the newest rolled-forward ones decided at or after partition 0's
+        index `decided_from` as (index, decision index)), at one moment
+        (docs/exactly-once.md, "Partitions")."""
+        applied, waiting, resolved = self._query_builtin(["prepared", int(decided_from)])
+        return (int(applied), [(int(i), q, int(b)) for i, q, b in waiting],
+                [(int(i), int(d)) for i, d in resolved])
+
     def last_committed_batch(self, query_id: str) -> int | None:
         return self._query_builtin(["last_batch", query_id])
 
@@ -388,8 +398,11 @@ class FarmClient:
         answer = self.query(msgpack.packb(request, use_bin_type=True), consistency=consistency)
         return msgpack.unpackb(answer, raw=False, strict_map_key=False)
 
-    def last_applied(self) -> int:
-        return int(self._call("last_applied"))
+    def last_applied(self, *, stable: bool = False) -> int:
+        """The leader's last applied index; `stable`: the last one a reader may read up
+        to, before any batch still waiting for partition 0's decision (a node older than
+        that answers the applied index: it holds no such batch)."""
+        return int(self._call("last_applied", {"stable": True} if stable else None))
 
     def log_bounds(self, endpoint: str | None = None) -> tuple[int, int, int]:
         first, commit, snapshot = self._call("log_bounds", leader=endpoint is None,

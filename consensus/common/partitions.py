@@ -8,6 +8,17 @@ import json
 from consensus.common.errors import ConfigError
 
 MAX_PARTITIONS = 4096      #: per node: each group costs a log, a state machine, threads
+#: A COMMIT's metadata keys of a batch decided across partitions (docs/exactly-once.md,
+#: "Partitions"): a *prepared* commit in partition q > 0 (its rows wait for partition 0's
+#: decision), partition 0's decision naming each partition's prepared commit
+#: ({"q": index}), and the marker that rolls the decision forward into partition q.
+PREPARED_KEY = "garlicfarm.prepared"
+MARKERS_KEY = "garlicfarm.markers"
+RESOLVES_KEY = "garlicfarm.resolves"
+DECIDED_AT_KEY = "garlicfarm.decided_at"    #: on a marker: the decision's index in partition 0
+#: how partition q refuses a prepared commit while an older batch of the query waits for
+#: its marker (the driver rolls that decision forward, then prepares again)
+WAITING_FOR_MARKERS = "older prepared commits wait for their markers"
 
 
 def check_partitions(value: object, option: str = "--partitions") -> int:

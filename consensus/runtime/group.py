@@ -22,7 +22,7 @@ from consensus.runtime.consumers import ConsumerBook, counted_rows
 from consensus.runtime.disk_storage import (CommitSaver, DiskStorage, SnapshotView, SyncedDisk,
                                             SyncThread)
 from consensus.runtime.groups import group_data_dir
-from consensus.runtime.machines import FarmStateMachine
+from consensus.runtime.machines import Decider, FarmStateMachine
 from consensus.runtime.node_view import NodeView
 from consensus.runtime.quiesce import GroupClock
 from consensus.runtime.service import Service
@@ -117,8 +117,10 @@ class Group:
                  partitions: Callable[[], list[dict]] = lambda: [],
                  reads: "LogReads | None" = None,
                  reader: "ReaderProcess | None" = None,
-                 app_factory: Callable[[], StateMachine] | None = None) -> None:
+                 app_factory: Callable[[], StateMachine] | None = None,
+                 decider: Decider | None = None) -> None:
         self.group = group
+        self.decider = decider
         self.config = config
         self.id = config.id
         self.transport = transport
@@ -145,7 +147,8 @@ class Group:
                              applied=self._snapshot_index)
         self.consumers = ConsumerBook(
             counted_rows(self.raft.log_view, lambda entry: self.machine.verdict(entry)),
-            lambda: (self.raft.log_view.first_index(), self.machine.applied + 1),
+            # up to the stable end: what readers may read (and rows counted once judged)
+            lambda: (self.raft.log_view.first_index(), self.machine.stable_applied() + 1),
             expiry=config.consumer_expiry)
         self.service = Service(NodeView(
             id=self.id, config=config, core=self.raft, log=self.raft.log_view,
@@ -171,7 +174,7 @@ class Group:
                                   PeerNetwork(transport, observer, group), self, self.clock)
 
     def new_machine(self) -> FarmStateMachine:
-        return FarmStateMachine(self.app_factory() if self.app_factory else None)
+        return FarmStateMachine(self.app_factory() if self.app_factory else None, self.decider)
 
     # -- the loop ---------------------------------------------------------------------------
     def busy(self) -> bool:

@@ -19,7 +19,7 @@ from consensus.raft import CompactedError, Entry, PullStatus, Role
 from consensus.raft.reads import query_snapshot
 from consensus.runtime.log_pages import PAUSE_EVERY, entries_page, journal_page, read_log
 from consensus.runtime.log_reads import LogReads
-from consensus.runtime.machines import CommandError
+from consensus.runtime.machines import CommandError, FarmStateMachine
 from consensus.runtime.membership_calls import LATER, AdminWaits
 from consensus.runtime.row_index import RowIndex, entry_shows
 
@@ -162,9 +162,12 @@ class LogCalls:
               job: dict | None) -> object:
         """`answer(start, stop)` on a reader thread, or, with a reader process, `job`'s
         page (log_pages.py, the same) built there: the loop captures the verdicts the
-        page may see; a reader thread pins the records and waits for the frame."""
+        page may see; a reader thread pins the records and waits for the frame. (A
+        partition whose prepared commits await partition 0's decision is read on a
+        thread: the process's mirror does not know the decisions.)"""
         reader = self.node.reader
-        if job is None or reader is None or self._feed is None:
+        if job is None or reader is None or self._feed is None \
+                or self.node.machine.awaits_decisions():
             return self._off_loop(conn, call, lambda: answer(start, stop))
         ticket = reader.capture(self._feed, self.node.machine)
         stop = min(stop, start + MAX_PAGE_ENTRIES)
@@ -184,14 +187,15 @@ class LogCalls:
                        answer: Callable[[int, int], Any], job: dict | None = None) -> Any:
         """`answer(start, stop)` for applied entries [start, stop) of this member's log,
         on a reader thread (or `job` in the reader process: `_page`): IndexUnderflow
-        below its first entry, IndexOverflow past what it applied (a new leader waits
-        for what it may already have acknowledged). The loop checks the bounds only:
-        O(1) per call."""
+        below its first entry, IndexOverflow past what it applied and may show
+        (`stable_applied`: never into a batch partition 0 has not decided; a new leader
+        waits for what it may already have acknowledged). The loop checks the bounds
+        only: O(1) per call (and per batch awaiting a decision)."""
         node = self.node
         start, stop = int(args["start"]), int(args["stop"])
         if start < 1 or stop < start:
             raise FarmError(f"{name}({start}, {stop}): need 1 <= start <= stop")
-        first, applied = node.log.first_index(), node.machine.applied
+        first, applied = node.log.first_index(), node.machine.stable_applied()
         if start < first:
             raise IndexUnderflow(f"entries before {first} are compacted away at node "
                                  f"{node.id}", first)
@@ -205,11 +209,20 @@ class LogCalls:
                 return self.waits.add(
                     conn, call, args,
                     lambda: ((True, self._page(conn, call, answer, start, stop, job))
-                             if node.machine.applied >= stop - 1 else (False, None)),
+                             if node.machine.stable_applied() >= stop - 1 else (False, None)),
                     f"node {node.id}, a new leader, did not commit entry {stop - 1} in time")
-            raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}; "
-                                f"entry {stop - 1} is not there yet", applied)
+            held = "" if applied == node.machine.applied else \
+                f" ({_waiting(node.machine, applied + 1)})"
+            raise IndexOverflow(f"node {node.id} has committed and applied up to {applied}"
+                                f"{held}; entry {stop - 1} is not there yet", applied)
         return self._page(conn, call, answer, start, stop, job)
+
+
+def _waiting(machine: FarmStateMachine, index: int) -> str:
+    """What holds a partition's stable end at `index`: a prepared commit's batch."""
+    query, batch = machine.ledger.prepared.get(index, ("?", "?"))[:2]
+    return f"entry {index} is batch {batch} of query {query!r}, waiting for partition 0's " \
+        f"decision"
 
 
 def _page_bytes(args: dict) -> int:

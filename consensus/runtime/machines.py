@@ -30,6 +30,8 @@ from typing import Any, Callable
 import msgpack
 
 from consensus.common.errors import ErrorCode
+from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
+    RESOLVES_KEY, WAITING_FOR_MARKERS
 from consensus.raft import Entry, EntryType, StateMachine
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
@@ -41,6 +43,9 @@ log = logging.getLogger("garlicfarm.machines")
 DEDUP_CAPACITY = 65_536
 BATCHES_KEPT_PER_QUERY = 100_000
 ALLOCATIONS_KEPT = 100_000
+#: rolled-forward prepared commits whose decision index is kept, for readers that cut
+#: every partition at one index of partition 0 (only the newest matter: `prepared` query)
+RESOLVED_KEPT = 4096
 MAX_COUNTER = (1 << 63) - 1
 SNAPSHOT_VERSION = 2           #: 2: requests as [id, [index, term, result, error]]
 _READABLE_VERSIONS = (1, 2)    #: 1: requests as [id, index, term, result, error]
@@ -112,7 +117,14 @@ class Ledger:
     makes all the entries it names visible at once, at its own index. A second commit of
     the same (query, batch) is ignored (the answer points at the first). ABORT turns a
     batch's staged entries into garbage. Counters hand out sequence ranges, the same
-    range again to the same owner (query, batch)."""
+    range again to the same owner (query, batch).
+
+    Across partitions (a farm of several Raft groups) a batch is decided once, in
+    partition 0: partition q > 0 first takes a *prepared* commit (metadata PREPARED_KEY),
+    validated as a commit is but not yet effective; partition 0's commit names each
+    partition's prepared commit (MARKERS_KEY) and is the decision; a marker (RESOLVES_KEY)
+    later makes partition q's ledger hold that decision itself. Until then a reader asks
+    partition 0's ledger (`decision`), so the decision alone makes the batch visible."""
 
     def __init__(self) -> None:
         self.staged: dict[int, list] = {}           # index -> [query, batch, partition, attempt, type]
@@ -122,6 +134,8 @@ class Ledger:
         self.forgotten: dict[str, int] = {}           # query -> highest batch forgotten
         self.counters: dict[str, int] = {}
         self.allocations: OrderedDict[tuple[str, str, int], int] = OrderedDict()
+        self.prepared: dict[int, list] = {}         # index -> [query, batch, staged, meta]
+        self.resolved: OrderedDict[int, int] = OrderedDict()  # prepared index -> decision's
 
     def stage(self, index: int, query: str, batch: int, partition: int, attempt: int,
               content_type: str) -> int:
@@ -133,15 +147,29 @@ class Ledger:
         """[committed, index of the batch's (first) commit, duplicate]. Either way the
         batch's other staged entries, and those of older batches of the query, become
         garbage: Spark never commits a batch older than the last one it planned."""
+        if isinstance(meta, dict) and RESOLVES_KEY in meta:
+            if staged:
+                raise CommandError("a marker names no staged entries (the prepared commit "
+                                   "it rolls forward does)")
+            return self._resolve(query, batch, meta[RESOLVES_KEY], meta.get(DECIDED_AT_KEY))
         batches = self.commits.setdefault(query, OrderedDict())
         first = batches.get(batch)
         if first is not None:
             self._drop_garbage(query, batch)
+            self._forget_prepared(query, batch)
             return [False, first[0], True]
         if batch <= self.forgotten.get(query, -1):
             # committed so long ago that its details are gone: still a duplicate
             self._drop_garbage(query, batch)
+            self._forget_prepared(query, batch)
             return [False, 0, True]
+        if isinstance(meta, dict) and PREPARED_KEY in meta:
+            older = sorted((b, i) for i, (q, b, _, _) in self.prepared.items()
+                           if q == query and b < batch)
+            if older:
+                raise CommandError(f"{WAITING_FOR_MARKERS}: batch {older[0][0]} of query "
+                                   f"{query!r} (prepared at entry {older[0][1]}): roll "
+                                   f"partition 0's decision of it forward first")
         for s in staged:
             owner = self.staged.get(s)
             if owner is None:
@@ -155,12 +183,74 @@ class Ledger:
         for s in staged:
             self._drop_staged(s)
         self._drop_garbage(query, batch)
-        batches[batch] = [index, list(staged), meta]
-        self.effective.setdefault(query, array.array("q")).append(index)
+        if isinstance(meta, dict) and PREPARED_KEY in meta:
+            self.prepared[index] = [query, batch, list(staged), meta]
+            return [True, index, False]
+        self._record(query, batch, index, list(staged), meta)
+        return [True, index, False]
+
+    def _record(self, query: str, batch: int, index: int, staged: list, meta: dict) -> None:
+        """The batch is committed, visible at `index` (effective is kept sorted: a marker
+        makes an older prepared commit effective)."""
+        batches = self.commits.setdefault(query, OrderedDict())
+        batches[batch] = [index, staged, meta]
+        effective = self.effective.setdefault(query, array.array("q"))
+        if effective and effective[-1] > index:
+            effective.insert(bisect.bisect_left(effective, index), index)
+        else:
+            effective.append(index)
         while len(batches) > BATCHES_KEPT_PER_QUERY:
             old, _ = batches.popitem(last=False)
             self.forgotten[query] = max(old, self.forgotten.get(query, -1))
-        return [True, index, False]
+
+    def _resolve(self, query: str, batch: int, target: object, decided_at: object) -> list:
+        """A marker: partition 0 decided (query, batch) with the prepared commit at
+        `target`; [committed, index of the batch's commit, duplicate] as `commit`."""
+        first = self.commits.get(query, {}).get(batch)
+        if first is not None or batch <= self.forgotten.get(query, -1):
+            self._drop_garbage(query, batch)
+            self._forget_prepared(query, batch)
+            return [False, first[0] if first is not None else 0, True]
+        if target is None:          # decided without a share here: its prepared are garbage
+            self._drop_garbage(query, batch)
+            self._forget_prepared(query, batch)
+            return [False, 0, False]
+        found = self.prepared.get(target) if type(target) is int else None
+        if found is None or found[0] != query or found[1] != batch:
+            raise CommandError(f"marker: entry {target!r} is not a prepared commit of "
+                               f"query {query!r}, batch {batch} (nothing to roll forward)")
+        self._drop_garbage(query, batch)        # a re-run's output, zombie attempts'
+        self._record(query, batch, target, found[2], found[3])   # effective before forgetting:
+        self._forget_prepared(query, batch)                         # reader threads look here
+        self.resolved[target] = decided_at if type(decided_at) is int else 0
+        while len(self.resolved) > RESOLVED_KEPT:
+            self.resolved.popitem(last=False)
+        return [True, target, False]
+
+    def _forget_prepared(self, query: str, batch: int) -> None:
+        """The prepared commits of `query`'s `batch` are decided (the batch is recorded
+        here, or decided without a share here): drop them."""
+        for index in [i for i, p in self.prepared.items() if p[0] == query and p[1] == batch]:
+            del self.prepared[index]
+
+    def decision(self, query: str, batch: int, partition: int, index: int) -> bool | None:
+        """Partition 0's verdict on partition `partition`'s prepared commit at `index`:
+        True when the batch was decided with it, False when decided without it (or so long
+        ago that the details are gone), None while the batch is undecided."""
+        found = self.commits.get(query, {}).get(batch)
+        if found is None:
+            return False if batch <= self.forgotten.get(query, -1) else None
+        markers = found[2].get(MARKERS_KEY) if isinstance(found[2], dict) else None
+        return isinstance(markers, dict) and markers.get(str(partition)) == index
+
+    def first_undecided(self, decision: Callable[[str, int, int], "bool | None"]
+                        ) -> int | None:
+        """The index of the first prepared commit whose batch is still undecided
+        (`decision(query, batch, index)`): the stable end of this partition's log."""
+        for index, (query, batch, _, _) in self.prepared.items():    # in index order
+            if decision(query, batch, index) is None:
+                return index
+        return None
 
     def _drop_garbage(self, query: str, batch: int) -> None:
         for key in [k for k in self.by_batch if k[0] == query and k[1] <= batch]:
@@ -172,6 +262,8 @@ class Ledger:
         is at or after `from_index`, and the staged entries not yet committed: compaction
         keeps the log from there."""
         floor = min(self.staged, default=from_index)
+        for index, (_, _, staged, _) in self.prepared.items():
+            floor = min(floor, index, *staged)
         for batches in self.commits.values():
             for commit_index, staged, _ in reversed(batches.values()):
                 if commit_index < from_index:
@@ -234,7 +326,9 @@ class Ledger:
                 "commits": {q: [[b, *v] for b, v in batches.items()]
                             for q, batches in self.commits.items()},
                 "counters": self.counters,
-                "allocations": [[*k, v] for k, v in self.allocations.items()]}
+                "allocations": [[*k, v] for k, v in self.allocations.items()],
+                "prepared": [[i, *v] for i, v in self.prepared.items()],
+                "resolved": [[i, d] for i, d in self.resolved.items()]}
 
     def load(self, data: dict) -> None:
         self.__init__()
@@ -248,13 +342,32 @@ class Ledger:
             self.effective[query].frombytes(raw)
         self.counters = dict(data["counters"])
         self.allocations = OrderedDict(((k, q, b), v) for k, q, b, v in data["allocations"])
+        self.prepared = {i: [q, b, list(staged), meta]
+                         for i, q, b, staged, meta in data.get("prepared", ())}
+        self.resolved = OrderedDict((i, d) for i, d in data.get("resolved", ()))
+
+
+@dataclass(frozen=True)
+class Decider:
+    """Where partition `partition` (> 0) of a node learns partition 0's decisions: that
+    group's ledger on this node. Its answers only move from undecided to decided (a
+    committed decision is final), so a replica of partition 0 that lags only holds a
+    reader back, never shows it part of a batch."""
+    partition: int
+    ledger: Callable[[], Ledger]
+
+    def decision(self, query: str, batch: int, index: int) -> bool | None:
+        return self.ledger().decision(query, batch, self.partition, index)
 
 
 class FarmStateMachine:
-    """The built-in machines plus an optional application machine (`StateMachine`)."""
+    """The built-in machines plus an optional application machine (`StateMachine`).
+    `decider` (partitions > 0 of a farm of several) lets the ledger take prepared commits
+    and readers see them once partition 0 decided their batch."""
 
-    def __init__(self, app: StateMachine | None = None) -> None:
+    def __init__(self, app: StateMachine | None = None, decider: Decider | None = None) -> None:
         self.app = app
+        self.decider = decider
         self.requests = RequestLog()
         self.kv: dict[str, str] = {}
         self.ledger = Ledger()
@@ -339,6 +452,11 @@ class FarmStateMachine:
         return self.ledger.stage(entry.index, query, batch, partition, attempt, content_type)
 
     def _commit(self, entry: Entry, query: str, batch: int, staged: list, meta: dict) -> list:
+        if isinstance(meta, dict) and (PREPARED_KEY in meta or RESOLVES_KEY in meta) \
+                and self.decider is None:
+            raise CommandError("a prepared commit or its marker is for partitions 1 and up "
+                               "of a farm of several partitions (partition 0 decides the "
+                               "batch); commit here without those metadata keys")
         return self.ledger.commit(entry.index, query, batch, staged, meta)
 
     def _abort(self, entry: Entry, query: str, batch: int) -> int:
@@ -373,6 +491,20 @@ class FarmStateMachine:
                            f"{', '.join(sorted(self._QUERIES))}) and no application state "
                            "machine is configured")
 
+    def stable_applied(self) -> int:
+        """The last applied index a reader may read up to: before the first prepared
+        commit whose batch partition 0 has not decided (Kafka's last stable offset)."""
+        if not self.ledger.prepared or self.decider is None:
+            return self.applied
+        first = self.ledger.first_undecided(self.decider.decision)
+        return self.applied if first is None else min(self.applied, first - 1)
+
+    def awaits_decisions(self) -> bool:
+        """Prepared commits here wait for (or were decided by) partition 0: only this
+        process's `Verdicts`, which ask the decider, judge them (not the reader
+        process's mirror)."""
+        return bool(self.ledger.prepared) and self.decider is not None
+
     def verdict(self, entry: Entry) -> bool | None:
         """Did this committed command take effect? (`Verdicts.of`, as of now.)"""
         return self.verdicts().of([entry])[0]
@@ -380,7 +512,7 @@ class FarmStateMachine:
     def verdicts(self) -> "Verdicts":
         """What judges applied entries, for use on any thread (O(1): the loop hands it
         to reader threads)."""
-        return Verdicts(self.requests, self.ledger)
+        return Verdicts(self.requests, self.ledger, self.decider)
 
     def publisher(self) -> int | None:
         return choose_publisher(self.statuses)
@@ -394,6 +526,9 @@ class FarmStateMachine:
         "statuses": lambda self: self.statuses,
         "publisher": lambda self: self.publisher(),
         "applied": lambda self: self.applied,
+        "prepared": lambda self, decided_from=0: [
+            self.applied, [[i, p[0], p[1]] for i, p in self.ledger.prepared.items()],
+            [[i, d] for i, d in self.ledger.resolved.items() if d >= decided_from]],
     }
 
     # -- snapshots -----------------------------------------------------------------------------
@@ -403,7 +538,7 @@ class FarmStateMachine:
                   "and statuses start empty there; the entries after it apply as usual",
                   index, len(data))
         app = self.app
-        self.__init__(app)
+        self.__init__(app, self.decider)
         self.applied = index
         if app is not None:
             app.restore(data)
@@ -445,6 +580,9 @@ class FarmStateMachine:
             self.app.restore(state["app"])
 
 
+UNDECIDED = object()
+
+
 @dataclass(frozen=True)
 class Verdicts:
     """Judges applied entries off the event loop, from facts that never change once an
@@ -455,16 +593,19 @@ class Verdicts:
     these, so a reader thread may use it while the loop applies entries."""
     requests: RequestLog
     ledger: Ledger
+    decider: Decider | None = None
 
     def of(self, entries: list[Entry]) -> list[bool | None]:
         """Each entry's verdict: False for a retry of a request applied before and for
         a COMMIT that was a duplicate or failed (exact for every commit, so a batch is
         visible whole or not at all); None for another command whose request id is
-        forgotten; True otherwise. The answer for the whole list is the machine's at
+        forgotten; True otherwise. A prepared commit not yet rolled forward gets partition
+        0's decision (None while undecided: readers stop before it). The answer for the whole list is the machine's at
         one moment (the end of the call), whatever was applied or forgotten meanwhile:
         outcomes found during the call but forgotten by its end count as forgotten.
         The entries must have applied before the call began."""
         outcomes, commit_effective = self.requests.outcomes, self.ledger.commit_effective
+        prepared, decider = self.ledger.prepared, self.decider
         found_at: list = []
         for entry in entries:
             found = request_id_of(entry.data) if entry.type == EntryType.APPLICATION else None
@@ -478,8 +619,13 @@ class Verdicts:
                 except ProtocolError:
                     found_at.append(False)
                     continue
-                found_at.append(commit_effective(entry.index, command.args[0],
-                                                 command.args[1]))
+                query, batch = command.args[0], command.args[1]
+                # prepared first: a marker makes it effective before it leaves `prepared`
+                if entry.index in prepared and decider is not None:
+                    decided = decider.decision(query, batch, entry.index)
+                    found_at.append(UNDECIDED if decided is None else decided)
+                    continue
+                found_at.append(commit_effective(entry.index, query, batch))
                 continue
             known = outcomes.get(request_id)
             found_at.append(known[0] if known is not None else 0)
@@ -488,6 +634,8 @@ class Verdicts:
         for entry, at in zip(entries, found_at):
             if at is True or at is False:
                 verdicts.append(at)
+            elif at is UNDECIDED:
+                verdicts.append(None)
             elif at <= forgotten:           # 0: not found (forgotten before it was asked)
                 verdicts.append(None)
             else:

@@ -43,6 +43,7 @@ from consensus.runtime.config import NodeConfig
 from consensus.runtime.disk_storage import CommitSaver, SyncThread
 from consensus.runtime.group import Group, TurnTicks
 from consensus.runtime.log_reads import LogReads
+from consensus.runtime.machines import Decider, Ledger
 from consensus.runtime.reader_process import ReaderProcess
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
@@ -128,7 +129,8 @@ class FarmNode:
                     addresses=self.addresses,
                     address_of=self.address_of, learn_address=self.learn_address,
                     partitions=self.partitions_view, reads=self.reads, reader=self.reader,
-                    app_factory=app_factory))
+                    app_factory=app_factory,
+                    decider=Decider(group, self._decisions) if group else None))
         except BaseException:
             self._close_groups()
             self.reads.close()
@@ -152,6 +154,10 @@ class FarmNode:
         self._status_target = 0
         self._next_stall_log = 0.0
         self.stopped_reason: str | None = None
+
+    def _decisions(self) -> Ledger:
+        """Partition 0's ledger, where the other partitions' batches are decided."""
+        return self.groups[0].machine.ledger
 
     # -- group 0: the farm of one group, as metrics and single-group callers see it ----------
     @property

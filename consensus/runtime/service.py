@@ -520,8 +520,12 @@ class Service:
         self.on_state_changed(index)
 
     def _c_last_applied(self, conn, call, args):
-        node = self.node
-        return self._read(conn, call, lambda: node.machine.applied, lease=False)
+        """The last applied index; with `stable`, the last one readers may read up to
+        (before a batch that waits for partition 0's decision)."""
+        machine = self.node.machine
+        if args.get("stable"):
+            return self._read(conn, call, machine.stable_applied, lease=False)
+        return self._read(conn, call, lambda: machine.applied, lease=False)
 
     def _c_query(self, conn, call, args):
         query = _bytes(args, "query")

@@ -11,6 +11,11 @@ every task reads one farm partition (so partitions are read in parallel, at leas
 task each) and its rows carry a `partition` column (int, the schema's last). `maxOffsetsPerTrigger` is a budget for the
 whole micro-batch, dealt out evenly over the partitions read (an idle partition's share
 is not given to the others).
+
+Every plan cuts all partitions at one moment of partition 0, where the sink decides each
+batch (docs/exactly-once.md, "Partitions"): a batch decided before partition 0's end is
+read in every partition, one decided after it in none (`consistent_ends`), so a
+micro-batch never holds part of a sink batch.
 """
 from __future__ import annotations
 
@@ -24,9 +29,12 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from ..compat import ReadLimit, ReadMaxRows, StartTracker, SupportsTriggerAvailableNow
 from ..errors import OptionError
 from ..offsets import index_of, offset_json
+from ..log_access import log_end
 from .consumer import BEHIND_KEYS
 
 if TYPE_CHECKING:
+    from consensus.client import FarmClient
+
     from ..admission import Limits
     from ..connection import FarmClientOptions
     from .source import RaftBatchReader, RaftSourceSettings, RaftStreamReader
@@ -93,6 +101,39 @@ def per_partition(settings: "RaftSourceSettings", partition: int, shares: int
         min_partitions=max(1, math.ceil(settings.min_partitions / shares)))
 
 
+def consistent_ends(zero: "FarmClient", clients: dict[int, "FarmClient"]) -> dict[int, int]:
+    """One past the last entry each partition (`clients`, by partition) may show in one
+    cut: partition 0's end first (its decisions so far), then each other partition up to
+    its first commit of a batch that partition 0 had not decided before that end (one
+    still prepared and undecided, or decided later: the newest rolled-forward commits
+    carry their decision's index). Asking partition 0 first makes every batch decided
+    later have a decision past its end, so the cut holds each batch whole or not at all."""
+    end0 = log_end(zero)
+    return {p: end0 if p == 0 else _cut_end(client, zero, end0)
+            for p, client in clients.items()}
+
+
+def _cut_end(client: "FarmClient", zero: "FarmClient", end0: int) -> int:
+    from consensus.client import FarmError
+    try:
+        applied, waiting, resolved = client.prepared_commits(end0)
+    except FarmError as exc:
+        if "not a built-in query" not in str(exc):
+            raise
+        return log_end(client)      # a node older than prepared commits holds none
+    end = applied + 1
+    for index, decided_at in resolved:
+        if decided_at >= end0:
+            end = min(end, index)
+    for index, query, batch in waiting:
+        if index >= end:
+            break
+        decision = zero.batch_status(query, batch)
+        if decision is None or decision.index >= end0:
+            return index
+    return end
+
+
 class PartitionTask(InputPartition):
     """One task: a one-partition reader's task, in farm partition `partition`."""
 
@@ -130,12 +171,23 @@ class PartitionedStreamReader(StartTracker, DataSourceStreamReader,
         self.readers = readers
         self.limits = limits            # the options' limits, for the whole micro-batch
         self._initial: dict | None = None
+        self._zero: "FarmClient | None" = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_zero"] = None           # a client: the driver's own
+        return state
+
+    def _cut(self) -> None:
+        """Give every reader its end in one consistent cut (`consistent_ends`)."""
+        self._zero = _cut_readers(self.readers, self._zero)
 
     def _each(self, offset: dict, what: str) -> dict[int, int]:
         return positions(offset, list(self.readers), what)
 
     def initialOffset(self) -> dict:
         if self._initial is None:
+            self._cut()
             self._initial = offsets_json({p: index_of(r.initialOffset())
                                           for p, r in self.readers.items()})
         return dict(self._initial)
@@ -144,6 +196,7 @@ class PartitionedStreamReader(StartTracker, DataSourceStreamReader,
         return self.limits.default_read_limit()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._cut()
         for reader in self.readers.values():
             reader.prepareForTriggerAvailableNow()
 
@@ -153,6 +206,7 @@ class PartitionedStreamReader(StartTracker, DataSourceStreamReader,
         begins = self._each(start, "start offset")
         if isinstance(limit, ReadMaxRows):
             limit = ReadMaxRows(max(1, limit.max_rows // len(self.readers)))
+        self._cut()
         return offsets_json({p: index_of(r.latestOffset(offset_json(begins[p]), limit))
                              for p, r in self.readers.items()})
 
@@ -191,6 +245,9 @@ class PartitionedStreamReader(StartTracker, DataSourceStreamReader,
     def stop(self) -> None:
         for reader in self.readers.values():
             reader.stop()
+        if self._zero is not None:
+            self._zero.close()
+            self._zero = None
 
 
 class PartitionedBatchReader(DataSourceReader):
@@ -201,6 +258,9 @@ class PartitionedBatchReader(DataSourceReader):
         self.readers = readers
 
     def partitions(self) -> Sequence[InputPartition]:
+        zero = _cut_readers(self.readers, None)
+        if zero is not None:
+            zero.close()
         return [PartitionTask(p, task) for p, r in self.readers.items()
                 for task in r.partitions()]
 
@@ -208,3 +268,16 @@ class PartitionedBatchReader(DataSourceReader):
         assert isinstance(partition, PartitionTask)
         return _tagged(partition.partition, self.readers[partition.partition].read(
             partition.inner))
+
+
+def _cut_readers(readers: dict, zero: "FarmClient | None") -> "FarmClient | None":
+    """Set each reader's `cut`; partition 0's client when it is not one of `readers`
+    (kept by the caller for the next cut)."""
+    if 0 not in readers and zero is None:
+        connection = next(iter(readers.values())).settings.connection
+        zero = dataclasses.replace(connection, partition=0).client()
+    clients = {p: r.client() for p, r in readers.items()}
+    ends = consistent_ends(clients[0] if 0 in clients else zero, clients)
+    for p, reader in readers.items():
+        reader.cut = ends[p]
+    return zero

@@ -4,12 +4,16 @@ A row whose `key` (string, binary or integer) is not null goes to the partition 
 partitioner picks for it (`partitioning.key_partitions`: murmur2 of the key's bytes, mod
 N), so the rows of one key stay in one partition, in write order; rows without a key are spread
 row by row over the partitions in turn (from the task's number: deterministic, so a
-re-run batch routes as the first run did). Each partition gets what today's one-partition sink does: staged payloads, then
-one commit entry per (query id, batch id) that its ledger takes once; the driver commits
-the partitions one after the other, and a commit that is re-run (driver restart) commits
-the partitions still missing while the others ignore it as a duplicate. So every row is
-written exactly once per partition, but a batch is NOT atomic across partitions: a reader
-can see partition 0's part of a batch before partition 1's (docs: "Partitions").
+re-run batch routes as the first run did). Each partition gets staged payloads, as the
+one-partition sink's; the driver then decides the batch once, in partition 0, so that it
+is visible in every partition at once or in none (docs/exactly-once.md, "Partitions"):
+1. prepare: every other partition with rows takes a prepared commit of its share, which
+   its readers do not read past until partition 0 decides the batch;
+2. decide: partition 0's commit (its own share, maybe none) names each prepared commit;
+   its ledger takes one per (query id, batch id), so the batch is decided once;
+3. roll forward: a marker in each prepared partition records the decision there.
+Readers need only step 2 (a partition's members ask partition 0's ledger); a commit that
+is re-run (driver restart) after the decision finds it and only rolls it forward.
 With valueFormat binary the key routes only (the value is stored); with json, msgpack or
 arrow it is encoded into the value with the other columns, as today.
 """
@@ -17,12 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from concurrent.futures import Future
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
+
+from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
+    RESOLVES_KEY, WAITING_FOR_MARKERS
 
 from ..errors import SchemaError
 from ..sink import CommitOutcome, StagedOutput, TaskTag
@@ -30,7 +38,11 @@ from ..value_formats import encode_values
 from .partitioning import NO_PARTITION, key_partitions
 from .sink import RaftSinkBackend, _Stager, ipc_payload, payload_chunks
 
+if TYPE_CHECKING:
+    from consensus.client import BatchCommit, FarmClient
+
 KEY_COLUMN = "key"
+T = TypeVar("T")
 
 
 #: Spark type names of the key columns `partitioning` encodes as Kafka's serializers do.
@@ -126,8 +138,8 @@ class RoutedSinkBackend:
             targets = np.where(targets == NO_PARTITION, spread, targets)
         else:
             targets = spread
-        if self.value_format == "binary":       # the key routes; the value is stored
-            batch = batch.drop_columns([KEY_COLUMN])
+        if self.value_format == "binary" and KEY_COLUMN in batch.schema.names:
+            batch = batch.drop_columns([KEY_COLUMN])     # the key routes; the value is stored
         for partition in np.unique(targets).tolist():
             yield partition, batch.filter(pa.array(targets == partition))
 
@@ -136,32 +148,135 @@ class RoutedSinkBackend:
 
     def commit(self, query_id: str, batch_id: int, outputs: Sequence[StagedOutput]
                ) -> CommitOutcome:
-        """One commit per partition that has rows, each taken once by its ledger."""
-        committed = duplicate = False
-        first: int | None = None
-        total = 0
-        named: list[int] = []
-        for partition in range(self.partitions):
-            parts = [o.routed[partition] for o in outputs
-                     if isinstance(o, RoutedOutput) and partition in o.routed]
-            staged = [ref for refs, _ in parts for ref in refs]
-            if not staged:
-                continue
-            counts = [n for _, rows in parts for n in rows]
-            metadata = {"rows": counts, "partitions": len(parts), "writer": "pyspark_farm"}
-            client = self._of(partition).connection.client()
-            try:
-                result = client.commit_batch(query_id, batch_id, staged, metadata=metadata)
-            finally:
-                client.close()
-            committed |= result.committed
-            duplicate = duplicate or result.duplicate
-            first = result.index if first is None else first
-            total += sum(counts)
-            named += staged
-        return CommitOutcome(committed, duplicate and not committed, first, total,
-                             tuple(named))
+        """Prepare, decide in partition 0, roll forward (the module docstring)."""
+        shares: dict[int, tuple[list[int], list[int]]] = {}
+        for output in outputs:
+            if isinstance(output, RoutedOutput):
+                for partition, (refs, rows) in output.routed.items():
+                    staged, counts = shares.setdefault(partition, ([], []))
+                    staged.extend(refs)
+                    counts.extend(rows)
+        if not shares:
+            return CommitOutcome(False, False, None, 0, ())
+        parts = {p: sum(1 for o in outputs if isinstance(o, RoutedOutput) and p in o.routed)
+                 for p in shares}
+
+        def metadata(partition: int) -> dict:
+            return {"rows": shares[partition][1], "partitions": parts[partition],
+                    "writer": "pyspark_farm"}
+
+        with _Clients(self) as ask:
+            decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
+            committed = False
+            if decision is None:
+                prepared = ask.each(sorted(p for p in shares if p), lambda p: self._prepare(
+                    ask, p, query_id, batch_id, shares[p][0],
+                    {**metadata(p), PREPARED_KEY: 0}))
+                markers = {str(p): result.index for p, result in prepared.items()}
+                if any(result.duplicate for result in prepared.values()):
+                    # rolled forward already somewhere: decided meanwhile
+                    decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
+                else:       # the decision, or (duplicate) the one taken before, as it was
+                    staged0, counts0 = shares.get(0, ([], []))
+                    decision = ask(0, lambda c: c.commit_batch(
+                        query_id, batch_id, staged0,
+                        metadata={"rows": counts0, "partitions": parts.get(0, 0),
+                                  "writer": "pyspark_farm", MARKERS_KEY: markers}))
+                    committed = decision.committed
+                if decision is None:
+                    raise RuntimeError(f"partition 0 neither took nor remembers the decision "
+                                       f"of query {query_id}, batch {batch_id}: the batch "
+                                       f"fails and Spark runs it again")
+            self.roll_forward(query_id, batch_id, decision.index, decision.metadata, ask)
+        named = tuple(r for p in sorted(shares) for r in shares[p][0])
+        return CommitOutcome(committed, not committed, decision.index,
+                             sum(sum(c) for _, c in shares.values()), named)
+
+    def roll_forward(self, query_id: str, batch_id: int, at: int, decision: dict,
+                     ask: "_Clients") -> None:
+        """Record partition 0's decision (at index `at`, `decision` its commit's metadata)
+        in every partition it names: a marker each, which a partition that has it already
+        answers duplicate. (A partition it does not name learns it at its next prepared
+        commit of the query: `_prepare`.)"""
+        markers = decision.get(MARKERS_KEY) if isinstance(decision, dict) else None
+        named = {int(key): prepared for key, prepared in (markers or {}).items()}
+        ask.each(sorted(named), lambda p: ask(p, lambda c: c.commit_batch(
+            query_id, batch_id, [], metadata={RESOLVES_KEY: named[p], DECIDED_AT_KEY: at})))
+
+    def _prepare(self, ask: "_Clients", partition: int, query_id: str, batch_id: int,
+                 staged: list[int], metadata: dict) -> "BatchCommit":
+        """The prepared commit in `partition`; when the partition still holds an older
+        batch of the query prepared and unmarked (a driver died after deciding it, and
+        its re-run had no rows there), that decision is rolled forward first."""
+        from consensus.client import FarmError
+
+        def prepare() -> "BatchCommit":
+            return ask(partition, lambda c: c.commit_batch(query_id, batch_id, staged,
+                                                           metadata=metadata))
+        try:
+            return prepare()
+        except FarmError as exc:
+            if WAITING_FOR_MARKERS not in str(exc):
+                raise
+        _, waiting, _ = ask(partition, lambda c: c.prepared_commits())
+        for older in sorted({b for _, q, b in waiting if q == query_id and b < batch_id}):
+            decision = ask(0, lambda c: c.batch_status(query_id, older))
+            if decision is None:
+                raise RuntimeError(
+                    f"batch {older} of query {query_id} is prepared in partition "
+                    f"{partition} but partition 0 never decided it: Spark does not skip a "
+                    f"batch, so this checkpoint's history differs from the farm's; decide "
+                    f"it in partition 0 (docs/exactly-once.md, \"An abandoned batch\")")
+            markers = decision.metadata.get(MARKERS_KEY) if isinstance(
+                decision.metadata, dict) else None
+            named = (markers or {}).get(str(partition))
+            ask(partition, lambda c: c.commit_batch(
+                query_id, older, [],
+                metadata={RESOLVES_KEY: named, DECIDED_AT_KEY: decision.index}))
+        return prepare()
 
     def abort(self, query_id: str, batch_id: int) -> None:
         for partition in range(self.partitions):
             self._of(partition).abort(query_id, batch_id)
+
+
+class _Clients:
+    """One client per partition for the calls of one commit (`ask(partition, call)`, one
+    thread at a time per partition, as a client serves), all closed at its end; `each`
+    runs a step in several partitions at once (their round trips overlap)."""
+
+    def __init__(self, backend: RoutedSinkBackend) -> None:
+        self._backend = backend
+        self._open: dict[int, "FarmClient"] = {}
+        self._locks: dict[int, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> "_Clients":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for client in self._open.values():
+            client.close()
+
+    def __call__(self, partition: int, call: Callable[["FarmClient"], T]) -> T:
+        with self._lock:
+            lock = self._locks.setdefault(partition, threading.Lock())
+        with lock:
+            client = self._open.get(partition)
+            if client is None:
+                client = self._backend._of(partition).connection.client()
+                self._open[partition] = client
+            return call(client)
+
+    def each(self, partitions: Sequence[int], step: Callable[[int], T]) -> dict[int, T]:
+        """`step(partition)` for every partition, concurrently; the first error raised."""
+        if len(partitions) <= 1:
+            return {p: step(p) for p in partitions}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=min(16, self._backend.partitions),
+                                            thread_name_prefix="garlicfarm-commit")
+        futures = {p: self._pool.submit(step, p) for p in partitions}
+        return {p: future.result() for p, future in futures.items()}

@@ -103,7 +103,7 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
         before 4.2 asks after latestOffset has planned from it)."""
         if self._initial is None:
             client = self.client()
-            start = self.settings.start_in(client, first_index(client), log_end(client))
+            start = self.settings.start_in(client, first_index(client), self.end())
             self._initial = offset_json(self.checked_start(start))
         return dict(self._initial)
 
@@ -111,7 +111,7 @@ class RaftStreamReader(LogPlanner, StartTracker, DataSourceStreamReader,
         return self.settings.limits.default_read_limit()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = log_end(self.client())
+        self._target = self.end()
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         """The end of the next micro-batch. PySpark before 4.2 passes neither argument:
@@ -162,7 +162,7 @@ class RaftBatchReader(LogPlanner, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         client = self.client()
         try:
-            end = log_end(client)
+            end = self.end()
             start = self.checked_start(self.settings.start_in(client, first_index(client), end))
             stop = self.settings.stop_in(client, start, end)
             planned = self.plan(self.bounds.ranges(start, stop))

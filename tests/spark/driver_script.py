@@ -2,14 +2,16 @@
 SIGKILLed).
 
     python driver_script.py OPTIONS_JSON INBOX CHECKPOINT [--schema DDL]
-        [--crash-after-commit BATCH]
+        [--crash-after-commit BATCH | --crash-after-decision BATCH]
 
 Streams the JSON files of INBOX (one per micro-batch, columns `--schema`, default
 `value string`) into the garlicfarm sink of the kind OPTIONS_JSON names, with
 Trigger.AvailableNow, from CHECKPOINT. With --crash-after-commit, the sink's driver commit
 SIGKILLs this whole process group (driver, JVM, workers) right after the kind's commit of
 BATCH returned: the moment between the sink's commit and Spark's own commit log, where a
-restart re-runs a batch the sink has already made visible.
+restart re-runs a batch the sink has already made visible. With --crash-after-decision
+(raft kind, a farm of several partitions), the kill comes inside the commit of BATCH,
+after partition 0 decided it and before the other partitions' markers.
 """
 from __future__ import annotations
 
@@ -32,6 +34,20 @@ class CrashAfterCommit:
             os.killpg(int(os.environ["DRIVER_PGID"]), signal.SIGKILL)
 
 
+class CrashAfterDecision:
+    """Mixed in front of the raft kind's stream writer: its commit of the batch dies where
+    the decision would be rolled forward."""
+
+    def commit(self, messages, batchId):
+        if batchId == int(os.environ["CRASH_AFTER_DECISION"]):
+            from pyspark_farm.raft.routed_sink import RoutedSinkBackend
+
+            def die(*args, **kwargs):
+                os.killpg(int(os.environ["DRIVER_PGID"]), signal.SIGKILL)
+            RoutedSinkBackend.roll_forward = die
+        super().commit(messages, batchId)
+
+
 class CrashingSource(GarlicFarmDataSource):
     @classmethod
     def name(cls):
@@ -39,8 +55,9 @@ class CrashingSource(GarlicFarmDataSource):
 
     def streamWriter(self, schema, overwrite):
         plain = super().streamWriter(schema, overwrite)
-        crashing_class = type(f"Crashing{type(plain).__name__}",
-                              (CrashAfterCommit, type(plain)), {})
+        mixin = CrashAfterDecision if "CRASH_AFTER_DECISION" in os.environ else \
+            CrashAfterCommit
+        crashing_class = type(f"Crashing{type(plain).__name__}", (mixin, type(plain)), {})
         crashing = crashing_class.__new__(crashing_class)
         crashing.__dict__.update(plain.__dict__)
         return crashing
@@ -52,16 +69,21 @@ def main() -> int:
     parser.add_argument("inbox")
     parser.add_argument("checkpoint")
     parser.add_argument("--schema", default="value string")
-    parser.add_argument("--crash-after-commit", type=int)
+    crash = parser.add_mutually_exclusive_group()
+    crash.add_argument("--crash-after-commit", type=int)
+    crash.add_argument("--crash-after-decision", type=int)
     args = parser.parse_args()
     os.environ["DRIVER_PGID"] = str(os.getpgid(0))
+    crashing = args.crash_after_commit is not None or args.crash_after_decision is not None
     if args.crash_after_commit is not None:
         os.environ["CRASH_AFTER_COMMIT"] = str(args.crash_after_commit)
+    if args.crash_after_decision is not None:
+        os.environ["CRASH_AFTER_DECISION"] = str(args.crash_after_decision)
     spark = spark_session("garlicfarm-driver", "local[2]", conf={
         "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
     spark.sparkContext.setLogLevel("ERROR")
     fmt = "garlicfarm"
-    if args.crash_after_commit is not None:
+    if crashing:
         spark.dataSource.register(CrashingSource)   # a test double; the plain run registers nothing
         fmt = "garlicfarm_crashing"
     query = (spark.readStream.schema(args.schema).option("maxFilesPerTrigger", 1)

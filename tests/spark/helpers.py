@@ -65,11 +65,12 @@ def spawn_driver(options: dict[str, str], inbox: Path, checkpoint: Path, *extra:
 
 
 def crash_after_commit(options: dict[str, str], inbox: Path, checkpoint: Path, batch: int,
-                       *extra: str, timeout: float = 180) -> str:
-    """Runs a driver that SIGKILLs itself right after the sink's commit of `batch`; checks
-    that it died that way, and that Spark's commit log missed the batch; the query id."""
-    crashing = spawn_driver(options, inbox, checkpoint, "--crash-after-commit", str(batch),
-                            *extra)
+                       *extra: str, timeout: float = 180,
+                       where: str = "--crash-after-commit") -> str:
+    """Runs a driver that SIGKILLs itself right after the sink's commit of `batch` (or
+    `where` driver_script says); checks that it died that way, and that Spark's commit
+    log missed the batch; the query id."""
+    crashing = spawn_driver(options, inbox, checkpoint, where, str(batch), *extra)
     try:
         query_id = json.loads(crashing.stdout.readline())["query_id"]
         assert crashing.wait(timeout) == -9, "the driver should have SIGKILLed itself"

@@ -125,3 +125,37 @@ def test_partition_counts_are_checked(partitions):
 def test_a_key_of_no_known_kind_is_refused():
     with pytest.raises(KeyTypeError, match="must be str, bytes or int"):
         partition_for(1.5, 3)  # type: ignore[arg-type]
+
+
+class _Partition:
+    """What `consistent_ends` asks of a partition's client (its answers, fixed)."""
+
+    def __init__(self, applied: int, waiting=(), resolved=(), decisions=None) -> None:
+        self.applied, self.waiting, self.resolved = applied, list(waiting), list(resolved)
+        self.decisions = decisions or {}
+
+    def last_applied(self, *, stable: bool = False) -> int:
+        return self.applied
+
+    def prepared_commits(self, decided_from: int = 0):
+        return self.applied, self.waiting, self.resolved
+
+    def batch_status(self, query: str, batch: int):
+        index = self.decisions.get((query, batch))
+        return None if index is None else type("Decision", (), {"index": index})()
+
+
+def test_the_cut_holds_each_batch_whole_at_partition_0s_end():
+    """Partition 0 is read first (end 100: decisions below 100 are in the cut); each other
+    partition stops before a batch decided at or after 100, or not yet, whether it is
+    still prepared there or already rolled forward."""
+    from pyspark_farm.raft.partitions import consistent_ends
+    zero = _Partition(99, decisions={("q", 1): 40, ("q", 2): 120})
+    ends = consistent_ends(zero, {
+        0: zero,
+        1: _Partition(80, waiting=[(50, "q", 1), (60, "q", 2)]),   # 1 decided, 2 after end
+        2: _Partition(80, waiting=[(30, "q", 3)]),                 # never decided
+        3: _Partition(80, resolved=[(20, 40), (70, 120)]),         # rolled forward late
+        4: _Partition(80, waiting=[(90, "q", 1)]),                 # past its applied end
+        5: _Partition(80)})
+    assert ends == {0: 100, 1: 60, 2: 30, 3: 70, 4: 81, 5: 81}

@@ -198,7 +198,7 @@ class _PagedLog:
         self.journal, self.last, self.page = journal, last, page
         self.served = 0
 
-    def last_applied(self) -> int:
+    def last_applied(self, *, stable: bool = False) -> int:
         return self.last
 
     def log_bounds(self, endpoint=None) -> tuple[int, int, int]:
