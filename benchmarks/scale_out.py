@@ -3,8 +3,8 @@
 each node stands for a machine of that speed.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scale_out.py [--nodes 3] [--partitions 1,3,6]
-        [--farm local] [--quotas 20,50,unlimited] [--period-ms 10] [--rounds 2]
-        [--seconds 10]
+        [--farm local|placed] [--layouts 3x3,6x6] [--idle 5]
+        [--quotas 20,50,unlimited] [--period-ms 10] [--rounds 2] [--seconds 10]
         [--writers 64] [--records 100] [--value-bytes 100] [--json FILE]
 
 As root, with cgroup v1 (`cpu.cfs_quota_us`, `cpuacct.usage`) or v2 (`cpu.max`,
@@ -32,7 +32,11 @@ leaderships' and followerships' together). The farm comes from a factory (`FARMS
 `--farm`): `local` is LocalCluster's node processes on loopback, each hosting every
 partition, its leaders spread by the balancer; another farm plugs in as a `FarmFactory`
 returning a `FarmUnderTest` (its node processes, each partition's leader, the FarmClient
-settings of a writer to a partition).
+settings of a writer to a partition). `placed` (benchmarks/placed_farm.py) gives each
+partition 3 of the nodes as members, spread so that with as many partitions as nodes each
+node is a member of 3 and leads one: `--farm placed --layouts 3x3,6x6` compares 6
+machines with 3 at the same replication factor. `--idle` first measures each node's CPU
+with no load.
 """
 from __future__ import annotations
 
@@ -133,7 +137,9 @@ class LocalGroupsFarm:
         self._cluster.__exit__(None, None, None)
 
 
-FARMS: dict[str, FarmFactory] = {"local": LocalGroupsFarm}
+from placed_farm import PlacedFarm  # noqa: E402
+
+FARMS: dict[str, FarmFactory] = {"local": LocalGroupsFarm, "placed": PlacedFarm}
 
 
 def _writer(options: dict[str, Any], load: Load, conn: Connection) -> None:
@@ -194,6 +200,7 @@ class Window:
     client_cpu: float              # the client processes' CPU seconds in the window
     leaders: dict[int, int]        # partition -> leader, at the start
     leaders_moved: bool
+    load_average: float = 0.0      # the machine's (1 min), at the window's end
 
     @property
     def rate(self) -> float:
@@ -254,19 +261,29 @@ def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, period_
                   sum(c["errors"] for c in counts),
                   {node: after[node] - before[node] for node in after},
                   sum(c["cpu"] for c in counts), leaders,
-                  farm.leaders() != leaders)
+                  farm.leaders() != leaders, os.getloadavg()[0])
 
 
 def run(factory: FarmFactory, layout: Layout, load: Load, quotas: list[float | None],
-        period_us: int, rounds: int, where: Cgroups) -> list[Window]:
+        period_us: int, rounds: int, where: Cgroups, idle: float = 0.0) -> list[Window]:
     """Every quota `rounds` times (rotating order) on one farm whose every node process is
-    in a CPU group of its own; the groups are removed before this returns."""
+    in a CPU group of its own; the groups are removed before this returns. `idle`: first
+    a window of that many seconds without load (each node's idle CPU, printed)."""
     farm = factory(layout)
     try:
+        if hasattr(farm, "describe"):
+            print(f"  {farm.describe()}", flush=True)
         pids = farm.node_pids()
         with CpuGroups(where, f"garlicfarm-scale-{os.getpid()}", sorted(pids)) as groups:
             for node, pid in pids.items():
                 groups.add(node, pid)
+            if idle:
+                before = groups.usage()
+                time.sleep(idle)
+                after = groups.usage()
+                print("  idle, CPU % per node: " + ", ".join(
+                    f"n{n} {(after[n] - before[n]) / idle:.1%}" for n in sorted(after)),
+                    flush=True)
             windows = []
             for number in range(rounds):
                 shift = number % len(quotas)
@@ -287,7 +304,8 @@ def describe(window: Window) -> str:
     cpu = ", ".join(f"n{node} {s:.2f}" for node, s in sorted(window.cpu.items()))
     moved = " (leadership moved)" if window.leaders_moved else ""
     return (f"{quota_name(window.quota)}: {window.rate:,.0f} entries/s, "
-            f"{window.errors} errors, CPU s {cpu}, clients {window.client_cpu:.2f}{moved}")
+            f"{window.errors} errors, CPU s {cpu}, clients {window.client_cpu:.2f}, load "
+            f"{window.load_average:.1f}{moved}")
 
 
 def bound(leader: float, follower: float) -> float:
@@ -365,6 +383,25 @@ def compare(layouts: list[Layout], results: dict[Layout, list[Window]],
     return lines
 
 
+def parse_layouts(text: str) -> list[Layout]:
+    """'3x3,6x6' -> [Layout(3, 3), Layout(6, 6)] (nodes x partitions)."""
+    layouts = []
+    for item in text.split(","):
+        nodes, _, partitions = item.strip().partition("x")
+        try:
+            layout = Layout(int(nodes), int(partitions))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--layouts: {item!r} is not NODESxPARTITIONS (e.g. 3x3,6x6)") from None
+        if not 1 <= layout.nodes <= 64 or not 1 <= layout.partitions <= 1000:
+            raise argparse.ArgumentTypeError(
+                f"--layouts: {item!r}: 1 to 64 nodes and 1 to 1,000 partitions")
+        layouts.append(layout)
+    if len(set(layouts)) != len(layouts):
+        raise argparse.ArgumentTypeError(f"--layouts: {text!r} names a layout twice")
+    return layouts
+
+
 def parse_counts(text: str) -> list[int]:
     """'1,3,6' -> [1, 3, 6] (partition counts, each 1 to 1,000)."""
     try:
@@ -384,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--partitions", type=parse_counts, default=[1],
                         help="partition counts, one farm each, in this order (e.g. 1,3,6)")
+    parser.add_argument("--layouts", type=parse_layouts,
+                        help="NODESxPARTITIONS farms, one each, in this order (e.g. 3x3,6x6 "
+                             "with --farm placed); instead of --nodes and --partitions")
+    parser.add_argument("--idle", type=float, default=0.0,
+                        help="seconds of an unloaded window first, per farm (its idle CPU)")
     parser.add_argument("--quotas", type=parse_quotas, default=parse_quotas("20,50,unlimited"),
                         help="CPU quota of each node process, percent of one CPU")
     parser.add_argument("--period-ms", type=float, default=10.0,
@@ -413,11 +455,14 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(where, str):
         print(f"scale_out: skipped, no CPU quotas here: {where}")
         return 0
-    layouts = [Layout(args.nodes, count) for count in args.partitions]
+    if not 0 <= args.idle <= 600:
+        parser.error("--idle must be 0-600 s")
+    layouts = args.layouts or [Layout(args.nodes, count) for count in args.partitions]
     load = Load(args.writers, args.records, args.value_bytes, args.warmup, args.seconds)
     # a SIGTERM runs the finally blocks too: the cgroups and the farm go
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    header = (f"scale-out: farm {args.farm}, {args.nodes} nodes; entries of {load.records} "
+    header = (f"scale-out: farm {args.farm}, "
+              f"{', '.join(f'{l.nodes} nodes x {l.partitions} partitions' for l in layouts)}; entries of {load.records} "
               f"records x {load.value_bytes} B, {load.writers} writers per partition; "
               f"{args.rounds} rounds of {load.seconds:g} s; quota period "
               f"{args.period_ms:g} ms, cgroup v{where.version}; {os.cpu_count()} CPUs")
@@ -425,9 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [header]
     results: dict[Layout, list[Window]] = {}
     for layout in layouts:
-        print(f"{layout.partitions} partition(s):", flush=True)
+        print(f"{layout.partitions} partition(s) on {layout.nodes} nodes:", flush=True)
         results[layout] = run(FARMS[args.farm], layout, load, args.quotas, period_us,
-                              args.rounds, where)
+                              args.rounds, where, args.idle)
         lines += [f"{layout.partitions} partition(s) on {layout.nodes} nodes",
                   *report(results[layout], args.quotas, load)]
     if len(layouts) > 1:
@@ -437,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"lines": lines, "windows": {
-                str(layout.partitions): [asdict(w) for w in results[layout]]
+                f"{layout.nodes}x{layout.partitions}": [asdict(w) for w in results[layout]]
                 for layout in layouts}}, out, indent=1)
     return 0
 
