@@ -20,6 +20,11 @@ A quiesced follower whose leader's node has been silent for an election timeout 
 voters are no longer a quorum (CheckQuorum then steps it down); a leader quiesces only
 while a quorum of its voters is live.
 
+A group that removed this node (`--partition P` remove-server: the node stays in the
+farm, not in that partition) has no leader to follow and may not campaign, yet it ticked
+on and, as a stranded voter, pulled from the members: it is *dormant*, quiesced for
+good, until a message of its group (the leader adding it back) wakes it.
+
 Only groups 1.. of a multi-partition node quiesce (`--partitions` > 1, hence the Garlic
 Farm wire): group 0 carries the status entries (every status interval, so it would
 rarely stay quiet), and a single-group farm - the JRaft and marker wires, which cannot
@@ -73,6 +78,7 @@ class Quiescer:
         self.floor = heartbeat_ticks                #: a woken leader heartbeats at once
         self.cap = 2 * election_ticks + heartbeat_ticks     #: past any lease and timeout
         self.quiesced: set["Group"] = set()
+        self.dormant: set["Group"] = set()     #: quiesced because they removed this node
         self._next = 0.0
         self.wakes = 0          #: groups woken (metrics, tests)
 
@@ -90,7 +96,7 @@ class Quiescer:
         for peer in self.peers():
             if peer != self.id:
                 self.transport.send_node_heartbeat(peer)
-        for group in [g for g in self.quiesced if not self._live(g, now)]:
+        for group in [g for g in self.quiesced - self.dormant if not self._live(g, now)]:
             self.wake(group, now)
 
     def _live(self, group: "Group", now: float) -> bool:
@@ -118,8 +124,15 @@ class Quiescer:
         raft = group.raft
         if group.clock.quiesced_at is not None:
             group.notice = None
-            if not raft.can_quiesce() or group.driver.busy():
+            if group in self.dormant:
+                if not raft.removed or group.driver.busy():
+                    self.wake(group, now)           # added back
+            elif not raft.can_quiesce() or group.driver.busy():
                 self.wake(group, now)
+            return
+        if raft.removed and self._idle(group):
+            self._quiesce(group, now)
+            self.dormant.add(group)
             return
         notice = group.notice
         if notice is not None:
@@ -163,4 +176,5 @@ class Quiescer:
         clock.quiesced_at = None
         group.wake_due = False
         self.quiesced.discard(group)
+        self.dormant.discard(group)
         self.wakes += 1

@@ -159,3 +159,31 @@ def test_a_cut_off_leader_of_quiesced_partitions_is_replaced_and_steps_down():
         wait_until(lambda: not leaders(farm, [lonely]), timeout=10, interval=0.1,
                    message=f"node {lonely} stepping down in its quiesced partitions")
         network.heal()
+
+
+def test_a_partition_that_removed_its_node_goes_dormant_there_until_added_back():
+    """A node taken out of one partition (`remove-server --partition 1`) keeps serving the
+    others; its copy of that partition has no leader to follow and may not campaign, yet
+    it ticked on (and pulled from the members) for ever: it quiesces for good, and the
+    leader adding it back wakes it."""
+    from consensus.admin.farm_membership import add_member, remove_member
+    with LocalCluster(4, partitions=2, fsync=FSYNC, status_interval=0.5, metrics=True) as farm:
+        for p in (0, 1):
+            farm.wait_for_leader(timeout=30, partition=p)
+        connect = lambda p: farm.client(partition=p, timeout=10)   # noqa: E731
+        change = remove_member(connect, 4, partitions=[1])
+        assert change.failed == [], change
+        wait_until(lambda: (views(farm).get(4) or [{}, {}])[1].get("quiesced"), 20,
+                   interval=0.1, message="node 4's copy of partition 1 to go dormant")
+        assert metric(farm, 4, "garlicfarm_server_quiesced_groups") == 1.0
+        with farm.client(partition=0, timeout=10) as client:    # node 4 serves partition 0
+            index, _ = client.append([b"partition 0 still has node 4"])
+            wait_until(lambda: client.log_bounds(farm.endpoint_of(4))[1] >= index, 15,
+                       interval=0.1, message="node 4 to apply partition 0's write")
+
+        change = add_member(connect, 4, farm.endpoint_of(4), partitions=[1])
+        assert change.failed == [], change
+        with farm.client(partition=1, timeout=10) as client:
+            index, _ = client.append([b"node 4 is back in partition 1"])
+            wait_until(lambda: client.log_bounds(farm.endpoint_of(4))[1] >= index, 20,
+                       interval=0.1, message="node 4, added back, to apply partition 1's write")
