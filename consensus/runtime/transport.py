@@ -10,7 +10,7 @@ the transport answers with a refusal at the end of the loop turn, so the order h
 Self-contained messages (pre-votes, extensions) may travel on either connection.
 
 Opening connections blocks (TLS, proxies, the digest handshake), so it runs off the
-loop: short dialer threads (`dial.py`) for ours, the gate thread (`gate.py`, which owns
+loop: short dialer threads (`peer_dialer.py`) for ours, the gate thread (`gate.py`, which owns
 the listening socket) for everyone else's; both hand the ready socket to the loop
 through a queue and a wake-up socket pair. Messages for a peer being dialed wait in a
 bounded queue.
@@ -23,11 +23,8 @@ import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable
 
-from consensus.net.backoff import Backoff
-from consensus.net.dial import Dialed, dial
 from consensus.net.security import Security, split_endpoint
 from consensus.raft import AppendEntries, Message
 from consensus.runtime.accept import AcceptedStream
@@ -41,6 +38,7 @@ from consensus.runtime.gate import Gate
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.jraft_wire import JRaftWire
 from consensus.runtime.log_summary import LogSummary
+from consensus.runtime.peer_dialer import PeerDialer, PeerKey
 from consensus.runtime.peer_hosts import PeerHosts
 from consensus.wire import jraft_mapping as jm
 from consensus.wire.errors import ProtocolError
@@ -49,15 +47,6 @@ from consensus.wire.jraft import MessageType, RaftRequest, RaftResponse
 
 log = logging.getLogger("garlicfarm.transport")
 
-MAX_QUEUED_PER_PEER = 4096
-DIAL_TIMEOUT = 5.0
-@dataclass
-class _Dialing:
-    queue: deque = field(default_factory=deque)
-    in_progress: bool = False
-    next_attempt: float = 0.0
-    backoff: Backoff = field(default_factory=lambda: Backoff(0.05, 1.0, jitter=False))
-    error: str | None = None        #: why the last attempt failed (None: it succeeded)
 
 
 class Transport:
@@ -107,7 +96,8 @@ class Transport:
         # (peer id, wire) -> connection we dialed; the wire is ours, except the
         # garlicfarm side connections a marker node uses for client requests (status)
         self.outgoing: dict[tuple[int, str], Connection] = {}
-        self._dialing: dict[tuple[int, str], _Dialing] = {}
+        self.dialer = PeerDialer(node_id=node_id, security=security,
+                                 address_of=address_of, hand_off=self._hand_off)
         self.incoming: set[Connection] = set()
         self._incoming_peers: set[Connection] = set()   #: let in as peers (gate counts)
         self.last_in: dict[int, Connection] = {}
@@ -466,7 +456,7 @@ class Transport:
         if conn is None:
             conn = self._outgoing(dest, self.wire_name)
             if conn is None:
-                self._queue((dest, self.wire_name), msg, group)
+                self.dialer.queue((dest, self.wire_name), msg, group)
                 return
         if self._send_on(conn, msg, group):
             self._dirty.add(conn)
@@ -547,36 +537,8 @@ class Transport:
         conn = self.outgoing.get((peer_id, kind))
         if conn is not None and not conn.closed:
             return conn
-        self._start_dial((peer_id, kind))
+        self.dialer.start((peer_id, kind))
         return None
-
-    def _queue(self, key: tuple[int, str], msg: Message, group: int) -> None:
-        state = self._dialing.get(key)
-        if state is None or not state.in_progress:
-            return          # no dial under way (backing off): Raft retries on its own
-        if len(state.queue) >= MAX_QUEUED_PER_PEER:
-            state.queue.popleft()
-        state.queue.append((msg, group))
-
-    def _start_dial(self, key: tuple[int, str]) -> None:
-        state = self._dialing.setdefault(key, _Dialing())
-        now = time.monotonic()
-        if state.in_progress or now < state.next_attempt or self._closing:
-            return
-        address = self.address_of(key[0])
-        if address is None:
-            return
-        state.in_progress = True
-        threading.Thread(target=self._dial_worker, args=(key, address), daemon=True,
-                         name=f"dial-{key[0]}").start()
-
-    def _dial_worker(self, key: tuple[int, str], address: str) -> None:
-        try:
-            result: object = dial(address, self.security, wire=key[1], timeout=DIAL_TIMEOUT,
-                                  node_id=self.node_id)
-        except Exception as exc:   # handed to the loop, which logs and backs off
-            result = exc
-        self._hand_off(("dialed", key, address, result))
 
     # -- incoming connections (the gate lets them in: gate.py) ---------------------------------
     def _hand_off(self, item) -> None:
@@ -596,22 +558,14 @@ class Transport:
             else:
                 self._accepted(item[1])
 
-    def _dialed(self, key: tuple[int, str], address: str, result) -> None:
+    def _dialed(self, key: PeerKey, address: str, result) -> None:
         peer_id, kind = key
-        state = self._dialing.setdefault(key, _Dialing())
-        state.in_progress = False
-        if not isinstance(result, Dialed):
-            state.error = str(result)
-            if state.backoff.fresh:
-                log.info("cannot reach node %d at %s: %s", peer_id, address, result)
-            state.next_attempt = time.monotonic() + state.backoff.pause()
-            state.queue.clear()
+        queued = self.dialer.dialed(key, address, result)
+        if queued is None:
             return
         if self._closing:
             result.sock.close()
             return
-        state.backoff.reset()
-        state.error = None
         label = f"node {peer_id} ({address})"
         wire = self._wire_of_kind(kind)
         conn = Connection(result.sock, kind, wire.decoder(), outgoing=True, peer_id=peer_id,
@@ -623,7 +577,6 @@ class Transport:
         self.selector.register(conn.sock, selectors.EVENT_READ, conn)
         if result.initial:
             self._feed(conn, result.initial)
-        queued, state.queue = state.queue, deque()
         for msg, group in queued:
             if self._send_on(conn, msg, group):
                 self._dirty.add(conn)
@@ -676,12 +629,8 @@ class Transport:
         self.on_closed(conn)
 
     def dial_error(self, peer_id: int) -> str | None:
-        """Why our last attempt to connect to `peer_id` failed (None: it has not failed,
-        or it succeeded since)."""
-        for (peer, _), state in self._dialing.items():
-            if peer == peer_id and state.error is not None:
-                return state.error
-        return None
+        """Why our last attempt to connect to `peer_id` failed (None: not, or no more)."""
+        return self.dialer.error_of(peer_id)
 
     def drop_peer(self, peer_id: int) -> None:
         """Close our connection to a peer (its address changed, or it left)."""
@@ -689,7 +638,7 @@ class Transport:
             self.close(self.outgoing[key])
 
     def shutdown(self) -> None:
-        self._closing = True
+        self._closing = self.dialer.closing = True
         self.gate.stop()
         for conn in list(self.outgoing.values()) + list(self.incoming):
             try:
