@@ -7,7 +7,8 @@ node processes start with `python -m`, which puts the working directory first on
 path), e.g. main's code against a branch's:
 
     cd /path/to/checkout && PYTHONPATH=$PWD python /path/to/idle_groups.py \
-        --partitions 100 1000 [--tick 0.05] [--fsync never] [--window 10] [--deadline 180]
+        --partitions 100 1000 [--tick 0.05] [--fsync never] [--window 10] [--deadline 180] \
+        [--shared-fsync-groups N]
 
 Each size prints one JSON line: partitions, seconds until every partition had a leader
 (`led_s`, null if not all did within --deadline) and until the node-reported quiesced
@@ -70,6 +71,8 @@ def led(farm: LocalCluster, partitions: int) -> bool:
 
 def measure(partitions: int, args: argparse.Namespace) -> dict:
     extra = ["--tick", str(args.tick)] if args.tick else []
+    if args.shared_fsync_groups is not None:
+        extra += ["--shared-fsync-groups", str(args.shared_fsync_groups)]
     started = time.monotonic()
     with LocalCluster(3, partitions=partitions, metrics=True, extra_args=extra,
                       status_interval=5.0, fsync=args.fsync) as farm:
@@ -95,6 +98,9 @@ def measure(partitions: int, args: argparse.Namespace) -> dict:
         took = time.monotonic() - t0
         cpu = [round((cpu_seconds(p) - b) / took, 4) for p, b in zip(pids, before)]
         return {"partitions": partitions, "tick": args.tick, "fsync": args.fsync,
+                "shared_fsync_groups": args.shared_fsync_groups,
+                "shared_flushes": [metric(farm, n, "garlicfarm_disk_shared_flushes_total")
+                                   for n in farm.node_ids],
                 "led_s": led_s and round(led_s, 1),
                 "settled_s": settled_s and round(settled_s, 1), "cpu": cpu,
                 "rss_mib": [round(rss_mib(p), 1) for p in pids],
@@ -116,6 +122,9 @@ def main() -> None:
                         help="the nodes' --fsync (default batch; an idle farm writes "
                              "nothing, but the first elections of 1,000 groups wait for "
                              "one fsync per group and vote round with batch)")
+    parser.add_argument("--shared-fsync-groups", type=int, default=None, metavar="N",
+                        help="the nodes' --shared-fsync-groups (default: theirs, 8; 0: "
+                             "one fsync per group and vote round)")
     args = parser.parse_args()
     if any(p < 1 or p > 4096 for p in args.partitions):
         parser.error("--partitions: each count must be 1..4096 (the nodes' limit)")

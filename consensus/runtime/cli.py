@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fsync", choices=("always", "batch", "never"),
                    help="always: every append; batch (default): once per Ready (group "
                    "commit); never: leave it to the OS")
+    p.add_argument("--shared-fsync-groups", type=int, metavar="N",
+                   help="a sync round of at least N groups (partitions) makes their logs and "
+                   "votes durable with one syncfs of the disk instead of fsyncs per group "
+                   "(default 8; 0: never; Linux only)")
     p.add_argument("--observer", action="store_true", help="start as an observer")
     p.add_argument("--join", action="store_true", help="no bootstrap configuration: wait "
                    "to be added by the leader")

@@ -28,6 +28,7 @@ from consensus.common.partitions import check_partitions
 from consensus.net.security import Security, split_endpoint
 from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.log_format import LOG_FORMATS
+from consensus.runtime.sync_rounds import SHARED_FSYNC_GROUPS
 from consensus.storage import FsyncPolicy
 
 if sys.version_info >= (3, 11):
@@ -119,6 +120,7 @@ class NodeConfig:
     partitions: int = 1                         #: Raft groups this node hosts (0..n-1)
     log_readers: str = "threads"                #: who builds log pages: threads or process
     log_reader_nice: int = 0                    #: the reader process's niceness above the node's
+    shared_fsync_groups: int = SHARED_FSYNC_GROUPS  #: rounds this large share syncfs flushes
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
@@ -157,6 +159,12 @@ class NodeConfig:
                 or not 0 <= self.log_reader_nice <= 19:
             raise ConfigError("--log-reader-nice", f"must be a whole number from 0 to 19 "
                               f"(added to the node's niceness), got {self.log_reader_nice!r}")
+        if isinstance(self.shared_fsync_groups, bool) \
+                or not isinstance(self.shared_fsync_groups, int) \
+                or not 0 <= self.shared_fsync_groups <= 1_000_000:
+            raise ConfigError("--shared-fsync-groups", f"must be a whole number from 0 (never) "
+                              f"to 1000000 (groups in a sync round), got "
+                              f"{self.shared_fsync_groups!r}")
         if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) \
                 or not 1 <= self.max_connections <= 1_000_000:
             raise ConfigError("--max-connections", f"must be a whole number from 1 to "

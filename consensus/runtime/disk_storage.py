@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 import zlib
-from typing import Callable, Protocol, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Protocol, Sequence
 
 from consensus.raft import Configuration, Entry, EntryType, HardState, Ready, Snapshot
 from consensus.raft.entry import limit_size
@@ -43,6 +44,9 @@ from consensus.storage import (CorruptLogError, HardStateFile, RecordHeads, Segm
 from consensus.storage.errors import CompactedIndexError
 from consensus.storage.files import replace_atomically
 from consensus.storage.segment import PinnedRecords
+
+if TYPE_CHECKING:
+    from consensus.runtime.sync_rounds import SyncThread
 
 log = logging.getLogger("garlicfarm.storage")
 RECORD_HEAD = struct.Struct(">QB")
@@ -348,6 +352,29 @@ class DiskStorage:
     def sync(self) -> None:
         self.log.sync()
 
+    def synced_by_flush(self) -> ContextManager[None]:
+        """`sync` by the caller's flush of the filesystem inside the block (a round of
+        many groups: consensus/runtime/sync_rounds.py)."""
+        return self.log.synced_by_flush()
+
+    @contextmanager
+    def hard_state_by_flush(self, state: HardState) -> Iterator[Callable[[], None]]:
+        """`save_hard_state(state, urgent=True)` by the caller's flushes: the temp file
+        is written on entering; the caller flushes the filesystem, calls the yielded
+        `publish` (the rename), flushes again and leaves; the state counts as saved only
+        then (an error out of the block leaves the old one saved)."""
+        self._hard = state
+        self._version += 1
+        version = self._version
+        with self._file_lock:
+            written = self._to_write(state, version)
+            if written is None:
+                yield lambda: None
+                return
+            with self.hard_state_file.save_by_flush(written) as publish:
+                yield publish
+            self._saved_hard, self._saved_version = written, version
+
     def save_hard_state(self, state: HardState, *, urgent: bool) -> None:
         """Save a new term or vote now (`urgent`); a new commit index alone lazily, at
         most every `commit_save_interval`, by a background thread (the save fsyncs, and
@@ -366,16 +393,19 @@ class DiskStorage:
         """Write `state` unless a later one (by `version`) was written: saves take turns,
         and a lazy save never replaces a vote cast meanwhile."""
         with self._file_lock:
-            if version <= self._saved_version:
-                return
-            # never save a commit beyond what the log holds durably (a restart that finds
-            # a commit beyond its log refuses to start)
-            commit = min(state.commit, self.log.durable_index)
-            written = HardState(state.term, state.vote, commit)
-            if written == self._saved_hard:
-                return
-            self.hard_state_file.save(written)
-            self._saved_hard, self._saved_version = written, version
+            written = self._to_write(state, version)
+            if written is not None:
+                self.hard_state_file.save(written)
+                self._saved_hard, self._saved_version = written, version
+
+    def _to_write(self, state: HardState, version: int) -> HardState | None:
+        """What a save of `state` (by `version`) writes, None when nothing: a later
+        save was written, or this one is. Never a commit beyond what the log holds
+        durably (a restart that finds a commit beyond its log refuses to start)."""
+        if version <= self._saved_version:
+            return None
+        written = HardState(state.term, state.vote, min(state.commit, self.log.durable_index))
+        return None if written == self._saved_hard else written
 
     def save_lazily_due(self) -> None:
         """The `CommitSaver`'s side: write the commit index handed to it, if any."""
@@ -428,70 +458,6 @@ class DiskStorage:
             self.log.close()
 
 
-class SyncThread:
-    """Runs `storage.sync()` (the fsync of group commit) off the event loop, for every
-    group of the node: `start(storage)` asks for one, `done(storage)` says whether it
-    finished, `wake` is called when a round ends. The storages asked for while a round
-    runs are synced together in the next one, so a loop turn costs one round of fsyncs
-    (one per group that appended) on one thread, however many groups there are. A new
-    term or vote given with the request is saved in the round too, after the log's
-    fsync (the order the Ready driver keeps), so that elections in many groups at once
-    do not fsync their hard states one by one on the loop thread. A failed
-    fsync leaves the log unusable (what reached the disk is unknown): `done()` raises
-    it, and the node stops."""
-
-    def __init__(self, wake, observe: Callable[[float], None]) -> None:
-        self.wake, self.observe = wake, observe
-        # asked for, not started: storage, and the hard state to save after its fsync
-        self._wanted: dict[int, tuple[DiskStorage, HardState | None]] = {}
-        self._pending: set[int] = set()             # asked for, not finished
-        self._error: BaseException | None = None
-        self._closing = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="fsync")
-        self._thread.start()
-
-    def start(self, storage: DiskStorage, hard: HardState | None = None) -> None:
-        with self._cond:
-            self._wanted[id(storage)] = (storage, hard)
-            self._pending.add(id(storage))
-            self._cond.notify()
-
-    def done(self, storage: DiskStorage) -> bool:
-        if self._error is not None:
-            raise self._error
-        with self._cond:
-            return id(storage) not in self._pending
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._wanted and not self._closing:
-                    self._cond.wait()
-                if not self._wanted:
-                    return
-                batch, self._wanted = self._wanted, {}
-            try:
-                for storage, hard in batch.values():
-                    started = time.perf_counter()
-                    storage.sync()
-                    self.observe(time.perf_counter() - started)
-                    if hard is not None:    # the driver's own save then finds it saved
-                        storage.save_hard_state(hard, urgent=True)
-            except BaseException as exc:    # handed to the loop thread
-                self._error = exc
-            with self._cond:
-                self._pending -= {key for key in batch if key not in self._wanted}
-            self.wake()
-
-    def close(self) -> None:
-        """Finish the rounds asked for, then stop the thread."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._thread.join()
-
-
 class CommitSaver:
     """The thread that saves commit indexes lazily (a save fsyncs a small file, which
     the loop must not wait for), one per node, shared by its groups as the SyncThread
@@ -539,6 +505,8 @@ class DiskObserver(Protocol):
     def appended(self, seconds: float) -> None: ...
 
     def fsynced(self, seconds: float) -> None: ...
+
+    def flushed_shared(self) -> None: ...
 
 
 class SyncedDisk:

@@ -19,8 +19,8 @@ from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftEr
                             RequestVote, Role,
                             Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.consumers import ConsumerBook, counted_rows
-from consensus.runtime.disk_storage import (CommitSaver, DiskStorage, SnapshotView, SyncedDisk,
-                                            SyncThread)
+from consensus.runtime.disk_storage import CommitSaver, DiskStorage, SnapshotView, SyncedDisk
+from consensus.runtime.sync_rounds import SyncThread
 from consensus.runtime.groups import group_data_dir
 from consensus.runtime.machines import Decider, FarmStateMachine
 from consensus.runtime.node_view import NodeView

@@ -66,6 +66,10 @@ class NodeObserver:
             "corrupt_stream: a connection closed because its bytes cannot be read on; "
             "unknown_group: a GroupSelect for a partition this node does not host).",
             ["kind"], registry=r)
+        self.shared_flushes = Counter(
+            "garlicfarm_disk_shared_flushes", "Sync rounds whose groups' logs and votes "
+            "were made durable by one syncfs of the disk instead of fsyncs per group "
+            "(--shared-fsync-groups).", registry=r)
         self.turns = Histogram(
             "garlicfarm_server_loop_turn_duration_seconds", "Time the event loop spends on "
             "one turn after its wait (reading, stepping, proposing, the Ready loop, "
@@ -109,6 +113,9 @@ class NodeObserver:
 
     def fsynced(self, seconds: float) -> None:
         self.fsync.observe(seconds)
+
+    def flushed_shared(self) -> None:
+        self.shared_flushes.inc()
 
     def appended(self, seconds: float) -> None:
         self.append.observe(seconds)

@@ -40,7 +40,8 @@ from consensus.runtime.admission import AdmissionLimits
 from consensus.common.partitions import DRAINED_KEY, parse_drained
 from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
-from consensus.runtime.disk_storage import CommitSaver, SyncThread
+from consensus.runtime.disk_storage import CommitSaver
+from consensus.runtime.sync_rounds import SyncThread
 from consensus.runtime.group import Group, TurnTicks
 from consensus.runtime.log_reads import LogReads
 from consensus.runtime.machines import Decider, Ledger
@@ -114,7 +115,8 @@ class FarmNode:
         self.port = self.transport.port
         self.clock = TickClock(config.tick)
         self._ticks = TurnTicks()
-        self.syncer = SyncThread(self.transport.wake, self.observer.fsynced)
+        self.syncer = SyncThread(self.transport.wake, self.observer,
+                                 shared_from=config.shared_fsync_groups)
         self.saver = CommitSaver()
         self.reads = LogReads(wake=self.transport.wake)    # the groups' log pages
         self.reader: ReaderProcess | None = None    # --log-readers process

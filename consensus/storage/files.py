@@ -62,15 +62,29 @@ def replace_atomically(path: str, parts: Sequence[bytes]) -> None:
     The bytes go to `path + ".tmp"`, which is fsynced, renamed over `path`, and the
     directory is fsynced. A `.tmp` left by a crash is never read and is overwritten by
     the next call."""
-    temp = path + ".tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    write_temp(path, parts, sync=True)
+    publish_temp(path, sync=True)
+
+
+def write_temp(path: str, parts: Sequence[bytes], *, sync: bool) -> None:
+    """The first half of `replace_atomically`: `path + ".tmp"` holds `parts`, fsynced
+    unless the caller makes it durable another way (`sync` False: one syncfs for many
+    files, consensus/runtime/sync_rounds.py) before `publish_temp`."""
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, parts, 0)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(temp, path)
-    fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def publish_temp(path: str, *, sync: bool) -> None:
+    """The second half of `replace_atomically`: rename the durable `.tmp` over `path`;
+    the rename is durable once the directory is fsynced (`sync`) or the filesystem is."""
+    os.replace(path + ".tmp", path)
+    if sync:
+        fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
 def remove_durably(path: str) -> None:

@@ -11,10 +11,12 @@ import os
 import struct
 import threading
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from consensus.storage.errors import CorruptLogError
-from consensus.storage.files import replace_atomically
+from consensus.storage.files import publish_temp, replace_atomically, write_temp
 
 MAGIC = b"GFHS"
 VERSION = 1
@@ -73,11 +75,23 @@ class HardStateFile:
 
     def save(self, state: HardState) -> None:
         """Replace the saved state atomically and durably."""
+        with self._lock:
+            replace_atomically(self.path, self._encode(state))
+
+    @contextmanager
+    def save_by_flush(self, state: HardState) -> Iterator[Callable[[], None]]:
+        """`save` for a caller that makes files durable with one filesystem flush for
+        many (consensus/runtime/sync_rounds.py): the temp file is written, not fsynced;
+        the caller flushes, calls the yielded `publish` (the rename), flushes again,
+        then leaves. Other saves of this file wait meanwhile."""
+        with self._lock:
+            write_temp(self.path, self._encode(state), sync=False)
+            yield lambda: publish_temp(self.path, sync=False)
+
+    def _encode(self, state: HardState) -> list[bytes]:
         if not isinstance(state, HardState):
             raise TypeError(f"save() takes a HardState, not {type(state).__name__}")
         body = _BODY.pack(MAGIC, VERSION, state.vote is not None, state.term,
                           state.vote or 0, state.commit)
-        directory = os.path.dirname(os.path.abspath(self.path))
-        with self._lock:
-            os.makedirs(directory, exist_ok=True)
-            replace_atomically(self.path, [body, _CRC.pack(zlib.crc32(body))])
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        return [body, _CRC.pack(zlib.crc32(body))]

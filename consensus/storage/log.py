@@ -300,6 +300,42 @@ class SegmentedLog:
             self._durable_index = max(self._durable_index, last)
 
     @contextmanager
+    def synced_by_flush(self) -> Iterator[None]:
+        """`sync()` for a caller that makes the files durable itself, with one flush of
+        the filesystem for many logs (storage/filesystem_flush.py) inside the block. The
+        disk token is held meanwhile; on a clean exit every append written before the
+        block is durable; an OSError out of the block poisons the log as a failed fsync
+        does. Nothing is held when everything is durable already, or under NEVER."""
+        with self._lock:
+            self._check_usable()
+            target = self._writes
+        with self._disk:
+            while self._durable_writes < target and self._disk_busy:
+                self._disk.wait()
+            if self._durable_writes >= target or not self.policy.fsyncs:
+                held = False
+            else:
+                self._disk_busy = held = True
+        if not held:
+            yield
+            return
+        try:
+            with self._lock:
+                self._check_usable()
+                writes, last = self._writes, self._last()
+            try:
+                yield
+            except OSError as exc:
+                self._failure = exc
+                raise
+            with self._disk:
+                self._fsyncs += 1
+                self._durable_writes = max(self._durable_writes, writes)
+                self._durable_index = max(self._durable_index, last)
+        finally:
+            self._release_token()
+
+    @contextmanager
     def _disk_token(self) -> Iterator[None]:
         """Hold the disk token: no fsync runs, and none starts, meanwhile."""
         with self._disk:
