@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+import zlib
+from typing import TYPE_CHECKING, Any, Callable
 
 from consensus.torture.faultproxy import ProxyNetwork
 from consensus.torture.flood import Flood
@@ -39,10 +40,11 @@ class TortureFarm:
         self.retired: set[int] = set()      # ... and out of the farm for good
         if options.data_dir is not None:
             options.data_dir.mkdir(parents=True, exist_ok=True)
+        self.partitions = options.partitions
         self._cluster = LocalCluster(
             nodes=options.nodes, wire=options.wire, cluster=options.cluster,
             fsync=options.fsync, data_dir=None if options.data_dir is None
-            else str(options.data_dir),
+            else str(options.data_dir), partitions=options.partitions,
             peer_address=self._peer_address if self.network is not None else None)
         try:
             self.farm = self._cluster.__enter__()
@@ -57,15 +59,29 @@ class TortureFarm:
             return endpoint
         return self.network.link(source, target, endpoint)
 
-    def client(self, index: int) -> "TortureClient":
+    def client(self, index: int) -> "TortureClient | PartitionedClient":
         """Client `index`, bound to a home member (round robin), as jepsen binds clients
         to nodes: its reads go there (a member that believes it still leads answers them
         itself, so a stale leader is seen); its writes start there and follow the
-        redirects to the leader (a separate connection, so reads stay home)."""
+        redirects to the leader (a separate connection, so reads stay home). On a farm
+        of several partitions each key goes to its partition's clients."""
         home = self.farm.endpoint_of(self.node_ids[index % len(self.node_ids)])
         timeout = self.client_timeout(index)
-        return TortureClient(self.farm.client(timeout=timeout, endpoints=home),
-                             self.farm.client(timeout=timeout, endpoints=home), self._reads)
+
+        def connect(partition: int) -> TortureClient:
+            return TortureClient(
+                self.farm.client(timeout=timeout, endpoints=home, partition=partition),
+                self.farm.client(timeout=timeout, endpoints=home, partition=partition),
+                self._reads)
+        return connect(0) if self.partitions == 1 else PartitionedClient(connect,
+                                                                         self.partitions)
+
+    def final_client(self, timeout: float) -> Any:
+        """The client of the final reads (lease reads at any member, every partition)."""
+        if self.partitions == 1:
+            return self.farm.client(timeout=timeout)
+        return PartitionedClient(lambda p: self.farm.client(timeout=timeout, partition=p),
+                                 self.partitions)
 
     def client_timeout(self, index: int) -> float:
         """Odd clients wait three times longer: short calls give up on a stalled or cut
@@ -74,7 +90,12 @@ class TortureFarm:
         return self._client_timeout * (3 if index % 2 else 1)
 
     def wait_for_leader(self, timeout: float) -> int:
-        return self.farm.wait_for_leader(timeout=timeout)
+        """Partition 0's leader, once every partition has one (FarmError at `timeout`)."""
+        deadline = time.monotonic() + timeout
+        for partition in range(self.partitions - 1, 0, -1):
+            self.farm.wait_for_leader(timeout=max(0.1, deadline - time.monotonic()),
+                                      partition=partition)
+        return self.farm.wait_for_leader(timeout=max(0.1, deadline - time.monotonic()))
 
     def kill(self, node_id: int) -> None:
         self.farm.kill(node_id)
@@ -352,3 +373,38 @@ class TortureClient:
     def close(self) -> None:
         self._writer.close()
         self._reader.close()
+
+
+class PartitionedClient:
+    """A torture client of a farm of several partitions: each key lives in one partition
+    (CRC-32 of the key mod the partitions, fixed for the run) and its calls go to that
+    partition's client, made on first use. The keys are independent registers, so the
+    history stays checkable key by key while every partition's group is tortured."""
+
+    def __init__(self, connect: Callable[[int], Any], partitions: int) -> None:
+        self._connect = connect
+        self._partitions = partitions
+        self._clients: dict[int, Any] = {}
+
+    def _client(self, key: str) -> Any:
+        partition = zlib.crc32(key.encode()) % self._partitions
+        client = self._clients.get(partition)
+        if client is None:
+            client = self._clients[partition] = self._connect(partition)
+        return client
+
+    def kv_get(self, key: str) -> str | None:
+        return self._client(key).kv_get(key)
+
+    def kv_put(self, key: str, value: str) -> None:
+        self._client(key).kv_put(key, value)
+
+    def kv_append(self, key: str, value: str) -> None:
+        self._client(key).kv_append(key, value)
+
+    def kv_cas(self, key: str, expected: str, new: str) -> bool:
+        return self._client(key).kv_cas(key, expected, new)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()

@@ -39,6 +39,7 @@ from typing import Any, Sequence, TextIO
 
 from consensus.admin import progress_bars as progress_bar
 from consensus.admin.admin import console_for, print_json, print_table
+from consensus.common.partitions import MAX_PARTITIONS
 from consensus.linearizability import CheckResult, History, KVModel, Verdict, check
 from consensus.torture.farm import TortureFarm
 from consensus.torture.nemesis import MEMBERSHIP_SCHEMES, Fault, Nemesis, NemesisLog
@@ -71,6 +72,7 @@ class TortureOptions:
     recovery_timeout: float = 30.0
     check_timeout: float = 120.0
     fsync: str = "batch"
+    partitions: int = 1                 # Raft groups per node; keys spread over them
     reads: str = "lease"                # kv_get consistency of the clients
     cluster: str = "torture"
     data_dir: Path | None = None
@@ -125,8 +127,9 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
                         ops_per_key=options.ops_per_key)
     notes: list[str] = []
     try:
-        say(f"starting {options.nodes} nodes ({options.wire}, fsync {options.fsync}), "
-            f"seed {seed}")
+        say(f"starting {options.nodes} nodes ({options.wire}, fsync {options.fsync}"
+            + (f", {options.partitions} partitions" if options.partitions > 1 else "")
+            + f"), seed {seed}")
         with contextlib.closing(TortureFarm(options)) as farm:
             farm.wait_for_leader(timeout=options.recovery_timeout)
             pool = ClientPool(farm.client, history, workload, options.clients, FarmError)
@@ -150,7 +153,7 @@ def run(options: TortureOptions, *, progress: TextIO | None = None) -> TortureRe
                 farm.wait_for_leader(timeout=options.recovery_timeout)
             except Exception as exc:        # noqa: BLE001 - reported as no recovery
                 notes.append(f"no leader after healing: {exc}")
-            finals = final_reads(lambda: farm.farm.client(timeout=options.client_timeout),
+            finals = final_reads(lambda: farm.final_client(options.client_timeout),
                                  history, workload.keys, deadline, expected=FarmError)
     except TortureSetupError:
         raise
@@ -328,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-timeout", type=float, default=120.0,
                    help="seconds for the linearizability check")
     p.add_argument("--fsync", default="batch", choices=("always", "batch", "never"))
+    p.add_argument("--partitions", type=int, default=1,
+                   help="Raft groups per node (default 1); each key lives in one of them, "
+                        "so every partition's group is tortured (needs --wire garlicfarm; "
+                        "not with membership faults)")
     p.add_argument("--reads", default="lease", choices=("lease", "read_index", "sequential"),
                    help="consistency of the clients' reads; 'sequential' lets a deposed "
                         "leader answer without checking its lease, which is not "
@@ -355,6 +362,15 @@ def parse_options(argv: Sequence[str]) -> TortureOptions:
         raise TortureSetupError(f"--faults membership: not on --wire {args.wire} (its "
                                 "leader cannot hand over leadership nor remove itself); "
                                 "use --wire garlicfarm or marker")
+    if not 1 <= args.partitions <= MAX_PARTITIONS:
+        raise TortureSetupError(f"--partitions: must be 1 to {MAX_PARTITIONS}, got "
+                                f"{args.partitions}")
+    if args.partitions > 1 and args.wire != "garlicfarm":
+        raise TortureSetupError(f"--partitions {args.partitions}: only --wire garlicfarm "
+                                f"names a partition on the wire")
+    if args.partitions > 1 and Fault.MEMBERSHIP in faults:
+        raise TortureSetupError("--faults membership: not with --partitions > 1 (the "
+                                "membership faults change partition 0 only); leave one out")
     if args.data_dir and os.path.isdir(args.data_dir) and os.listdir(args.data_dir):
         raise TortureSetupError(f"--data-dir: {args.data_dir} is not empty; a farm that "
                                 "starts from an earlier run's state would make its history "
@@ -366,7 +382,7 @@ def parse_options(argv: Sequence[str]) -> TortureOptions:
         keys=args.keys, ops_per_key=args.ops_per_key, quiet=_span(args.quiet, "--quiet"),
         hold=_span(args.hold, "--hold"), client_timeout=args.client_timeout,
         recovery_timeout=args.recovery_timeout, check_timeout=args.check_timeout,
-        fsync=args.fsync, reads=args.reads, cluster=args.cluster,
+        fsync=args.fsync, partitions=args.partitions, reads=args.reads, cluster=args.cluster,
         data_dir=Path(args.data_dir) if args.data_dir else None, json=args.json)
 
 
