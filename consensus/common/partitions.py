@@ -44,6 +44,16 @@ def check_prepared_timeout(value: object, option: str = PREPARED_TIMEOUT_OPTION)
     return float(value)
 
 
+def aborted_prepared(meta: dict) -> dict[str, list[int]] | None:
+    """An abort's {"q": [prepared index, ...]} (ABORTED_KEY), None when malformed."""
+    named = meta.get(ABORTED_KEY)
+    if isinstance(named, dict) and all(
+            isinstance(p, str) and isinstance(v, list) and all(type(i) is int for i in v)
+            for p, v in named.items()):
+        return named
+    return None
+
+
 def aborted_message(query: str, batch: int, timeout: object) -> str:
     """What a driver that decides a batch after its prepared commits were aborted is
     told (never "duplicate": its rows were not written)."""

@@ -31,7 +31,8 @@ import msgpack
 
 from consensus.common.errors import ErrorCode
 from consensus.common.partitions import ABORTED_KEY, DECIDED_AT_KEY, MARKERS_KEY, \
-    PREPARED_KEY, PREPARED_TIMEOUT_KEY, RESOLVES_KEY, WAITING_FOR_MARKERS, aborted_message
+    PREPARED_KEY, PREPARED_TIMEOUT_KEY, RESOLVES_KEY, WAITING_FOR_MARKERS, aborted_message, \
+    aborted_prepared
 from consensus.raft import Entry, EntryType, StateMachine
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
@@ -160,8 +161,6 @@ class Ledger:
                 raise CommandError("a marker names no staged entries (the prepared commit "
                                    "it rolls forward does)")
             return self._resolve(query, batch, meta[RESOLVES_KEY], meta.get(DECIDED_AT_KEY))
-        if isinstance(meta, dict) and ABORTED_KEY in meta:
-            return self._abort_prepared(index, query, batch, staged, meta)
         batches = self.commits.setdefault(query, OrderedDict())
         first = batches.get(batch)
         if first is not None:
@@ -205,18 +204,11 @@ class Ledger:
         self.aborted.pop((query, batch), None)      # a re-run decided it anew
         return [True, index, False]
 
-    def _abort_prepared(self, index: int, query: str, batch: int, staged: list,
-                        meta: dict) -> list:
-        """Partition 0 aborts the prepared commits `meta` names ({"q": [index, ...]}) of
-        an undecided batch: [aborted, index of the batch's decision or abort, decided].
-        A batch decided first stays decided (the abort is a no-op): whichever of the
-        two this log orders first wins, on every replica."""
-        named, timeout = meta[ABORTED_KEY], meta.get(PREPARED_TIMEOUT_KEY)
-        if staged or not isinstance(named, dict) or not all(
-                isinstance(p, str) and isinstance(v, list)
-                and all(type(i) is int for i in v) for p, v in named.items()):
-            raise CommandError(f"an abort names no staged entries and its {ABORTED_KEY} "
-                               f"maps partitions to prepared indexes ({{\"1\": [12]}})")
+    def abort_prepared(self, index: int, query: str, batch: int, named: dict,
+                       timeout: object) -> list:
+        """Partition 0 aborts the prepared commits `named` ({"q": [index, ...]}) of an
+        undecided batch: [aborted, index of the batch's decision or abort, decided]. A
+        batch decided first stays decided: what this log orders first wins, everywhere."""
         first = self.commits.get(query, {}).get(batch)
         if first is not None or batch <= self.forgotten.get(query, -1):
             return [False, first[0] if first is not None else 0, True]
@@ -228,6 +220,13 @@ class Ledger:
             known = record[1].setdefault(partition, [])
             known.extend(i for i in indexes if i not in known)
         return [True, record[0], False]
+
+    def forget_aborted(self, query: str, batch: int, indexes: list[int]) -> list:
+        """In q > 0, the abort's roll-forward: forget these prepared commits of the batch."""
+        for index in indexes:
+            if self.prepared.get(index, [None, None])[:2] == [query, batch]:
+                del self.prepared[index]
+        return [False, 0, False]
 
     def _record(self, query: str, batch: int, index: int, staged: list, meta: dict) -> None:
         """The batch is committed, visible at `index` (effective is kept sorted: a marker
@@ -508,9 +507,16 @@ class FarmStateMachine:
             raise CommandError("a prepared commit or its marker is for partitions 1 and up "
                                "of a farm of several partitions (partition 0 decides the "
                                "batch); commit here without those metadata keys")
-        if isinstance(meta, dict) and ABORTED_KEY in meta and self.decider is not None:
-            raise CommandError("an abort of prepared commits is partition 0's decision: "
-                               "send it there")
+        if isinstance(meta, dict) and ABORTED_KEY in meta:    # partition 0's, rolled forward in q
+            named = aborted_prepared(meta)
+            if staged or named is None:
+                raise CommandError(f"an abort names no staged entries and its {ABORTED_KEY} "
+                                   f"maps partitions to prepared indexes ({{\"1\": [12]}})")
+            if self.decider is not None:
+                return self.ledger.forget_aborted(query, batch,
+                                                  named.get(str(self.decider.partition), []))
+            return self.ledger.abort_prepared(entry.index, query, batch, named,
+                                              meta.get(PREPARED_TIMEOUT_KEY))
         return self.ledger.commit(entry.index, query, batch, staged, meta)
 
     def _abort(self, entry: Entry, query: str, batch: int) -> int:

@@ -330,20 +330,23 @@ class FarmNode:
             self._shutdown()
 
     def _abort_undecided(self, now: float) -> None:
-        """Partition 0's leader aborts prepared commits undecided for --prepared-timeout
-        (prepared_aborts.py); every node ages the ones its replicas hold."""
-        zero = self.groups[0]
-        timeout = self.aborts.timeout
+        """Abort prepared commits undecided for --prepared-timeout, and roll the aborts
+        forward (prepared_aborts.py): each in a partition this node leads."""
+        groups, timeout = self.groups, self.aborts.timeout
         for order in self.aborts.check(
-                now, zero.machine.ledger, [(g.group, g.machine.ledger) for g in self.groups[1:]],
-                leader=zero.raft.role is Role.LEADER):
-            zero.service.propose_raw(encode_command(
+                now, groups[0].machine.ledger, [(g.group, g.machine.ledger) for g in groups[1:]],
+                leads=lambda p: groups[p].raft.role is Role.LEADER):
+            group = groups[order.partition]
+            if self.quiescer is not None and order.partition:
+                self.quiescer.wake(group, now)      # a quiesced group takes no turn
+            group.service.propose_raw(encode_command(
                 CommandKind.COMMIT, new_request_id(), order.query, order.batch, [],
                 order.metadata(timeout)), command=True)
-            log.warning("node %d: aborting batch %d of query %r: its prepared commits %s "
-                        "(partition: indexes) waited %g s for partition 0's decision "
-                        "(--prepared-timeout); their readers go on without them",
-                        self.id, order.batch, order.query, order.named, timeout)
+            if not order.partition:
+                log.warning("node %d: aborting batch %d of query %r: its prepared commits "
+                            "%s (partition: indexes) waited %g s for partition 0's "
+                            "decision (--prepared-timeout); their readers go on without "
+                            "them", self.id, order.batch, order.query, order.named, timeout)
 
     def _ticks_late(self, late: float) -> None:
         """Record how late the ticks came; log a stall past SLOW_TURN (rate-limited: at

@@ -6,13 +6,18 @@ records it in q; and no entry, however hostile, makes applying raise."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from consensus.common.partitions import ABORTED_KEY, DECIDED_AT_KEY, MARKERS_KEY, \
     PREPARED_KEY, PREPARED_TIMEOUT_KEY, RESOLVES_KEY, WAITING_FOR_MARKERS
+from consensus.common.errors import ConfigError
 from consensus.raft import Entry, EntryType
+from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import Decider, FarmStateMachine
 from consensus.runtime.prepared_aborts import PreparedAborts
 from consensus.wire.envelope import CommandKind, encode_command
@@ -207,36 +212,67 @@ def test_a_rerun_of_an_aborted_batch_decides_it_anew_with_its_own_prepared_commi
     assert result == [False, decision, True]            # the batch shows once: duplicate
 
 
-def test_aborts_survive_a_snapshot_and_are_refused_outside_partition_0():
+def test_an_abort_survives_a_snapshot_and_its_roll_forward_forgets_only_what_it_names():
     parts = Partitions()
-    _, prepared = prepared_batch(parts)
-    abort(parts, 0, prepared)
+    _, first = prepared_batch(parts)
+    abort(parts, 0, first)
     restarted = FarmStateMachine()
     restarted.restore(parts.zero.snapshot())
-    assert restarted.ledger.decision(Q, 0, 1, prepared) is False
+    assert restarted.ledger.decision(Q, 0, 1, first) is False
     assert restarted.snapshot() == parts.zero.snapshot()
-    _, error = parts.commit(1, 0, [], {ABORTED_KEY: {"1": [prepared]}})
-    assert error[1].startswith("an abort of prepared commits is partition 0's decision")
+    _, second = prepared_batch(parts)                   # the re-run's, undecided
+    _, result = parts.commit(1, 1, [], {ABORTED_KEY: {"1": [first]}})  # another batch's
+    assert result == [False, 0, False] and list(parts.one.ledger.prepared) == [first, second]
+    _, result = parts.commit(1, 0, [], {ABORTED_KEY: {"1": [first], "2": [second]}})
+    assert result == [False, 0, False]                  # the roll-forward: q's share only
+    assert list(parts.one.ledger.prepared) == [second]
+    assert (parts.verdict(1, first), parts.verdict(1, second)) == (False, None)
+    assert parts.one.stable_applied() == second - 1
     for bad in ([1], {"1": 5}, {1: [5]}, {"1": ["x"]}):
-        _, error = parts.commit(0, 3, [], {ABORTED_KEY: bad})
-        assert "maps partitions to prepared indexes" in error[1]
+        for partition in (0, 1):
+            _, error = parts.commit(partition, 3, [], {ABORTED_KEY: bad})
+            assert "maps partitions to prepared indexes" in error[1]
     assert (Q, 3) not in parts.zero.ledger.aborted
 
 
-def test_the_watch_aborts_only_what_waited_its_timeout_and_backs_off_its_retries():
+def test_the_watch_aborts_what_waited_its_timeout_then_rolls_it_forward_with_backoff():
     parts = Partitions()
     _, prepared = prepared_batch(parts)
     watch, ledgers = PreparedAborts(2.0), [(1, parts.one.ledger)]
-    assert watch.check(100.0, parts.zero.ledger, ledgers, leader=True) == []
-    assert watch.check(101.9, parts.zero.ledger, ledgers, leader=True) == []
-    assert watch.check(102.0, parts.zero.ledger, ledgers, leader=False) == []
-    [order] = watch.check(102.0, parts.zero.ledger, ledgers, leader=True)
-    assert (order.query, order.batch, order.named) == (Q, 0, {"1": [prepared]})
-    assert watch.check(102.5, parts.zero.ledger, ledgers, leader=True) == []    # backoff
-    assert len(watch.check(103.0, parts.zero.ledger, ledgers, leader=True)) == 1
-    assert watch.check(104.0, parts.zero.ledger, ledgers, leader=True) == []    # doubled
-    abort(parts, 0, prepared)                           # applied: nothing more to do
-    assert watch.check(200.0, parts.zero.ledger, ledgers, leader=True) == []
+
+    def check(now: float, leads=lambda p: True):
+        return [(o.partition, o.query, o.batch, o.named)
+                for o in watch.check(now, parts.zero.ledger, ledgers, leads)]
+    assert check(100.0) == [] and check(101.9) == []
+    assert check(102.0, leads=lambda p: p != 0) == []           # only partition 0's leader
+    assert check(102.0) == [(0, Q, 0, {"1": [prepared]})]
+    assert check(102.5) == []                                   # backoff: 1 s
+    assert len(check(103.0)) == 1 and check(104.0) == []        # then 2 s
+    abort(parts, 0, prepared)                                   # applied here
+    assert check(104.5, leads=lambda p: p != 1) == []           # only partition 1's leader
+    assert check(104.5) == [(1, Q, 0, {"1": [prepared]})]
+    parts.commit(1, 0, [], {ABORTED_KEY: {"1": [prepared]}})
+    assert check(200.0) == [] and parts.one.stable_applied() == parts.one.applied
+
+
+def test_bad_prepared_timeouts_are_refused_naming_the_option(tmp_path):
+    node = dict(id=1, listen="127.0.0.1:0", data_dir=str(tmp_path), username="u",
+                password="p")
+    assert NodeConfig(**node).prepared_timeout == 60.0              # Kafka's default
+    assert NodeConfig(**node, prepared_timeout=1).prepared_timeout == 1.0
+    for bad in (0, 0.4, -5, float("nan"), float("inf"), 604801, "60", True, None):
+        with pytest.raises(ConfigError, match=r"--prepared-timeout: must be seconds from "
+                                              r"0.5 to 604800 .*got"):
+            NodeConfig(**node, prepared_timeout=bad)
+    for value, message in (("nan", "--prepared-timeout: must be seconds from 0.5"),
+                           ("soon", "argument --prepared-timeout: invalid float value")):
+        run = subprocess.run(
+            [sys.executable, "-m", "garlicfarm", "node", "--id", "1", "--listen",
+             "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--user", "u", "--password",
+             "p", "--partitions", "2", "--prepared-timeout", value],
+            capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and message in run.stderr
+    assert not (tmp_path / "d").exists()                            # nothing started
 
 
 ints = st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1)    # what msgpack carries

@@ -68,8 +68,8 @@ def test_an_abandoned_batch_is_aborted_after_the_timeout_and_its_readers_go_on(
         farm, monkeypatch):
     """The driver dies after preparing partitions 1 and 2: not before --prepared-timeout,
     partition 0 aborts the batch; every member's readers then read past it (an entry
-    written after it shows, the aborted rows never); the restart re-runs the batch and
-    goes on, every row once."""
+    written after it shows, the aborted rows never); partitions 1 and 2 forget the
+    aborted commits; the restart re-runs the batch and goes on, every row once."""
     backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
     first = run_batch(backend, query, 0, run=0)
     stop_commits(monkeypatch, decided=False)
@@ -92,6 +92,10 @@ def test_an_abandoned_batch_is_aborted_after_the_timeout_and_its_readers_go_on(
             journal = wait_for(lambda: _or_none(lambda: list(client.read_committed(
                 after, after + 1, endpoint=endpoint))), "the entry after the aborted batch")[0]
             assert journal[0].records == [f"{query}-after".encode()]
+    for partition in (1, 2):        # the abort rolled forward: q's log may compact
+        with farm.client(partition=partition) as client:
+            wait_for(lambda: not [w for w in client.prepared_commits()[1] if w[1] == query],
+                     f"partition {partition} forgets the aborted prepared commit")
     outcome = backend.commit(query, 0, run_batch(backend, query, 0, run=1))
     assert (outcome.committed, outcome.duplicate) == (True, False)
     outcome = backend.commit(query, 1, run_batch(backend, query, 1, run=0))
