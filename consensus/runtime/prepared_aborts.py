@@ -8,7 +8,7 @@ such prepared commits after `--prepared-timeout`. Every node hosts every partiti
 each node ages the prepared commits its own replicas hold, from when it first saw each
 (a node that restarts or takes over starts their clocks then: an abort never comes
 early); the leader of partition 0 proposes the aborts there, where the state machine
-takes one only while the batch is undecided (`Ledger._abort_prepared`), so a decision
+takes one only while the batch is undecided (`Ledger.abort_prepared`), so a decision
 that races it wins or loses whole, the same on every replica. Once a node's replica of
 partition 0 has an abort (final: a decision naming those commits fails for ever), the
 leader of each partition q concerned rolls it forward there, as a driver's marker does
