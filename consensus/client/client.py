@@ -40,7 +40,7 @@ from consensus.common.errors import (AuthenticationError, ConfigError, FarmError
                                      Incomplete, NotAFarm, NotLeaderError,
                                      ProtocolMismatch,
                                      RetryableWrite, Unavailable, error_from_wire)
-from consensus.common.partitions import check_partition
+from consensus.common.partitions import ABORTED_KEY, check_partition
 from consensus.common.results import (BatchCommit, ClusterView, Event,
                                       FarmStatus, LogRecord, MemberView, RowCounts,
                                       VisibleRecords)
@@ -373,7 +373,9 @@ class FarmClient:
         if found is None:
             return None
         index, staged, metadata = found
-        return BatchCommit(True, index, False, query_id, int(batch_id), tuple(staged), metadata)
+        aborted = isinstance(metadata, dict) and ABORTED_KEY in metadata
+        return BatchCommit(not aborted, index, False, query_id, int(batch_id), tuple(staged),
+                           metadata, aborted)
 
     def prepared_commits(self, decided_from: int = 0
                          ) -> tuple[int, list[tuple[int, str, int]], list[tuple[int, int]]]:

@@ -4,6 +4,7 @@ client, which must not import the server's `groups` to do it."""
 from __future__ import annotations
 
 import json
+import math
 
 from consensus.common.errors import ConfigError
 
@@ -19,6 +20,46 @@ DECIDED_AT_KEY = "garlicfarm.decided_at"    #: on a marker: the decision's index
 #: how partition q refuses a prepared commit while an older batch of the query waits for
 #: its marker (the driver rolls that decision forward, then prepares again)
 WAITING_FOR_MARKERS = "older prepared commits wait for their markers"
+#: On partition 0's *abort* of prepared commits left undecided past --prepared-timeout
+#: (Kafka's transaction.timeout.ms): {"q": [prepared index, ...]}, and the timeout (s).
+#: Partition 0 takes it only while the batch is undecided; those commits never show.
+ABORTED_KEY = "garlicfarm.aborted"
+PREPARED_TIMEOUT_KEY = "garlicfarm.prepared_timeout"
+PREPARED_TIMEOUT_OPTION = "--prepared-timeout"
+DEFAULT_PREPARED_TIMEOUT = 60.0     #: seconds, as Kafka's transaction.timeout.ms
+MIN_PREPARED_TIMEOUT = 0.5          #: below it a live driver's decision would lose races
+MAX_PREPARED_TIMEOUT = 7 * 86400.0
+
+
+def check_prepared_timeout(value: object, option: str = PREPARED_TIMEOUT_OPTION) -> float:
+    """Seconds a prepared commit may wait for partition 0's decision before it is
+    aborted, or a ConfigError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) \
+            or not MIN_PREPARED_TIMEOUT <= value <= MAX_PREPARED_TIMEOUT:
+        raise ConfigError(option, f"must be seconds from {MIN_PREPARED_TIMEOUT:g} to "
+                          f"{MAX_PREPARED_TIMEOUT:g} (how long a batch prepared in "
+                          f"partitions 1 and up may wait for partition 0's decision before "
+                          f"it is aborted), got {value!r}")
+    return float(value)
+
+
+def aborted_prepared(meta: dict) -> dict[str, list[int]] | None:
+    """An abort's {"q": [prepared index, ...]} (ABORTED_KEY), None when malformed."""
+    named = meta.get(ABORTED_KEY)
+    if isinstance(named, dict) and all(
+            isinstance(p, str) and isinstance(v, list) and all(type(i) is int for i in v)
+            for p, v in named.items()):
+        return named
+    return None
+
+
+def aborted_message(query: str, batch: int, timeout: object) -> str:
+    """What a driver that decides a batch after its prepared commits were aborted is
+    told (never "duplicate": its rows were not written)."""
+    seconds = f"{timeout:g}" if isinstance(timeout, (int, float)) else repr(timeout)
+    return (f"batch {batch} of query {query!r} was aborted after {PREPARED_TIMEOUT_OPTION} "
+            f"{seconds} s undecided; the query must restart and re-run it")
 
 
 def check_partitions(value: object, option: str = "--partitions") -> int:

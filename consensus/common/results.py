@@ -84,6 +84,9 @@ class BatchCommit:
     batch_id: int = -1
     staged: tuple[int, ...] = ()
     metadata: dict = field(default_factory=dict)
+    #: batch_status in partition 0: prepared commits of the batch were aborted after
+    #: --prepared-timeout and no run has decided it since (metadata says which)
+    aborted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

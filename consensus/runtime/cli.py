@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, metavar="N",
                    help="Raft groups (partitions) this node hosts, 0..N-1 (default 1; every "
                    "node of the farm gets the same N; needs --wire garlicfarm)")
+    p.add_argument("--prepared-timeout", type=float, metavar="SECONDS",
+                   help="with --partitions N > 1: a batch prepared in partitions 1 and up "
+                   "that partition 0 has not decided for this long is aborted, which "
+                   "releases their readers (default 60, as Kafka's transaction.timeout.ms; "
+                   "0.5 to 604800)")
     p.add_argument("--log-readers", choices=("threads", "process"),
                    help="who builds the pages of read_entries and read_journal off the "
                    "Raft loop: threads (default) of the node, or a reader process of its "

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from consensus.common.errors import ConfigError
-from consensus.common.partitions import check_partitions
+from consensus.common.partitions import DEFAULT_PREPARED_TIMEOUT, check_partitions, \
+    check_prepared_timeout
 from consensus.net.security import Security, split_endpoint
 from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.log_format import LOG_FORMATS
@@ -118,6 +119,8 @@ class NodeConfig:
     metrics_tls_key: str | None = None
     consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
     partitions: int = 1                         #: Raft groups this node hosts (0..n-1)
+    #: seconds a batch prepared in partitions 1.. waits for partition 0's decision
+    prepared_timeout: float = DEFAULT_PREPARED_TIMEOUT
     log_readers: str = "threads"                #: who builds log pages: threads or process
     log_reader_nice: int = 0                    #: the reader process's niceness above the node's
     shared_fsync_groups: int = SHARED_FSYNC_GROUPS  #: rounds this large share syncfs flushes
@@ -194,6 +197,7 @@ class NodeConfig:
         except ValueError as exc:
             raise ConfigError("--client-buffer-budget", str(exc)) from None
         check_partitions(self.partitions)
+        self.prepared_timeout = check_prepared_timeout(self.prepared_timeout)
         if self.partitions > 1 and self.wire != "garlicfarm":
             raise ConfigError("--partitions", f"the {self.wire} wire carries one Raft group: "
                               f"a farm of {self.partitions} partitions needs --wire garlicfarm")

@@ -30,8 +30,9 @@ from typing import Any, Callable
 import msgpack
 
 from consensus.common.errors import ErrorCode
-from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
-    RESOLVES_KEY, WAITING_FOR_MARKERS
+from consensus.common.partitions import ABORTED_KEY, DECIDED_AT_KEY, MARKERS_KEY, \
+    PREPARED_KEY, PREPARED_TIMEOUT_KEY, RESOLVES_KEY, WAITING_FOR_MARKERS, aborted_message, \
+    aborted_prepared
 from consensus.raft import Entry, EntryType, StateMachine
 from consensus.runtime.status import choose_publisher, parse_status
 from consensus.wire.envelope import Command, CommandKind, decode_command, is_command, \
@@ -46,6 +47,9 @@ ALLOCATIONS_KEPT = 100_000
 #: rolled-forward prepared commits whose decision index is kept, for readers that cut
 #: every partition at one index of partition 0 (only the newest matter: `prepared` query)
 RESOLVED_KEPT = 4096
+#: batches whose prepared commits partition 0 aborted and no run has decided since; more
+#: aborts are refused (never forgotten: a forgotten one would show its commits again)
+ABORTS_KEPT = 100_000
 MAX_COUNTER = (1 << 63) - 1
 SNAPSHOT_VERSION = 2           #: 2: requests as [id, [index, term, result, error]]
 _READABLE_VERSIONS = (1, 2)    #: 1: requests as [id, index, term, result, error]
@@ -124,7 +128,10 @@ class Ledger:
     validated as a commit is but not yet effective; partition 0's commit names each
     partition's prepared commit (MARKERS_KEY) and is the decision; a marker (RESOLVES_KEY)
     later makes partition q's ledger hold that decision itself. Until then a reader asks
-    partition 0's ledger (`decision`), so the decision alone makes the batch visible."""
+    partition 0's ledger (`decision`), so the decision alone makes the batch visible.
+    Partition 0 also takes *aborts* (ABORTED_KEY: prepared commits left undecided past
+    --prepared-timeout), only while their batch is undecided: those commits never show,
+    a decision naming one fails, and a re-run's new prepared commits decide it anew."""
 
     def __init__(self) -> None:
         self.staged: dict[int, list] = {}           # index -> [query, batch, partition, attempt, type]
@@ -136,6 +143,8 @@ class Ledger:
         self.allocations: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self.prepared: dict[int, list] = {}         # index -> [query, batch, staged, meta]
         self.resolved: OrderedDict[int, int] = OrderedDict()  # prepared index -> decision's
+        # (query, batch) -> [abort's index, {"q": [aborted prepared indexes]}, timeout]
+        self.aborted: OrderedDict[tuple[str, int], list] = OrderedDict()
 
     def stage(self, index: int, query: str, batch: int, partition: int, attempt: int,
               content_type: str) -> int:
@@ -170,6 +179,11 @@ class Ledger:
                 raise CommandError(f"{WAITING_FOR_MARKERS}: batch {older[0][0]} of query "
                                    f"{query!r} (prepared at entry {older[0][1]}): roll "
                                    f"partition 0's decision of it forward first")
+        aborted = self.aborted.get((query, batch))
+        markers = meta.get(MARKERS_KEY) if isinstance(meta, dict) else None
+        if aborted is not None and isinstance(markers, dict) and any(
+                prepared in aborted[1].get(p, ()) for p, prepared in markers.items()):
+            raise CommandError(aborted_message(query, batch, aborted[2]))
         for s in staged:
             owner = self.staged.get(s)
             if owner is None:
@@ -187,7 +201,32 @@ class Ledger:
             self.prepared[index] = [query, batch, list(staged), meta]
             return [True, index, False]
         self._record(query, batch, index, list(staged), meta)
+        self.aborted.pop((query, batch), None)      # a re-run decided it anew
         return [True, index, False]
+
+    def abort_prepared(self, index: int, query: str, batch: int, named: dict,
+                       timeout: object) -> list:
+        """Partition 0 aborts the prepared commits `named` ({"q": [index, ...]}) of an
+        undecided batch: [aborted, index of the batch's decision or abort, decided]. A
+        batch decided first stays decided: what this log orders first wins, everywhere."""
+        first = self.commits.get(query, {}).get(batch)
+        if first is not None or batch <= self.forgotten.get(query, -1):
+            return [False, first[0] if first is not None else 0, True]
+        if (query, batch) not in self.aborted and len(self.aborted) >= ABORTS_KEPT:
+            raise CommandError(f"{ABORTS_KEPT} aborted batches wait for a run to decide "
+                               f"them: decide abandoned ones empty in partition 0")
+        record = self.aborted.setdefault((query, batch), [index, {}, timeout])
+        for partition, indexes in named.items():
+            known = record[1].setdefault(partition, [])
+            known.extend(i for i in indexes if i not in known)
+        return [True, record[0], False]
+
+    def forget_aborted(self, query: str, batch: int, indexes: list[int]) -> list:
+        """In q > 0, the abort's roll-forward: forget these prepared commits of the batch."""
+        for index in indexes:
+            if self.prepared.get(index, [None, None])[:2] == [query, batch]:
+                del self.prepared[index]
+        return [False, 0, False]
 
     def _record(self, query: str, batch: int, index: int, staged: list, meta: dict) -> None:
         """The batch is committed, visible at `index` (effective is kept sorted: a marker
@@ -239,7 +278,10 @@ class Ledger:
         ago that the details are gone), None while the batch is undecided."""
         found = self.commits.get(query, {}).get(batch)
         if found is None:
-            return False if batch <= self.forgotten.get(query, -1) else None
+            if batch <= self.forgotten.get(query, -1):
+                return False
+            aborted = self.aborted.get((query, batch))
+            return False if aborted and index in aborted[1].get(str(partition), ()) else None
         markers = found[2].get(MARKERS_KEY) if isinstance(found[2], dict) else None
         return isinstance(markers, dict) and markers.get(str(partition)) == index
 
@@ -302,7 +344,12 @@ class Ledger:
         return start
 
     def batch_status(self, query: str, batch: int) -> list | None:
+        """[index, staged, metadata] of the batch's decision; of its abort (metadata
+        ABORTED_KEY, PREPARED_TIMEOUT_KEY) while no run has decided it since."""
         found = self.commits.get(query, {}).get(batch)
+        if found is None and (query, batch) in self.aborted:
+            index, named, timeout = self.aborted[query, batch]
+            return [index, [], {ABORTED_KEY: named, PREPARED_TIMEOUT_KEY: timeout}]
         return None if found is None else [found[0], found[1], found[2]]
 
     def last_batch(self, query: str) -> int | None:
@@ -328,7 +375,8 @@ class Ledger:
                 "counters": self.counters,
                 "allocations": [[*k, v] for k, v in self.allocations.items()],
                 "prepared": [[i, *v] for i, v in self.prepared.items()],
-                "resolved": [[i, d] for i, d in self.resolved.items()]}
+                "resolved": [[i, d] for i, d in self.resolved.items()],
+                "aborted": [[*k, *v] for k, v in self.aborted.items()]}
 
     def load(self, data: dict) -> None:
         self.__init__()
@@ -345,6 +393,8 @@ class Ledger:
         self.prepared = {i: [q, b, list(staged), meta]
                          for i, q, b, staged, meta in data.get("prepared", ())}
         self.resolved = OrderedDict((i, d) for i, d in data.get("resolved", ()))
+        self.aborted = OrderedDict(((q, b), [i, named, t])
+                                   for q, b, i, named, t in data.get("aborted", ()))
 
 
 @dataclass(frozen=True)
@@ -457,6 +507,16 @@ class FarmStateMachine:
             raise CommandError("a prepared commit or its marker is for partitions 1 and up "
                                "of a farm of several partitions (partition 0 decides the "
                                "batch); commit here without those metadata keys")
+        if isinstance(meta, dict) and ABORTED_KEY in meta:    # partition 0's, rolled forward in q
+            named = aborted_prepared(meta)
+            if staged or named is None:
+                raise CommandError(f"an abort names no staged entries and its {ABORTED_KEY} "
+                                   f"maps partitions to prepared indexes ({{\"1\": [12]}})")
+            if self.decider is not None:
+                return self.ledger.forget_aborted(query, batch,
+                                                  named.get(str(self.decider.partition), []))
+            return self.ledger.abort_prepared(entry.index, query, batch, named,
+                                              meta.get(PREPARED_TIMEOUT_KEY))
         return self.ledger.commit(entry.index, query, batch, staged, meta)
 
     def _abort(self, entry: Entry, query: str, batch: int) -> int:

@@ -48,9 +48,11 @@ from consensus.runtime.machines import Decider, Ledger
 from consensus.runtime.reader_process import ReaderProcess
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
+from consensus.runtime.prepared_aborts import PreparedAborts
 from consensus.runtime.quiesce import QUIET_MESSAGES, Quiescer
 from consensus.runtime.status import status_json
 from consensus.runtime.transport import Transport
+from consensus.wire.envelope import CommandKind, encode_command, new_request_id
 from consensus.wire.jraft import LogEntry, ValueType
 
 log = logging.getLogger("garlicfarm.node")
@@ -151,6 +153,8 @@ class FarmNode:
             lambda: parse_drained(self.groups[0].machine.kv.get(DRAINED_KEY)),
             alive=lambda peer: self.quiescer.alive(peer, time.monotonic())) \
             if len(self.groups) > 1 else None
+        self.aborts = PreparedAborts(config.prepared_timeout) if len(self.groups) > 1 \
+            else None
         self._stop = threading.Event()
         self._leader_hint: int | None = None
         self._status_target = 0
@@ -255,6 +259,7 @@ class FarmNode:
         self._warn_if_exposed()
         next_status = time.monotonic() + min(config.status_interval, 0.5)
         next_consumers = time.monotonic() + CONSUMERS_REFRESH
+        next_aborts = time.monotonic()
         transport, groups, clock, ticks = self.transport, self.groups, self.clock, self._ticks
         raft = groups[0].raft
         clock.start()
@@ -302,6 +307,9 @@ class FarmNode:
                 if now >= next_status:
                     next_status = now + config.status_interval
                     self._publish_status()
+                if self.aborts is not None and now >= next_aborts:
+                    next_aborts = now + self.aborts.interval
+                    self._abort_undecided(now)
                 if now >= next_consumers:
                     next_consumers = now + CONSUMERS_REFRESH
                     for group in groups:
@@ -322,6 +330,25 @@ class FarmNode:
         finally:
             readers.turn_ends()
             self._shutdown()
+
+    def _abort_undecided(self, now: float) -> None:
+        """Abort prepared commits undecided for --prepared-timeout, and roll the aborts
+        forward (prepared_aborts.py): each in a partition this node leads."""
+        groups, timeout = self.groups, self.aborts.timeout
+        for order in self.aborts.check(
+                now, groups[0].machine.ledger, [(g.group, g.machine.ledger) for g in groups[1:]],
+                leads=lambda p: groups[p].raft.role is Role.LEADER):
+            group = groups[order.partition]
+            if self.quiescer is not None and order.partition:
+                self.quiescer.wake(group, now)      # a quiesced group takes no turn
+            group.service.propose_raw(encode_command(
+                CommandKind.COMMIT, new_request_id(), order.query, order.batch, [],
+                order.metadata(timeout)), command=True)
+            if not order.partition:
+                log.warning("node %d: aborting batch %d of query %r: its prepared commits "
+                            "%s (partition: indexes) waited %g s for partition 0's "
+                            "decision (--prepared-timeout); their readers go on without "
+                            "them", self.id, order.batch, order.query, order.named, timeout)
 
     def _ticks_late(self, late: float) -> None:
         """Record how late the ticks came; log a stall past SLOW_TURN (rate-limited: at

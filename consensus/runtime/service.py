@@ -250,9 +250,10 @@ class Service:
             return
         self._pending.append(_Proposal(data, True, request_id, waiter))
 
-    def propose_raw(self, data: bytes) -> None:
-        """An entry of the node's own (its status), answered to nobody."""
-        self._pending.append(_Proposal(data, False))
+    def propose_raw(self, data: bytes, *, command: bool = False) -> None:
+        """An entry of the node's own (its status; a `command`: stamped as the clients'
+        are, e.g. an abort of prepared commits), answered to nobody."""
+        self._pending.append(_Proposal(data, command))
 
     @property
     def has_pending(self) -> bool:

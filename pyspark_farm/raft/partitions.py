@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from consensus.common.partitions import ABORTED_KEY
+
 from ..compat import ReadLimit, ReadMaxRows, StartTracker, SupportsTriggerAvailableNow
 from ..errors import OptionError
 from ..offsets import index_of, offset_json
@@ -109,11 +111,11 @@ def consistent_ends(zero: "FarmClient", clients: dict[int, "FarmClient"]) -> dic
     carry their decision's index). Asking partition 0 first makes every batch decided
     later have a decision past its end, so the cut holds each batch whole or not at all."""
     end0 = log_end(zero)
-    return {p: end0 if p == 0 else _cut_end(client, zero, end0)
+    return {p: end0 if p == 0 else _cut_end(client, zero, end0, p)
             for p, client in clients.items()}
 
 
-def _cut_end(client: "FarmClient", zero: "FarmClient", end0: int) -> int:
+def _cut_end(client: "FarmClient", zero: "FarmClient", end0: int, partition: int) -> int:
     from consensus.client import FarmError
     try:
         applied, waiting, resolved = client.prepared_commits(end0)
@@ -129,6 +131,10 @@ def _cut_end(client: "FarmClient", zero: "FarmClient", end0: int) -> int:
         if index >= end:
             break
         decision = zero.batch_status(query, batch)
+        if decision is not None and decision.aborted:   # never shown once aborted
+            if index in decision.metadata[ABORTED_KEY].get(str(partition), ()):
+                continue
+            return index                                # a later run's: undecided
         if decision is None or decision.index >= end0:
             return index
     return end

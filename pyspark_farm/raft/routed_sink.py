@@ -14,6 +14,9 @@ is visible in every partition at once or in none (docs/exactly-once.md, "Partiti
 3. roll forward: a marker in each prepared partition records the decision there.
 Readers need only step 2 (a partition's members ask partition 0's ledger); a commit that
 is re-run (driver restart) after the decision finds it and only rolls it forward.
+A batch left undecided past the farm's --prepared-timeout is aborted in partition 0: the
+run that then decides it fails with an error naming the option (never "duplicate": its
+rows were not written), and the restart's re-run prepares and decides it anew.
 With valueFormat binary the key routes only (the value is stored); with json, msgpack or
 arrow it is encoded into the value with the other columns, as today.
 """
@@ -168,6 +171,8 @@ class RoutedSinkBackend:
         with _Clients(self) as ask:
             decision = ask(0, lambda c: c.batch_status(query_id, batch_id))
             committed = False
+            if decision is not None and decision.aborted:
+                decision = None     # an earlier run's, aborted: this run decides anew
             if decision is None:
                 prepared = ask.each(sorted(p for p in shares if p), lambda p: self._prepare(
                     ask, p, query_id, batch_id, shares[p][0],

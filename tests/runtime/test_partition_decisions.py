@@ -6,14 +6,20 @@ records it in q; and no entry, however hostile, makes applying raise."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from consensus.common.partitions import DECIDED_AT_KEY, MARKERS_KEY, PREPARED_KEY, \
-    RESOLVES_KEY, WAITING_FOR_MARKERS
+from consensus.common.partitions import ABORTED_KEY, DECIDED_AT_KEY, MARKERS_KEY, \
+    PREPARED_KEY, PREPARED_TIMEOUT_KEY, RESOLVES_KEY, WAITING_FOR_MARKERS
+from consensus.common.errors import ConfigError
 from consensus.raft import Entry, EntryType
+from consensus.runtime.config import NodeConfig
 from consensus.runtime.machines import Decider, FarmStateMachine
+from consensus.runtime.prepared_aborts import PreparedAborts
 from consensus.wire.envelope import CommandKind, encode_command
 
 Q = "query-1"
@@ -153,6 +159,122 @@ def test_prepared_commits_and_markers_are_refused_where_nothing_decides():
     assert error[1].startswith("a marker names no staged entries")
 
 
+def abort(parts: Partitions, batch: int, *prepared: int, timeout: float = 60.0):
+    """Partition 0's abort of partition 1's `prepared` commits of `batch`."""
+    return parts.commit(0, batch, [], {ABORTED_KEY: {"1": list(prepared)},
+                                       PREPARED_TIMEOUT_KEY: timeout})
+
+
+def test_an_abort_releases_the_readers_and_a_decision_naming_an_aborted_commit_fails():
+    parts = Partitions()
+    _, prepared = prepared_batch(parts)
+    after, _ = parts.apply(1, CommandKind.KV_PUT, "k", "v")
+    assert parts.one.stable_applied() == prepared - 1
+    at, result = abort(parts, 0, prepared, timeout=1.5)
+    assert result == [True, at, False]
+    assert parts.verdict(1, prepared) is False              # never shown
+    assert parts.one.stable_applied() == after              # readers go on past it
+    assert parts.verdict(0, at) is False                    # the abort shows no rows
+    status = parts.zero.ledger.batch_status(Q, 0)
+    assert status == [at, [], {ABORTED_KEY: {"1": [prepared]}, PREPARED_TIMEOUT_KEY: 1.5}]
+    _, error = parts.commit(0, 0, [], {MARKERS_KEY: {"1": prepared}})   # the late driver
+    assert error[1] == (f"batch 0 of query '{Q}' was aborted after --prepared-timeout 1.5 s "
+                        f"undecided; the query must restart and re-run it")
+    assert parts.verdict(1, prepared) is False and parts.zero.ledger.commits[Q] == {}
+
+
+def test_a_decision_taken_before_the_abort_wins_and_the_abort_is_a_no_op():
+    parts = Partitions()
+    _, prepared = prepared_batch(parts)
+    decision, _ = parts.commit(0, 0, [], {MARKERS_KEY: {"1": prepared}})
+    _, result = abort(parts, 0, prepared)
+    assert result == [False, decision, True]
+    assert parts.verdict(1, prepared) is True
+    assert parts.zero.ledger.batch_status(Q, 0)[0] == decision and not parts.zero.ledger.aborted
+
+
+def test_a_rerun_of_an_aborted_batch_decides_it_anew_with_its_own_prepared_commits():
+    parts = Partitions()
+    _, first = prepared_batch(parts)
+    abort(parts, 0, first)
+    _, second = prepared_batch(parts)                   # the restart's run
+    assert parts.verdict(1, second) is None             # undecided: not aborted with it
+    assert parts.one.stable_applied() == second - 1
+    at, _ = abort(parts, 0, first)                      # a retried abort merges
+    assert parts.zero.ledger.aborted[Q, 0][1] == {"1": [first]}
+    decision, result = parts.commit(0, 0, [], {MARKERS_KEY: {"1": second}})
+    assert result == [True, decision, False] and not parts.zero.ledger.aborted
+    assert (parts.verdict(1, first), parts.verdict(1, second)) == (False, True)
+    parts.commit(1, 0, [], {RESOLVES_KEY: second, DECIDED_AT_KEY: decision})
+    assert parts.one.ledger.prepared == {}
+    assert (parts.verdict(1, first), parts.verdict(1, second)) == (False, True)
+    _, result = parts.commit(0, 0, [], {MARKERS_KEY: {"1": first}})     # the zombie
+    assert result == [False, decision, True]            # the batch shows once: duplicate
+
+
+def test_an_abort_survives_a_snapshot_and_its_roll_forward_forgets_only_what_it_names():
+    parts = Partitions()
+    _, first = prepared_batch(parts)
+    abort(parts, 0, first)
+    restarted = FarmStateMachine()
+    restarted.restore(parts.zero.snapshot())
+    assert restarted.ledger.decision(Q, 0, 1, first) is False
+    assert restarted.snapshot() == parts.zero.snapshot()
+    _, second = prepared_batch(parts)                   # the re-run's, undecided
+    _, result = parts.commit(1, 1, [], {ABORTED_KEY: {"1": [first]}})  # another batch's
+    assert result == [False, 0, False] and list(parts.one.ledger.prepared) == [first, second]
+    _, result = parts.commit(1, 0, [], {ABORTED_KEY: {"1": [first], "2": [second]}})
+    assert result == [False, 0, False]                  # the roll-forward: q's share only
+    assert list(parts.one.ledger.prepared) == [second]
+    assert (parts.verdict(1, first), parts.verdict(1, second)) == (False, None)
+    assert parts.one.stable_applied() == second - 1
+    for bad in ([1], {"1": 5}, {1: [5]}, {"1": ["x"]}):
+        for partition in (0, 1):
+            _, error = parts.commit(partition, 3, [], {ABORTED_KEY: bad})
+            assert "maps partitions to prepared indexes" in error[1]
+    assert (Q, 3) not in parts.zero.ledger.aborted
+
+
+def test_the_watch_aborts_what_waited_its_timeout_then_rolls_it_forward_with_backoff():
+    parts = Partitions()
+    _, prepared = prepared_batch(parts)
+    watch, ledgers = PreparedAborts(2.0), [(1, parts.one.ledger)]
+
+    def check(now: float, leads=lambda p: True):
+        return [(o.partition, o.query, o.batch, o.named)
+                for o in watch.check(now, parts.zero.ledger, ledgers, leads)]
+    assert check(100.0) == [] and check(101.9) == []
+    assert check(102.0, leads=lambda p: p != 0) == []           # only partition 0's leader
+    assert check(102.0) == [(0, Q, 0, {"1": [prepared]})]
+    assert check(102.5) == []                                   # backoff: 1 s
+    assert len(check(103.0)) == 1 and check(104.0) == []        # then 2 s
+    abort(parts, 0, prepared)                                   # applied here
+    assert check(104.5, leads=lambda p: p != 1) == []           # only partition 1's leader
+    assert check(104.5) == [(1, Q, 0, {"1": [prepared]})]
+    parts.commit(1, 0, [], {ABORTED_KEY: {"1": [prepared]}})
+    assert check(200.0) == [] and parts.one.stable_applied() == parts.one.applied
+
+
+def test_bad_prepared_timeouts_are_refused_naming_the_option(tmp_path):
+    node = dict(id=1, listen="127.0.0.1:0", data_dir=str(tmp_path), username="u",
+                password="p")
+    assert NodeConfig(**node).prepared_timeout == 60.0              # Kafka's default
+    assert NodeConfig(**node, prepared_timeout=1).prepared_timeout == 1.0
+    for bad in (0, 0.4, -5, float("nan"), float("inf"), 604801, "60", True, None):
+        with pytest.raises(ConfigError, match=r"--prepared-timeout: must be seconds from "
+                                              r"0.5 to 604800 .*got"):
+            NodeConfig(**node, prepared_timeout=bad)
+    for value, message in (("nan", "--prepared-timeout: must be seconds from 0.5"),
+                           ("soon", "argument --prepared-timeout: invalid float value")):
+        run = subprocess.run(
+            [sys.executable, "-m", "garlicfarm", "node", "--id", "1", "--listen",
+             "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--user", "u", "--password",
+             "p", "--partitions", "2", "--prepared-timeout", value],
+            capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and message in run.stderr
+    assert not (tmp_path / "d").exists()                            # nothing started
+
+
 ints = st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1)    # what msgpack carries
 metas = st.one_of(
     st.builds(lambda: {PREPARED_KEY: 0}),
@@ -162,6 +284,9 @@ metas = st.one_of(
     st.builds(lambda m: {MARKERS_KEY: m}, st.one_of(
         st.dictionaries(st.sampled_from(["0", "1", "2"]), st.integers(0, 30), max_size=2),
         ints, st.none())),
+    st.builds(lambda m: {ABORTED_KEY: m, PREPARED_TIMEOUT_KEY: 1}, st.one_of(
+        st.dictionaries(st.sampled_from(["1", "2"]), st.lists(st.integers(0, 30), max_size=2),
+                        max_size=2), ints, st.none())),
     st.dictionaries(st.text(max_size=3), ints, max_size=2))
 steps = st.lists(st.tuples(
     st.sampled_from([0, 1]),
