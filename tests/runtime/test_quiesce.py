@@ -187,3 +187,65 @@ def test_a_partition_that_removed_its_node_goes_dormant_there_until_added_back()
             index, _ = client.append([b"node 4 is back in partition 1"])
             wait_until(lambda: client.log_bounds(farm.endpoint_of(4))[1] >= index, 20,
                        interval=0.1, message="node 4, added back, to apply partition 1's write")
+
+
+def pulls(farm: LocalCluster, node: int) -> dict[int, int]:
+    """Partition -> the PullEntries `node` has sent in it (its `partitions` view)."""
+    return {p["partition"]: p["pulls"] for p in views(farm)[node]}
+
+
+def test_an_observer_of_quiesced_partitions_stops_pulling_until_a_write_wakes_it():
+    """An observer pulled every idle partition every pull interval (2 ticks) for ever:
+    once the members quiesce it stops too, sends no pull at all, and a write wakes it at
+    once (it catches up), after which it quiesces again."""
+    partitions = 6
+    with LocalCluster(3, observers=1, partitions=partitions, fsync=FSYNC) as farm:
+        [observer] = farm.observer_ids
+        wait_until(lambda: quiesced(farm, partitions), timeout=20, interval=0.1,
+                   message=f"{partitions - 1} partitions quiesced on the voters and the observer")
+        before = pulls(farm, observer)
+        time.sleep(1.0)     # a counting window, not a wait for a condition
+        after = pulls(farm, observer)
+        assert after[0] > before[0], "the window saw partition 0's pulls (it never quiesces)"
+        assert {p: after[p] - before[p] for p in range(1, partitions)} == \
+            dict.fromkeys(range(1, partitions), 0), (before, after)
+        assert quiesced(farm, partitions)
+        target = partitions - 1
+        with farm.client(partition=target, timeout=10) as client:
+            index, _ = client.append([b"wake the observer"])
+            wait_until(lambda: client.log_bounds(farm.endpoint_of(observer))[1] >= index, 5,
+                       interval=0.02, message="the observer to apply the write")
+            [record] = client.read_entries(index, index + 1, endpoint=farm.endpoint_of(observer))
+            assert record.records == [b"wake the observer"]
+        wait_until(lambda: quiesced(farm, partitions), timeout=10, interval=0.1,
+                   message="the written partition quiesced again, the observer too")
+        assert pulls(farm, observer)[target] > after[target]
+
+
+def test_an_observer_of_quiesced_partitions_wakes_when_the_members_go_silent():
+    """Node-level liveness: an observer cut off from every member (its connections stay
+    open, their bytes are dropped) wakes its quiesced partitions after an election
+    timeout and pulls again; healed, it catches up with a write and quiesces again."""
+    partitions = 4
+    with ProxyNetwork([1, 2, 3, 4]) as network, \
+            LocalCluster(3, observers=1, partitions=partitions, fsync=FSYNC,
+                         peer_address=network.link) as farm:
+        [observer] = farm.observer_ids
+        wait_until(lambda: quiesced(farm, partitions), timeout=20, interval=0.1,
+                   message="quiesced partitions on the voters and the observer")
+        quiet = pulls(farm, observer)
+        network.isolate(observer)
+
+        def woke() -> bool:
+            parts = views(farm)[observer]
+            return not any(p["quiesced"] for p in parts) and all(
+                p["pulls"] > quiet[p["partition"]] for p in parts)
+        wait_until(woke, timeout=10, interval=0.1,
+                   message="the cut-off observer to wake its partitions and pull")
+        network.heal()
+        with farm.client(partition=1, timeout=10) as client:
+            index, _ = client.append([b"after the silence"])
+            wait_until(lambda: client.log_bounds(farm.endpoint_of(observer))[1] >= index, 10,
+                       interval=0.05, message="the healed observer to apply the write")
+        wait_until(lambda: quiesced(farm, partitions), timeout=15, interval=0.1,
+                   message="everything quiesced again")
