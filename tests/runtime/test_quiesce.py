@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 
-from consensus.common.errors import FarmError
 from consensus.torture import LocalCluster
 from consensus.torture.faultproxy import Direction, ProxyNetwork
 from tests.support import wait_until
@@ -23,36 +22,12 @@ pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 FSYNC = "never"
 
 
-def views(farm: LocalCluster) -> dict[int, list[dict]]:
-    """Each running node's own view of every partition (the `partitions` call)."""
-    found = {}
-    with farm.client(timeout=3) as client:
-        for node in farm.node_ids:
-            if farm.running(node):
-                try:
-                    found[node] = client.partitions(farm.endpoint_of(node))["partitions"]
-                except FarmError:
-                    pass
-    return found
-
-
 def quiesced(farm: LocalCluster, partitions: int) -> bool:
     """Every running node has quiesced every partition but 0 (which never quiesces)."""
-    found = views(farm)
+    found = farm.partition_views(timeout=3)
     return len(found) == sum(farm.running(n) for n in farm.node_ids) and all(
         sum(bool(p.get("quiesced")) for p in parts) == partitions - 1
         for parts in found.values())
-
-
-def leaders(farm: LocalCluster, nodes) -> dict[int, int]:
-    """Partition -> the node of `nodes` that says it leads it."""
-    found = {}
-    for node, parts in views(farm).items():
-        if node in nodes:
-            for p in parts:
-                if p["role"] == "leader":
-                    found[p["partition"]] = node
-    return found
 
 
 def cpu_seconds(pid: int) -> float:
@@ -122,14 +97,14 @@ def test_killing_the_node_that_leads_quiesced_partitions_elects_new_leaders():
     with LocalCluster(3, partitions=partitions, fsync=FSYNC) as farm:
         wait_until(lambda: quiesced(farm, partitions), timeout=30, interval=0.2,
                    message="quiesced partitions")
-        led = leaders(farm, farm.node_ids)
+        led = farm.partition_leaders(farm.node_ids)
         victim = max(farm.node_ids, key=lambda n: sum(v == n for v in led.values()))
         mine = sorted(p for p, n in led.items() if n == victim and p > 0)
         assert mine, led
         farm.kill(victim)
         survivors = [n for n in farm.node_ids if n != victim]
         new = wait_until(lambda: (lambda found: found if len(found) == partitions else None)(
-            leaders(farm, survivors)), timeout=15, interval=0.1,
+            farm.partition_leaders(survivors)), timeout=15, interval=0.1,
             message=f"new leaders for node {victim}'s quiesced partitions {mine}")
         assert set(new.values()) <= set(survivors)
         with farm.client(partition=mine[0], timeout=10) as client:
@@ -143,7 +118,7 @@ def test_a_cut_off_leader_of_quiesced_partitions_is_replaced_and_steps_down():
                          peer_address=network.link) as farm:
         wait_until(lambda: quiesced(farm, partitions), timeout=30, interval=0.2,
                    message="quiesced partitions")
-        led = leaders(farm, farm.node_ids)
+        led = farm.partition_leaders(farm.node_ids)
         lonely = max(farm.node_ids, key=lambda n: sum(v == n for v in led.values()))
         mine = sorted(p for p, n in led.items() if n == lonely and p > 0)
         assert mine, led
@@ -153,10 +128,10 @@ def test_a_cut_off_leader_of_quiesced_partitions_is_replaced_and_steps_down():
                    message="the isolated node's bytes dropped")
         majority = [n for n in farm.node_ids if n != lonely]
         wait_until(lambda: (lambda found: found if len(found) == partitions else None)(
-            leaders(farm, majority)), timeout=15, interval=0.1,
+            farm.partition_leaders(majority)), timeout=15, interval=0.1,
             message=f"the majority electing leaders for {mine}")
         # the cut-off node noticed it lost its quorum: it claims none of them any more
-        wait_until(lambda: not leaders(farm, [lonely]), timeout=10, interval=0.1,
+        wait_until(lambda: not farm.partition_leaders([lonely]), timeout=10, interval=0.1,
                    message=f"node {lonely} stepping down in its quiesced partitions")
         network.heal()
 
@@ -173,7 +148,7 @@ def test_a_partition_that_removed_its_node_goes_dormant_there_until_added_back()
         connect = lambda p: farm.client(partition=p, timeout=10)   # noqa: E731
         change = remove_member(connect, 4, partitions=[1])
         assert change.failed == [], change
-        wait_until(lambda: (views(farm).get(4) or [{}, {}])[1].get("quiesced"), 20,
+        wait_until(lambda: (farm.partition_views().get(4) or [{}, {}])[1].get("quiesced"), 20,
                    interval=0.1, message="node 4's copy of partition 1 to go dormant")
         assert metric(farm, 4, "garlicfarm_server_quiesced_groups") == 1.0
         with farm.client(partition=0, timeout=10) as client:    # node 4 serves partition 0
@@ -191,7 +166,7 @@ def test_a_partition_that_removed_its_node_goes_dormant_there_until_added_back()
 
 def pulls(farm: LocalCluster, node: int) -> dict[int, int]:
     """Partition -> the PullEntries `node` has sent in it (its `partitions` view)."""
-    return {p["partition"]: p["pulls"] for p in views(farm)[node]}
+    return {p["partition"]: p["pulls"] for p in farm.partition_views()[node]}
 
 
 def test_an_observer_of_quiesced_partitions_stops_pulling_until_a_write_wakes_it():
@@ -237,7 +212,7 @@ def test_an_observer_of_quiesced_partitions_wakes_when_the_members_go_silent():
         network.isolate(observer)
 
         def woke() -> bool:
-            parts = views(farm)[observer]
+            parts = farm.partition_views()[observer]
             return not any(p["quiesced"] for p in parts) and all(
                 p["pulls"] > quiet[p["partition"]] for p in parts)
         wait_until(woke, timeout=10, interval=0.1,
