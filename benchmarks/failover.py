@@ -106,19 +106,7 @@ def _writer(options: dict[str, Any], partition: int, stream: Stream, conn: Conne
 
 def all_led(farm, partitions: int) -> dict[int, int] | None:
     """partition -> the live node that says it leads it, once every partition has one."""
-    from consensus.common.errors import FarmError
-    found: dict[int, int] = {}
-    with farm.client(timeout=1.0, answer_timeout=0.5) as client:
-        for node in farm.node_ids:
-            if not farm.running(node):
-                continue
-            try:
-                view = client.partitions(farm.endpoint_of(node))
-            except FarmError:
-                continue
-            for part in view["partitions"]:
-                if part["role"] == "leader":
-                    found[part["partition"]] = node
+    found = farm.partition_leaders(timeout=1.0, answer_timeout=0.5)
     return found if len(found) == partitions else None
 
 

@@ -1,6 +1,7 @@
 """The idle cost of many Raft groups per node: CPU-seconds per second and RSS of each node
-process of an idle 3-node farm of N partitions (issue 28), after every partition has a
-leader and (with quiescing) the idle ones have quiesced.
+process of an idle 3-node farm of N partitions (issue 28), with --observers observers
+(nodes 4..), after every partition has a leader and (with quiescing) the idle ones have
+quiesced.
 
 Run it from the checkout whose code is measured, with that checkout on PYTHONPATH (the
 node processes start with `python -m`, which puts the working directory first on their
@@ -8,13 +9,15 @@ path), e.g. main's code against a branch's:
 
     cd /path/to/checkout && PYTHONPATH=$PWD python /path/to/idle_groups.py \
         --partitions 100 1000 [--tick 0.05] [--fsync never] [--window 10] [--deadline 180] \
-        [--shared-fsync-groups N]
+        [--shared-fsync-groups N] [--observers 1]
 
 Each size prints one JSON line: partitions, seconds until every partition had a leader
 (`led_s`, null if not all did within --deadline) and until the node-reported quiesced
 count settled (`settled_s`), then per node `cpu` (CPU-s per wall second over --window)
-and `rss_mib`, the quiesced count per node (null where the node has no such metric), and
-the 1-minute load average (the machine is shared: read the CPU figures with it).
+and `rss_mib`, the quiesced count per node (null where the node has no such metric),
+`pulls_per_s` per node (PullEntries it sent per second over the window, all partitions;
+null where its `partitions` call does not count them), and the 1-minute load average
+(the machine is shared: read the CPU figures with it).
 """
 from __future__ import annotations
 
@@ -69,13 +72,25 @@ def led(farm: LocalCluster, partitions: int) -> bool:
     return len(found) == partitions
 
 
+def pulls(farm: LocalCluster) -> list[int | None]:
+    """Per node, the PullEntries it sent so far in all partitions (None: not counted)."""
+    found: list[int | None] = []
+    with farm.client(timeout=10) as client:
+        for node in farm.node_ids:
+            parts = client.partitions(farm.endpoint_of(node))["partitions"]
+            counts = [p.get("pulls") for p in parts]
+            found.append(None if None in counts else sum(counts))
+    return found
+
+
 def measure(partitions: int, args: argparse.Namespace) -> dict:
     extra = ["--tick", str(args.tick)] if args.tick else []
     if args.shared_fsync_groups is not None:
         extra += ["--shared-fsync-groups", str(args.shared_fsync_groups)]
     started = time.monotonic()
     with LocalCluster(3, partitions=partitions, metrics=True, extra_args=extra,
-                      status_interval=5.0, fsync=args.fsync) as farm:
+                      status_interval=5.0, fsync=args.fsync,
+                      observers=args.observers) as farm:
         led_s = settled_s = None
         deadline = started + args.deadline
         while time.monotonic() < deadline:
@@ -93,12 +108,15 @@ def measure(partitions: int, args: argparse.Namespace) -> dict:
             last = counts
             time.sleep(2.0)
         pids = [farm.pid(n) for n in farm.node_ids]
+        pulled = pulls(farm)
         before, t0 = [cpu_seconds(p) for p in pids], time.monotonic()
         time.sleep(args.window)
         took = time.monotonic() - t0
         cpu = [round((cpu_seconds(p) - b) / took, 4) for p, b in zip(pids, before)]
-        return {"partitions": partitions, "tick": args.tick, "fsync": args.fsync,
-                "shared_fsync_groups": args.shared_fsync_groups,
+        pull_rates = [None if a is None or b is None else round((b - a) / took, 1)
+                      for a, b in zip(pulled, pulls(farm))]
+        return {"partitions": partitions, "observers": args.observers, "tick": args.tick,
+                "fsync": args.fsync, "shared_fsync_groups": args.shared_fsync_groups,
                 "shared_flushes": [metric(farm, n, "garlicfarm_disk_shared_flushes_total")
                                    for n in farm.node_ids],
                 "led_s": led_s and round(led_s, 1),
@@ -106,6 +124,7 @@ def measure(partitions: int, args: argparse.Namespace) -> dict:
                 "rss_mib": [round(rss_mib(p), 1) for p in pids],
                 "quiesced": [metric(farm, n, "garlicfarm_server_quiesced_groups")
                              for n in farm.node_ids],
+                "pulls_per_s": pull_rates,
                 "load1": round(os.getloadavg()[0], 2), "window_s": round(took, 1)}
 
 
@@ -125,9 +144,13 @@ def main() -> None:
     parser.add_argument("--shared-fsync-groups", type=int, default=None, metavar="N",
                         help="the nodes' --shared-fsync-groups (default: theirs, 8; 0: "
                              "one fsync per group and vote round)")
+    parser.add_argument("--observers", type=int, default=0,
+                        help="observers beside the 3 voters (default 0)")
     args = parser.parse_args()
     if any(p < 1 or p > 4096 for p in args.partitions):
         parser.error("--partitions: each count must be 1..4096 (the nodes' limit)")
+    if not 0 <= args.observers <= 16:
+        parser.error("--observers: 0 to 16")
     if args.window <= 0 or args.deadline <= 0:
         parser.error("--window and --deadline must be positive")
     for partitions in args.partitions:

@@ -235,7 +235,9 @@ class RaftNode:
         was sent the commit index, and nothing waits for time (a read, a transfer, a
         membership change, a snapshot). A follower: it knows its leader and has applied
         nothing it has not committed, with no read or snapshot waiting; the runtime still
-        checks the leader's word (term, last index) before it stops ticking."""
+        checks the leader's word (term, last index) before it stops ticking. An observer:
+        it holds nothing uncommitted and no pull is in flight; the runtime checks the
+        word of the member it pulls from (that the group is quiet at its last index)."""
         log_ = self.log
         last = log_.last_index()
         if last != log_.committed or log_.pending_snapshot is not None or self.reads.waiting \
@@ -244,6 +246,8 @@ class RaftNode:
             return False
         if self.role is Role.FOLLOWER:
             return self.leader_id is not None
+        if self.role is Role.OBSERVER:
+            return self.puller.idle()
         return self.role is Role.LEADER and self.committed_in_term \
             and self.transfer.target is None and self.membership.joiner is None \
             and self.membership.leaver is None and not log_.configuration.is_joint \

@@ -51,6 +51,10 @@ class Puller:
         parents = self.options.observer_parents or tuple(self.log.configuration.members)
         return sorted(set(parents) - {self.state.id})
 
+    def idle(self) -> bool:
+        """No pull or snapshot fetch in flight (an observer may then quiesce)."""
+        return self.pull.sent_tick is None and not self.pull.fetching_snapshot
+
     def tick(self) -> None:
         pull, ticks = self.pull, self.state.ticks
         if pull.sent_tick is not None:

@@ -14,8 +14,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from consensus.raft import (AppendEntries, Configuration, Entry, Message, RaftError, RaftNode,
-                            RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver,
+from consensus.raft import (AppendEntries, Configuration, Entry, Message, PullEntries,
+                            RaftError, RaftNode, RaftOptions, ReadIndexRequest, ReadState, Ready, ReadyDriver,
                             RequestVote, Role,
                             Snapshot, SoftState, StateMachine, TimeoutNow)
 from consensus.runtime.consumers import ConsumerBook, counted_rows
@@ -85,13 +85,17 @@ class PeerNetwork:
 
     def __init__(self, transport: "Transport", observer: "NodeObserver", group: int) -> None:
         self.transport, self.observer, self.group = transport, observer, group
+        self.pulls = 0      #: PullEntries sent (an observer's idle cost; `partitions` call)
 
     def send_now(self, msgs: list[Message]) -> None:
         send, group = self.transport.send, self.group
         carries = False
         for msg in msgs:
             send(msg, group)
-            carries = carries or type(msg) is not AppendEntries or bool(msg.entries)
+            kind = type(msg)
+            if kind is PullEntries:
+                self.pulls += 1
+            carries = carries or kind is not AppendEntries or bool(msg.entries)
         if carries:
             self.transport.flush()
             self.observer.sent(msgs)
@@ -165,13 +169,19 @@ class Group:
         self.clock = GroupClock(ticks)      #: no ticks while quiesced (quiesce.py)
         self.wake_due = False               #: quiesced, and a message asks for a turn
         self.notice: "Quiesce | None" = None    #: the leader's Quiesce, judged after a turn
+        #: observers' pulls (source, index) that reached this group quiesced, and the
+        #: observers told it is quiet (answered again when it wakes); for an observer,
+        #: the member whose Quiesce it took (quiesce.py)
+        self.quiet_pulls: list[tuple[int, int]] = []
+        self.quiet_observers: set[int] = set()
+        self.quiet_parent: int | None = None
         self.soft: SoftState | None = None
         self.leader_since_ms: int | None = None    #: wall clock of this node's election
         self._snapshot_due = False
         self.disk = SyncedDisk(self.storage, fsyncs=FsyncPolicy.parse(config.fsync).fsyncs,
                                syncer=syncer, observer=observer)
-        self.driver = ReadyDriver(self.raft, self.disk,
-                                  PeerNetwork(transport, observer, group), self, self.clock)
+        self.network = PeerNetwork(transport, observer, group)
+        self.driver = ReadyDriver(self.raft, self.disk, self.network, self, self.clock)
 
     def new_machine(self) -> FarmStateMachine:
         return FarmStateMachine(self.app_factory() if self.app_factory else None, self.decider)
@@ -337,7 +347,7 @@ class Group:
                 "last": raft.last_index, "applied": self.machine.applied,
                 "logSize": self.storage.log_bytes, "leader": raft.leader_id,
                 "leaderSince": self.leader_since_ms if raft.role is Role.LEADER else None,
-                "quiesced": self.clock.quiesced_at is not None}
+                "quiesced": self.clock.quiesced_at is not None, "pulls": self.network.pulls}
 
 
 def _bootstrap(config: "NodeConfig", addresses: dict[int, str]) -> Configuration:

@@ -35,10 +35,11 @@ import threading
 import time
 from typing import Callable
 
-from consensus.raft import Message, Role, StateMachine
+from consensus.raft import Message, PullEntries, Role, StateMachine
 from consensus.runtime.admission import AdmissionLimits
 from consensus.common.partitions import DRAINED_KEY, parse_drained
 from consensus.runtime.balancer import Balancer
+from consensus.runtime.budget import Trust
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.disk_storage import CommitSaver
 from consensus.runtime.sync_rounds import SyncThread
@@ -211,8 +212,11 @@ class FarmNode:
         g = self.groups[group]
         g.inbox.append(msg)
         g.notice = None                 # the leader spoke after its Quiesce
-        if g.clock.quiesced_at is not None and type(msg) not in QUIET_MESSAGES:
-            g.wake_due = True
+        if g.clock.quiesced_at is not None:
+            if type(msg) not in QUIET_MESSAGES:
+                g.wake_due = True
+            elif type(msg) is PullEntries:     # maybe an observer to tell it is quiet
+                g.quiet_pulls.append((msg.source, msg.index))
 
     def _on_quiesce(self, group: int, msg) -> None:
         if group > 0:                   # group 0 never quiesces (quiesce.py)
@@ -224,6 +228,8 @@ class FarmNode:
     def _on_closed(self, conn) -> None:
         for group in self.groups:
             group.service.on_closed(conn)
+        if self.quiescer is not None and conn.peer_id is not None and conn.trust is Trust.PEER:
+            self.quiescer.peer_closed(conn.peer_id, time.monotonic())
 
     def _on_client_ack(self, response) -> None:
         if not response.accepted and response.destination > 0:

@@ -20,6 +20,16 @@ A quiesced follower whose leader's node has been silent for an election timeout 
 voters are no longer a quorum (CheckQuorum then steps it down); a leader quiesces only
 while a quorum of its voters is live.
 
+Observers (which pull, and hear from no leader) quiesce too: a member whose group is
+quiesced answers an observer's pull at its end ("nothing new") and then sends it a
+Quiesce (its term and commit index) on the same connection, and remembers it; an
+observer that holds exactly that index, committed, with no pull in flight, stops
+ticking (and pulling). The member *parks* the pull: when its group wakes it answers it
+again, which wakes the observer (a message of its group), and the observer pulls at
+once. The observer also wakes when that member's node goes silent for an election
+timeout or a connection with it closes (a member restarted in time forgot the pulls it
+parked).
+
 A group that removed this node (`--partition P` remove-server: the node stays in the
 farm, not in that partition) has no leader to follow and may not campaign, yet it ticked
 on and, as a stranded voter, pulled from the members: it is *dormant*, quiesced for
@@ -35,7 +45,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from consensus.raft import AppendEntriesResponse, PullEntries, PullSnapshot, Role
+from consensus.raft import (AppendEntriesResponse, PullEntries, PullEntriesResponse,
+                            PullSnapshot, PullStatus, Role)
 
 if TYPE_CHECKING:
     from consensus.wire.extensions import Quiesce
@@ -103,7 +114,7 @@ class Quiescer:
         raft = group.raft
         if raft.role is Role.LEADER:
             return self._quorum_live(group, now)
-        leader = raft.leader_id
+        leader = group.quiet_parent if raft.role is Role.OBSERVER else raft.leader_id
         return leader is not None and self.alive(leader, now)
 
     def _quorum_live(self, group: "Group", now: float) -> bool:
@@ -122,6 +133,7 @@ class Quiescer:
         """A quiesced group that can no longer be wakes; a follower takes its leader's
         Quiesce; a leader idle at a tick quiesces."""
         raft = group.raft
+        pulls, group.quiet_pulls = group.quiet_pulls, []
         if group.clock.quiesced_at is not None:
             group.notice = None
             if group in self.dormant:
@@ -129,6 +141,8 @@ class Quiescer:
                     self.wake(group, now)           # added back
             elif not raft.can_quiesce() or group.driver.busy():
                 self.wake(group, now)
+            elif pulls:
+                self._park(group, pulls)
             return
         if raft.removed and self._idle(group):
             self._quiesce(group, now)
@@ -139,10 +153,15 @@ class Quiescer:
             if group.driver.busy():
                 return              # judged once its Ready is done
             group.notice = None
-            if raft.role is Role.FOLLOWER and raft.term == notice.term \
-                    and raft.leader_id == notice.source and raft.last_index == notice.index \
-                    and self._idle(group) and raft.can_quiesce():
+            if raft.role is Role.FOLLOWER:
+                heeded = raft.term == notice.term and raft.leader_id == notice.source
+            else:   # an observer: the word of a member it pulls from
+                heeded = raft.role is Role.OBSERVER and \
+                    notice.source in raft.configuration.members
+            if heeded and raft.last_index == notice.index and self._idle(group) \
+                    and raft.can_quiesce():
                 self._quiesce(group, now)
+                group.quiet_parent = notice.source
             return
         if ticked and raft.role is Role.LEADER and self._idle(group) and raft.can_quiesce() \
                 and self._quorum_live(group, now):
@@ -152,9 +171,38 @@ class Quiescer:
             self._quiesce(group, now)
 
     def on_quiesce(self, group: "Group", msg: Quiesce) -> None:
-        """A leader's Quiesce arrived (judged after the group's next turn)."""
+        """A leader's Quiesce arrived, or a member's answering an observer's pull
+        (judged after the group's next turn)."""
         if group.clock.quiesced_at is None:
             group.notice = msg
+
+    def _park(self, group: "Group", pulls: list[tuple[int, int]]) -> None:
+        """Observers that pulled from this quiesced group and hold all of it: after our
+        answer, a Quiesce; their pulls are answered again when the group wakes."""
+        raft = group.raft
+        commit, observers = raft.commit_index, raft.configuration.observers
+        for source, index in pulls:
+            if index == commit + 1 and source in observers:
+                self.transport.send_quiesce(source, group.group, raft.term, commit,
+                                            answer=True)
+                group.quiet_observers.add(source)
+
+    def _unpark(self, group: "Group") -> None:
+        """The group woke: answer the observers' parked pulls again (which wakes them)."""
+        raft = group.raft
+        commit, first = raft.commit_index, raft.log_view.first_index()
+        for observer in sorted(group.quiet_observers):
+            self.transport.send(PullEntriesResponse(
+                term=raft.term, source=self.id, destination=observer,
+                status=PullStatus.INDEX_OVERFLOW, index=commit + 1, entries=[],
+                min_index=first, commit=commit), group.group)
+        group.quiet_observers.clear()
+
+    def peer_closed(self, peer: int, now: float) -> None:
+        """A connection with `peer` closed: the quiesced observer groups it told to be
+        quiet wake (it may have restarted and forgotten their parked pulls)."""
+        for group in [g for g in self.quiesced if g.quiet_parent == peer]:
+            self.wake(group, now)
 
     @staticmethod
     def _idle(group: "Group") -> bool:
@@ -175,6 +223,9 @@ class Quiescer:
         clock.owed = min(max(missed, self.floor), self.cap)
         clock.quiesced_at = None
         group.wake_due = False
+        group.quiet_parent = None
+        if group.quiet_observers:
+            self._unpark(group)
         self.quiesced.discard(group)
         self.dormant.discard(group)
         self.wakes += 1

@@ -509,10 +509,14 @@ class Transport:
         self._dirty.add(conn)
         return True
 
-    def send_quiesce(self, peer_id: int, group: int, term: int, index: int) -> None:
+    def send_quiesce(self, peer_id: int, group: int, term: int, index: int,
+                     answer: bool = False) -> None:
         """Tell follower `peer_id` that we quiesce `group` at `index` (on the connection
-        our AppendEntries take, after them)."""
-        conn = self._outgoing(peer_id, self.wire_name)
+        our AppendEntries take, after them); `answer`: tell observer `peer_id`, on the
+        connection its pull came by, after our answer to it."""
+        conn = self.last_in.get(peer_id) if answer else None
+        if conn is None or conn.closed:
+            conn = self._outgoing(peer_id, self.wire_name)
         if conn is not None:
             conn.select_out(group, self.node_id)
             conn.out += quiesce_frame(self.node_id, peer_id, term, index)

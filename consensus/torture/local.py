@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from consensus.client.client import FarmClient
 from consensus.common.errors import FarmError, Unavailable
@@ -226,6 +226,39 @@ class LocalCluster:
     def running(self, node_id: int) -> bool:
         proc = self._procs.get(node_id)
         return proc is not None and proc.poll() is None
+
+    def partition_views(self, *, timeout: float = 3.0,
+                        answer_timeout: float | None = None) -> dict[int, list[dict]]:
+        """Each running node's own view of every partition it hosts (the `partitions`
+        call, asked of that node); a node that does not answer is left out. `timeout`
+        and `answer_timeout` are the client's."""
+        options: dict[str, Any] = {"timeout": timeout}
+        if answer_timeout is not None:
+            options["answer_timeout"] = answer_timeout
+        found: dict[int, list[dict]] = {}
+        with self.client(**options) as client:
+            for node in self.node_ids:
+                if self.running(node):
+                    try:
+                        found[node] = client.partitions(self.endpoint_of(node))["partitions"]
+                    except FarmError:
+                        pass
+        return found
+
+    def partition_leaders(self, nodes: Iterable[int] | None = None, *, timeout: float = 3.0,
+                          answer_timeout: float | None = None) -> dict[int, int]:
+        """Partition -> the running node (of `nodes`, default all) that says it leads it
+        (the later node in id order, should two say so in different terms); partitions
+        none of them leads are missing."""
+        chosen = None if nodes is None else set(nodes)
+        found: dict[int, int] = {}
+        views = self.partition_views(timeout=timeout, answer_timeout=answer_timeout)
+        for node, parts in sorted(views.items()):
+            if chosen is None or node in chosen:
+                for part in parts:
+                    if part["role"] == "leader":
+                        found[part["partition"]] = node
+        return found
 
     def spawn(self, node_id: int | None = None, *, join: bool = True,
               observer: bool = False) -> int:

@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -254,6 +256,29 @@ def _observer_toml(farm, tmp_path, node_id: int, port: int, peers: str | None) -
     return str(path)
 
 
+@contextmanager
+def observer_10(farm, tmp_path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """Node 10 started as documented (an observer joining with the three voters as
+    peers), as a process logging to node-10.log: (the process, its endpoint). A failure
+    inside carries the tail of its log; the process is terminated at the end."""
+    port = free_port()
+    config = _observer_toml(farm, tmp_path, 10, port,
+                            ",".join(f"{i}={farm.endpoint_of(i)}" for i in (1, 2, 3)))
+    log = open(tmp_path / "node-10.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield proc, f"127.0.0.1:{port}"
+    except Exception as exc:    # what the observer said makes the failure readable
+        log.flush()
+        tail = (tmp_path / "node-10.log").read_bytes()[-4000:].decode(errors="replace")
+        raise AssertionError(f"{exc}\nnode 10 (exit {proc.poll()}) logged:\n{tail}") from exc
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
+
+
 def test_an_observer_without_peers_refuses_to_start(farm, tmp_path):
     config = _observer_toml(farm, tmp_path, 10, free_port(), peers=None)
     proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
@@ -269,14 +294,7 @@ def test_an_observer_without_peers_refuses_to_start(farm, tmp_path):
 
 
 def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path):
-    port = free_port()
-    peers = ",".join(f"{i}={farm.endpoint_of(i)}" for i in (1, 2, 3))
-    config = _observer_toml(farm, tmp_path, 10, port, peers)
-    log = open(tmp_path / "node-10.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
-                            stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"127.0.0.1:{port}"
-    try:
+    with observer_10(farm, tmp_path) as (_, endpoint):
         wait_until(lambda: _answers_at(farm, endpoint), 20, interval=0.1,
                    message="node 10 to listen")
         added = garlicfarm("add-server", "10", endpoint, "--observer", "--config", node_toml)
@@ -287,14 +305,6 @@ def test_an_observer_started_as_documented_catches_up(farm, node_toml, tmp_path)
                        message="the observer to apply the farm's log")
         removed = garlicfarm("remove-server", "10", "--config", node_toml)
         assert removed.returncode == 0, removed.stderr
-    except Exception as exc:    # what the observer said makes the failure readable
-        log.flush()
-        tail = (tmp_path / "node-10.log").read_bytes()[-4000:].decode(errors="replace")
-        raise AssertionError(f"{exc}\nnode 10 (exit {proc.poll()}) logged:\n{tail}") from exc
-    finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
 
 
 def test_a_joining_observer_is_not_removed_before_it_was_added(farm, tmp_path):
@@ -306,28 +316,16 @@ def test_a_joining_observer_is_not_removed_before_it_was_added(farm, tmp_path):
         client.update_observers(add={11: f"127.0.0.1:{free_port()}"})
         client.update_observers(remove=[11])
         configured = client.log_bounds()[1]
-    port = free_port()
-    config = _observer_toml(farm, tmp_path, 10, port,
-                            ",".join(f"{i}={farm.endpoint_of(i)}" for i in (1, 2, 3)))
-    log = open(tmp_path / "node-10.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "consensus.cli", "node", "--config", config],
-                            stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"127.0.0.1:{port}"
-    try:
-        with farm.client(timeout=10) as client:
-            wait_until(lambda: _answers_at(farm, endpoint)
-                       and client.log_bounds(endpoint)[1] >= configured, 20, interval=0.1,
-                       message="node 10 to pull the configuration")
-            # it left 2 election timeouts (<= 0.6 s of ticks) after pulling; give it 5 s
-            deadline = time.monotonic() + 5
-            wait_until(lambda: proc.poll() is not None or time.monotonic() > deadline, 10,
-                       interval=0.1, message="five seconds to pass")
-            assert proc.poll() is None, "node 10 stopped before it was added"
-            assert client.ping(endpoint)["role"] == "observer"
-    finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
+    with observer_10(farm, tmp_path) as (proc, endpoint), farm.client(timeout=10) as client:
+        wait_until(lambda: _answers_at(farm, endpoint)
+                   and client.log_bounds(endpoint)[1] >= configured, 20, interval=0.1,
+                   message="node 10 to pull the configuration")
+        # it left 2 election timeouts (<= 0.6 s of ticks) after pulling; give it 5 s
+        deadline = time.monotonic() + 5
+        wait_until(lambda: proc.poll() is not None or time.monotonic() > deadline, 10,
+                   interval=0.1, message="five seconds to pass")
+        assert proc.poll() is None, "node 10 stopped before it was added"
+        assert client.ping(endpoint)["role"] == "observer"
     assert "removed from the cluster" not in (tmp_path / "node-10.log").read_text()
 
 

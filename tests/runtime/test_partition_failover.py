@@ -23,20 +23,9 @@ FAILOVER_DEADLINE = 5.0     #: seconds; the election timeout is 0.3-0.6 s
 
 
 def leaders(farm: LocalCluster) -> dict[int, int]:
-    """partition -> the running node that says it leads it."""
-    found: dict[int, int] = {}
-    with farm.client(timeout=2, answer_timeout=0.5) as client:
-        for node in farm.node_ids:
-            if not farm.running(node):
-                continue
-            try:
-                view = client.partitions(farm.endpoint_of(node))
-            except FarmError:
-                continue
-            for part in view["partitions"]:
-                if part["role"] == "leader":
-                    found[part["partition"]] = node
-    return found
+    """partition -> the running node that says it leads it (short timeouts: polled
+    through the failover)."""
+    return farm.partition_leaders(timeout=2, answer_timeout=0.5)
 
 
 class KeyedWriter(threading.Thread):

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from consensus.admin.admin import EXIT_OK, EXIT_UNHEALTHY, command_main
-from consensus.common.errors import ConfigError, FarmError
+from consensus.common.errors import ConfigError
 from consensus.torture import LocalCluster
 from tests.support import wait_until
 
@@ -23,21 +23,9 @@ PARTITIONS = 6
 
 
 def leaders(farm: LocalCluster) -> dict[int, int | None]:
-    """Each partition's leader, from every running node's own view (a node counts as a
-    partition's leader when it says so itself)."""
-    found: dict[int, int | None] = {p: None for p in range(PARTITIONS)}
-    with farm.client(timeout=3) as client:
-        for node in farm.node_ids:
-            if not farm.running(node):
-                continue
-            try:
-                view = client.partitions(farm.endpoint_of(node))
-            except FarmError:
-                continue
-            for part in view["partitions"]:
-                if part["role"] == "leader":
-                    found[part["partition"]] = node
-    return found
+    """Each partition's leader, from every running node's own view (None: no node
+    says it leads it)."""
+    return {**dict.fromkeys(range(PARTITIONS)), **farm.partition_leaders(timeout=3)}
 
 
 def all_led(farm: LocalCluster):

@@ -4,20 +4,23 @@ cluster of the core's tests: when a group may stop ticking, and that a woken lea
 lease is judged by a clock that caught up with the time it slept."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
-from consensus.raft import Role
+from consensus.raft import PullEntries, Role
 from consensus.runtime.group import TurnTicks
 from consensus.runtime.quiesce import GroupClock, Quiescer
 from tests.raft.harness import OPTIONS, Cluster
 
 
 class Sleeper:
-    """What `Quiescer.wake` touches of a group: its clock and its wake flag."""
+    """What `Quiescer.wake` touches of a group: its clock, its wake flag and the
+    observers' pulls it parked (none)."""
 
     def __init__(self) -> None:
         self.clock = GroupClock(TurnTicks())
         self.wake_due = False
+        self.quiet_observers: set[int] = set()
 
 
 def quiescer() -> Quiescer:
@@ -65,6 +68,21 @@ def test_a_follower_without_a_leader_or_behind_its_commit_may_not_quiesce():
     others = [cluster.nodes[i] for i in (2, 3)]
     assert any(n.role is not Role.FOLLOWER or n.leader_id is None for n in others)
     assert not all(n.can_quiesce() for n in others)
+
+
+def test_an_observer_may_quiesce_only_caught_up_with_no_pull_in_flight():
+    cluster = Cluster([1, 2, 3, 4], replace(OPTIONS, observer_pull_interval=1),
+                      voters=[1, 2, 3])
+    observer = cluster.start(4, observer=True)
+    leader = cluster.elect(1)
+    leader.update_observers(add=[4])
+    leader.propose(b"a")
+    cluster.tick(10)
+    assert observer.last_index == observer.commit_index == leader.commit_index
+    assert observer.can_quiesce()
+    cluster.drop = lambda m: isinstance(m, PullEntries)
+    cluster.tick(2, ids=[4])                     # a pull leaves and is lost
+    assert not observer.can_quiesce()
 
 
 def test_a_woken_leader_catches_up_its_clock_and_its_lease_is_over():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Callable, NamedTuple
 
 import pyarrow as pa
 import pytest
@@ -32,6 +33,33 @@ ROWS = 30           # keyless: spread row by row, 10 a partition
 def farm():
     with LocalFarm(nodes=3, partitions=PARTITIONS) as running:
         yield running
+
+
+class QueryBackend(NamedTuple):
+    """The driver's side of one query: its sink backend and the query's (fresh) name."""
+    backend: RoutedSinkBackend
+    query: str
+
+
+@pytest.fixture
+def driver(farm) -> QueryBackend:
+    """A new query's driver side over the module's farm."""
+    return QueryBackend(routed(farm), f"q-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def died_in_commit(driver, monkeypatch) -> Callable[[bool], QueryBackend]:
+    """`died_in_commit(decided)`: the driver's first run of batch 0 stages its rows and
+    dies in the commit - with `decided`, after partition 0's decision; otherwise before
+    it (`stop_commits`); the driver side is returned for the restart."""
+    def die(decided: bool) -> QueryBackend:
+        first = run_batch(driver.backend, driver.query, 0, run=0)
+        stop_commits(monkeypatch, decided=decided)
+        with pytest.raises(Stop):
+            driver.backend.commit(driver.query, 0, first)
+        monkeypatch.undo()
+        return driver
+    return die
 
 
 def routed(farm: LocalFarm) -> RoutedSinkBackend:
@@ -139,17 +167,12 @@ def wait_for(condition, what: str, seconds: float = 10.0):
 
 @pytest.mark.timeout(60)
 def test_a_driver_that_dies_after_partition_0_decided_leaves_the_batch_whole_everywhere(
-        farm, monkeypatch):
+        farm, died_in_commit):
     """Today's sequential commits fail this: partition 0 showed the batch, the others
     never did. Now partition 0's commit is the decision; the others' readers see their
     share from it, at every member, before any marker; the restart's re-run only rolls
     the decision forward, and every row shows once."""
-    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
-    first = run_batch(backend, query, 0, run=0)
-    stop_commits(monkeypatch, decided=True)
-    with pytest.raises(Stop):
-        backend.commit(query, 0, first)
-    monkeypatch.undo()
+    backend, query = died_in_commit(decided=True)
     whole = [ROWS // PARTITIONS] * PARTITIONS
     assert shares(farm, query) == whole
     for endpoint in members(farm):        # followers learn the decision from partition 0
@@ -168,16 +191,11 @@ def test_a_driver_that_dies_after_partition_0_decided_leaves_the_batch_whole_eve
 
 @pytest.mark.timeout(60)
 def test_an_undecided_batch_holds_the_other_partitions_readers_until_its_decision(
-        farm, monkeypatch):
+        farm, died_in_commit):
     """The driver dies after preparing partitions 1 and 2, before partition 0 decides:
     their readers stop before the prepared commit (an entry written after it waits
     too), and go on at once when the restart decides the batch, showing it once."""
-    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
-    first = run_batch(backend, query, 0, run=0)
-    stop_commits(monkeypatch, decided=False)
-    with pytest.raises(Stop):
-        backend.commit(query, 0, first)
-    monkeypatch.undo()
+    backend, query = died_in_commit(decided=False)
     with farm.client(partition=1) as client:
         after, _ = client.append([f"{query}-after".encode()])
         held = log_end(client)
@@ -245,12 +263,12 @@ def test_a_spark_driver_killed_between_the_decision_and_the_markers(spark, farm,
 
 
 @pytest.mark.timeout(60)
-def test_a_batch_with_no_rows_in_partition_0_is_decided_there_all_the_same(farm):
+def test_a_batch_with_no_rows_in_partition_0_is_decided_there_all_the_same(farm, driver):
     """Keys that route to partitions 1 and 2 only: partition 0 takes an empty decision
     (it shows no rows, and no task reads it), the others show their shares."""
     from pyspark_farm.log_access import entry_sizes
     from pyspark_farm.raft.partitioning import partition_for
-    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
+    backend, query = driver
     keys = [k for k in (f"key{n}" for n in range(100)) if partition_for(k, PARTITIONS)][:6]
     frame = pa.RecordBatch.from_pydict({
         "key": pa.array(keys * 2), "value": pa.array([f"{query}-{n}".encode()
@@ -269,15 +287,10 @@ def test_a_batch_with_no_rows_in_partition_0_is_decided_there_all_the_same(farm)
 
 
 @pytest.mark.timeout(60)
-def test_an_operator_releases_an_abandoned_batch_by_deciding_it_empty(farm, monkeypatch):
+def test_an_operator_releases_an_abandoned_batch_by_deciding_it_empty(farm, died_in_commit):
     """The documented escape (docs/exactly-once.md, "An abandoned batch"): an empty
     decision in partition 0 frees the partitions the abandoned run prepared in."""
-    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
-    first = run_batch(backend, query, 0, run=0)
-    stop_commits(monkeypatch, decided=False)
-    with pytest.raises(Stop):
-        backend.commit(query, 0, first)
-    monkeypatch.undo()
+    backend, query = died_in_commit(decided=False)
     with farm.client(partition=1) as client:
         after, _ = client.append([f"{query}-after".encode()])
         assert log_end(client) < after
@@ -288,16 +301,11 @@ def test_an_operator_releases_an_abandoned_batch_by_deciding_it_empty(farm, monk
 
 
 @pytest.mark.timeout(60)
-def test_the_next_batch_rolls_an_unmarked_decision_forward(farm, monkeypatch):
+def test_the_next_batch_rolls_an_unmarked_decision_forward(farm, died_in_commit):
     """The driver dies after deciding batch 0, and nothing re-commits it (its re-run had
     no rows): batch 1's prepared commits find batch 0 unmarked in partitions 1 and 2,
     roll its decision forward there, then go on; both batches show once."""
-    backend, query = routed(farm), f"q-{uuid.uuid4().hex[:8]}"
-    first = run_batch(backend, query, 0, run=0)
-    stop_commits(monkeypatch, decided=True)
-    with pytest.raises(Stop):
-        backend.commit(query, 0, first)
-    monkeypatch.undo()
+    backend, query = died_in_commit(decided=True)
     outcome = backend.commit(query, 1, run_batch(backend, query, 1, run=0))
     assert (outcome.committed, outcome.duplicate) == (True, False)
     for partition in range(PARTITIONS):
