@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, metavar="N",
                    help="Raft groups (partitions) this node hosts, 0..N-1 (default 1; every "
                    "node of the farm gets the same N; needs --wire garlicfarm)")
+    p.add_argument("--replicas", type=int, metavar="R",
+                   help="nodes each partition k >= 1 is placed on, 1 to the farm's nodes "
+                   "(default: every node); partition 0 stays on every node. Placement: "
+                   "the R node ids from position k mod nodes, in id order, wrapping "
+                   "(docs/operations.md); every node gets the same --peers and R")
     p.add_argument("--log-readers", choices=("threads", "process"),
                    help="who builds the pages of read_entries and read_journal off the "
                    "Raft loop: threads (default) of the node, or a reader process of its "

@@ -37,7 +37,7 @@ from typing import Callable
 
 from consensus.raft import Message, Role, StateMachine
 from consensus.runtime.admission import AdmissionLimits
-from consensus.common.partitions import DRAINED_KEY, parse_drained
+from consensus.common.partitions import DRAINED_KEY, parse_drained, placed_leader
 from consensus.runtime.balancer import Balancer
 from consensus.runtime.config import NodeConfig
 from consensus.runtime.disk_storage import CommitSaver, SyncThread
@@ -96,7 +96,8 @@ class FarmNode:
         self.security = config.security()
         self.started = time.monotonic()
         self.observer = NodeObserver()
-        self.partitions = GroupSet(config.partitions)
+        self.partitions = GroupSet(config.partitions, config.hosted(),
+                                   config.members_of if config.replicas is not None else None)
         self.addresses: dict[int, str] = {**config.peers, **config.observers,
                                           config.id: config.endpoint}
         self.groups: list[Group] = []       # the gate asks for addresses at once
@@ -109,7 +110,7 @@ class FarmNode:
             endpoint_of=self.address_of, client_budget=config.client_buffer_budget,
             limits=AdmissionLimits(max_connections=config.max_connections),
             on_refused=self.observer.connection_refused, groups=self.partitions,
-            on_quiesce=self._on_quiesce if config.partitions > 1 else None)
+            on_quiesce=self._on_quiesce if len(self.partitions) > 1 else None)
         self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
         self.clock = TickClock(config.tick)
@@ -131,6 +132,7 @@ class FarmNode:
                     partitions=self.partitions_view, reads=self.reads, reader=self.reader,
                     app_factory=app_factory,
                     decider=Decider(group, self._decisions) if group else None))
+            self.by_group = {g.group: g for g in self.groups}   #: the hosted, by number
         except BaseException:
             self._close_groups()
             self.reads.close()
@@ -147,13 +149,23 @@ class FarmNode:
         self.balancer = Balancer(
             self.id, [g.raft for g in self.groups],
             lambda: parse_drained(self.groups[0].machine.kv.get(DRAINED_KEY)),
-            alive=lambda peer: self.quiescer.alive(peer, time.monotonic())) \
+            alive=lambda peer: self.quiescer.alive(peer, time.monotonic()),
+            groups=config.partitions) \
             if len(self.groups) > 1 else None
         self._stop = threading.Event()
         self._leader_hint: int | None = None
         self._status_target = 0
         self._next_stall_log = 0.0
         self.stopped_reason: str | None = None
+
+    def _first_leader(self, group: int) -> int:
+        """Who campaigns first for `group` in a new farm: with --replicas its placed
+        leader (spread over the nodes, config.members_of), else the voter at rank `group`
+        (the same rule over every node)."""
+        if self.config.replicas is None:
+            voters = sorted(self.groups[0].raft.configuration.voters)
+            return voters[group % len(voters)] if voters else self.id
+        return placed_leader(group, self.config.farm_nodes)
 
     def _decisions(self) -> Ledger:
         """Partition 0's ledger, where the other partitions' batches are decided."""
@@ -202,7 +214,7 @@ class FarmNode:
 
     # -- callbacks from the transport ----------------------------------------------------------
     def _inbox_append(self, group: int, msg: Message) -> None:
-        g = self.groups[group]
+        g = self.by_group[group]
         g.inbox.append(msg)
         g.notice = None                 # the leader spoke after its Quiesce
         if g.clock.quiesced_at is not None and type(msg) not in QUIET_MESSAGES:
@@ -210,10 +222,10 @@ class FarmNode:
 
     def _on_quiesce(self, group: int, msg) -> None:
         if group > 0:                   # group 0 never quiesces (quiesce.py)
-            self.quiescer.on_quiesce(self.groups[group], msg)
+            self.quiescer.on_quiesce(self.by_group[group], msg)
 
     def _on_client(self, conn, wire, slot) -> None:
-        self.groups[conn.in_group].client_inbox.append((conn, wire, slot))
+        self.by_group[conn.in_group].client_inbox.append((conn, wire, slot))
 
     def _on_closed(self, conn) -> None:
         for group in self.groups:
@@ -254,10 +266,11 @@ class FarmNode:
         next_status = time.monotonic() + min(config.status_interval, 0.5)
         next_consumers = time.monotonic() + CONSUMERS_REFRESH
         transport, groups, clock, ticks = self.transport, self.groups, self.clock, self._ticks
+        by_group = self.by_group
         raft = groups[0].raft
         clock.start()
         for group in groups:
-            group.first_campaign(group.group)
+            group.first_campaign(self._first_leader(group.group))
         readers = self.reads     # reader threads wait while a turn runs
         readers.turn_begins()
         try:
@@ -305,7 +318,7 @@ class FarmNode:
                     for group in groups:
                         if group.raft.role is Role.LEADER:
                             group.consumers.lags()
-                transport.end_turn(lambda g: groups[g].raft.term)
+                transport.end_turn(lambda g: by_group[g].raft.term)
                 took = time.monotonic() - transport.woke
                 self.observer.turn(took)
                 if took > SLOW_TURN:
@@ -370,7 +383,8 @@ class FarmNode:
     def partitions_view(self) -> list[dict]:
         """This node's live view of every partition it hosts (the `partitions` call,
         the status entries)."""
-        return [{"partition": g.group, **g.status_dict()} for g in self.groups]
+        return [{"partition": g.group, **g.status_dict(),
+                 "replicas": sorted(g.raft.configuration.voters)} for g in self.groups]
 
     def _publish_status(self) -> None:
         config, raft = self.config, self.raft
