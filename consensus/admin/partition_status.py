@@ -16,7 +16,7 @@ def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, 
     furthest-behind member that answered has yet to apply, against the leader's commit),
     `applied` per member, `quiesced`, the members that stopped ticking it (idle,
     docs/runtime.md "Quiescing idle groups"), and `replicas`, its voters (the leader's
-    view, else the newest term's; None from nodes older than it)."""
+    view, else the newest term's; left out from nodes older than it)."""
     by_partition: dict[int, dict[int, dict]] = {}
     for node_id, parts in views.items():
         for part in parts:
@@ -33,7 +33,9 @@ def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, 
         applied = {n: int(p.get("applied") or 0) for n, p in sorted(members.items())}
         newest = members[leader] if leader is not None else \
             max(members.values(), key=lambda p: int(p.get("term") or 0))
-        rows.append({"partition": partition, "replicas": newest.get("replicas"),
+        replicas = newest.get("replicas")
+        rows.append({"partition": partition,
+                     **({"replicas": replicas} if replicas is not None else {}),
                      "leader": leader, "term": term,
                      "commit": commit, "lag": max(0, commit - min(applied.values())),
                      "applied": applied,

@@ -18,6 +18,7 @@ from consensus.runtime.config import NodeConfig
 from consensus.runtime.groups import GroupSet
 from consensus.wire.extensions import GARLICFARM_REGISTRY
 from consensus.wire.jraft import JRaftDecoder
+from tests.runtime.test_partitions import status_json
 from tests.support import wait_until
 
 NODES, PARTITIONS, REPLICAS = 6, 6, 3
@@ -121,6 +122,9 @@ def test_a_farm_of_rf_3_on_6_nodes_serves_every_partition_and_survives_a_kill():
                 present = os.path.isdir(os.path.join(farm.cluster.node_dir(node), "groups",
                                                      str(p)))
                 assert present == (p in placed), (node, p)
+        doc = status_json(farm.cluster)         # `garlicfarm status --json`
+        assert {row["partition"]: row["replicas"] for row in doc["partitions"]} == \
+            {p: placed_members(p, nodes, 3) for p in range(PARTITIONS)}
         # every partition, written and read through a client that knows only a node
         # that does not host it: the node's answer names the members, the client goes
         for p in range(1, PARTITIONS):
