@@ -104,6 +104,24 @@ def _leaders(farm) -> dict[int, int]:
             for p in view["partitions"] if p["role"] == "leader"}
 
 
+def _source_rows(farm, seed: int) -> dict[int, list[bytes]]:
+    """partition -> the journal records the raft source reads, seeded with one node."""
+    from pyspark_farm.jvm.planner import struct_of
+    from pyspark_farm.raft import kind as raft_kind
+    options = {**farm.options, "endpoints": farm.cluster.endpoint_of(seed),
+               "partitions": "all"}
+    reader = raft_kind.batch_reader(options, struct_of(raft_kind.schema(options)))
+    found: dict[int, list[bytes]] = {}
+    for task in reader.partitions():
+        for batch in reader.read(task):
+            rows = batch.to_pydict()
+            for value, kind, partition in zip(rows["value"], rows["type"],
+                                              rows["partition"]):
+                if kind == "journal":
+                    found.setdefault(partition, []).append(value)
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_farm_of_rf_3_on_6_nodes_serves_every_partition_and_survives_a_kill():
@@ -139,6 +157,9 @@ def test_a_farm_of_rf_3_on_6_nodes_serves_every_partition_and_survives_a_kill():
                 with pytest.raises(NotHosted, match=f"partition {p}"):
                     client.partitions(farm.cluster.endpoint_of(outsider))   # asked of it: refused
                 assert time.monotonic() - started < 5
+        # the Spark source (its Python reader: plan and read, no JVM) seeded with node 3
+        # only, which hosts partitions 0, 1, 2: it counts 6 and reads all of them
+        assert _source_rows(farm, seed=3) == {p: [b"p%d" % p] for p in range(1, PARTITIONS)}
         victim = 2                  # in partition 0 and partitions 1, 5 (2 of 3 stay)
         farm.kill(victim)
         alive = [n for n in nodes if n != victim]
