@@ -166,6 +166,17 @@ def test_a_farm_of_rf_3_on_6_nodes_serves_every_partition_and_survives_a_kill():
         wait_until(lambda: set(_leaders(farm)) == set(range(PARTITIONS))
                    and set(_leaders(farm).values()) <= set(alive), timeout=20,
                    message="a live leader for every partition after the kill")
+        written = {}
         for p in range(PARTITIONS):
             with farm.client(partition=p, timeout=15) as client:
-                assert client.append([b"after-%d" % p])[0] > 0
+                written[p] = client.append([b"after-%d" % p])[0]
+        farm.restart(victim)        # it comes back with its placed groups and catches up
+        placed = [p for p in range(PARTITIONS) if victim in placed_members(p, nodes, 3)]
+        assert placed == [0, 1, 5]
+
+        def caught_up() -> bool:
+            view = _views(farm).get(victim)
+            return view is not None and \
+                [p["partition"] for p in view["partitions"]] == placed and \
+                all(p["applied"] >= written[p["partition"]] for p in view["partitions"])
+        wait_until(caught_up, timeout=20, message=f"n{victim} back with partitions {placed}")
