@@ -399,7 +399,8 @@ class Transport:
         if conn.trust is Trust.PEER or source > 0:
             self.bad_groups.note(_host_of(conn.label), f"closing the connection of node "
                                  f"{source or conn.peer_id} ({conn.label}): {text}; give "
-                                 f"every node of the farm the same --partitions")
+                                 f"every node of the farm the same --partitions "
+                                 f"and --replicas")
         else:
             self.reply(conn, self.groups.refusal(group, self.node_id,
                                                  self.peer_hosts.endpoint_of))
