@@ -101,6 +101,7 @@ class FarmNode:
         self.addresses: dict[int, str] = {**config.peers, **config.observers,
                                           config.id: config.endpoint}
         self.groups: list[Group] = []       # the gate asks for addresses at once
+        self.by_group: dict[int, Group] = {}    #: the hosted groups by number (--replicas)
         self.transport = Transport(
             node_id=config.id, wire=config.wire, security=self.security, listen=config.listen,
             listen_fd=config.listen_fd,
@@ -132,7 +133,7 @@ class FarmNode:
                     partitions=self.partitions_view, reads=self.reads, reader=self.reader,
                     app_factory=app_factory,
                     decider=Decider(group, self._decisions) if group else None))
-            self.by_group = {g.group: g for g in self.groups}   #: the hosted, by number
+            self.by_group.update((g.group, g) for g in self.groups)
         except BaseException:
             self._close_groups()
             self.reads.close()
@@ -163,7 +164,7 @@ class FarmNode:
         leader (spread over the nodes, config.members_of), else the voter at rank `group`
         (the same rule over every node)."""
         if self.config.replicas is None:
-            voters = sorted(self.groups[0].raft.configuration.voters)
+            voters = sorted(self.by_group[group].raft.configuration.voters)
             return voters[group % len(voters)] if voters else self.id
         return placed_leader(group, self.config.farm_nodes)
 
