@@ -1,26 +1,17 @@
 """A farm whose partitions each have `replicas` of the nodes as members (Kafka's
 replication factor), for benchmarks/scale_out.py's `--farm placed`.
 
-The node CLI hosts every partition on every node (`--partitions N`; consensus/runtime/
-groups.py), and a partition's group starts with every node as a voter. The smallest
-honest way to a replication factor below the node count uses only what an operator has:
-start the nodes hosting every group, then take the extra members out of each group with
-the per-partition membership change (consensus/admin/farm_membership.py, as
-`garlicfarm remove-server --partition P` does), and move each group's leadership to its
-place with the core's leader transfer. A node taken out of a group still hosts it, empty
-and silent (no campaign: it is no voter; no leader sends to it): it costs that group's
-idle ticking only.
+The nodes place the partitions themselves (`garlicfarm node --replicas 3`,
+docs/runtime.md "Placement"): partition 0, the farm's membership group, stays on every
+node with no load; the loaded partitions are groups 1..P, group g on the 3 nodes from
+position g mod N (node ids in order, wrapping), first led by the node at g mod N. A
+node creates only the groups placed on it (no dormant copies). With P = N each node is
+a member of 3 loaded partitions and leads one; the set-up moves a leadership back to
+its place when an election on a slow machine moved it (the balancer leaves placed
+leaders be: none is above its share).
 
-Partition 0 must list every node of the farm (its configuration is the farm's member
-list, and a node taken out of it stops), so it cannot have 3 members of 6: it stays the
-farm's membership group, with every node and no load. The loaded partitions are groups
-1..P; `client_options(k)` addresses group k + 1 at its members only (as a Kafka
-client learns a partition's replicas from metadata: a node taken out of a group keeps
-the group's last view it had, and a client asking it is sent astray).
-
-Placement (`placement`): loaded partition k has nodes k, k+1, ..., k+replicas-1 (mod N,
-ids from 1) as voters and node k (mod N) + 1 as its leader, so with P = N each node is a
-member of `replicas` groups and leads one.
+`client_options(k)` gives a writer every node as a seed: a node that does not host
+group k + 1 answers with its members and the client goes there.
 """
 from __future__ import annotations
 
@@ -28,78 +19,50 @@ import time
 from collections import Counter
 from typing import Any
 
-from consensus.admin.farm_membership import remove_member
-from consensus.common.errors import ConfigError
+from consensus.common.partitions import placed_leader, placed_members
 
 
 def placement(nodes: int, partitions: int, replicas: int) -> list[tuple[list[int], int]]:
-    """(voters, leader) of each loaded partition (module docstring)."""
+    """(voters, leader) of each loaded partition k (group k + 1), by the nodes' rule."""
     if not 1 <= replicas <= nodes:
         raise ValueError(f"replicas must be 1 to the {nodes} nodes, not {replicas}")
-    return [(sorted((k + j) % nodes + 1 for j in range(replicas)), k % nodes + 1)
+    ids = range(1, nodes + 1)
+    return [(placed_members(k + 1, ids, replicas), placed_leader(k + 1, ids))
             for k in range(partitions)]
 
 
 class PlacedFarm:
-    """LocalCluster with `layout.partitions + 1` groups per node, partitions placed as
-    the module docstring says (3 replicas), leaders on their places (60 s at most to set
-    it all up, else RuntimeError)."""
+    """LocalCluster with `layout.partitions + 1` groups, `--replicas 3`, leaders on
+    their places (180 s at most to set it all up, else RuntimeError)."""
 
     replicas = 3
 
     def __init__(self, layout: Any) -> None:
         from consensus.torture import LocalCluster
         self.layout = layout
-        self.places = placement(layout.nodes, layout.partitions,
-                                min(self.replicas, layout.nodes))
+        replicas = min(self.replicas, layout.nodes)
+        self.places = placement(layout.nodes, layout.partitions, replicas)
+        started = time.monotonic()
         self._cluster = LocalCluster(nodes=layout.nodes, fsync="batch",
-                                     partitions=layout.partitions + 1)
+                                     partitions=layout.partitions + 1, replicas=replicas)
         self._cluster.__enter__()
         try:
             self._place(time.monotonic() + 180)
         except BaseException:
             self.close()
             raise
-
-    def _connect(self, group: int):
-        return self._cluster.client(partition=group, timeout=30)
+        self.setup_s = time.monotonic() - started     #: start to leaders on their places
 
     def _place(self, deadline: float) -> None:
         farm = self._cluster
-        for group in range(self.layout.partitions + 1):
-            farm.wait_for_leader(timeout=60, partition=group)
-        for k, (voters, leader) in enumerate(self.places):
-            # the leader first (a leader cannot remove itself), then the others out
-            with self._connect(k + 1) as client:
-                client.transfer_leader(leader, timeout=max(1.0, deadline - time.monotonic()))
-            while True:
-                with self._connect(k + 1) as client:
-                    view = client.get_servers()
-                extra = sorted((set(view.voters) | set(view.outgoing)) - set(voters))
-                if not extra and sorted(view.voters) == voters:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"partition {k} (group {k + 1}) has voters "
-                                       f"{sorted(view.voters)}, not {voters}")
-                for node in extra:
-                    try:
-                        change = remove_member(self._connect, node, partitions=[k + 1],
-                                               wait=30)
-                    except ConfigError:     # gone meanwhile: a stale view named it
-                        continue
-                    if not change.ok:
-                        print(f"  partition {k}: n{node} not removed yet: "
-                              f"{change.to_dict()}", flush=True)
-                        time.sleep(0.5)
-        # an election while the members left (a slow machine) may have moved a leader:
-        # back to its place (the balancers leave placed leaders be: none is above its share)
-        while (now := self.leaders()) != (wanted := {k: leader for k, (_, leader)
-                                                     in enumerate(self.places)}):
+        farm.wait_for_leader(timeout=60, partition=0)
+        wanted = {k: leader for k, (_, leader) in enumerate(self.places)}
+        while (now := self.leaders()) != wanted:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"leaders {now} left their places {wanted}")
             for k, leader in wanted.items():
                 if now[k] != leader:
-                    with self._connect(k + 1) as client:
+                    with farm.client(partition=k + 1, timeout=30) as client:
                         client.transfer_leader(leader, timeout=10)
             time.sleep(0.5)
 
@@ -107,7 +70,8 @@ class PlacedFarm:
         counts = Counter(node for voters, _ in self.places for node in voters)
         return (f"partitions {[v for v, _ in self.places]} (leaders "
                 f"{[leader for _, leader in self.places]}); groups per node as member "
-                f"{dict(sorted(counts.items()))} + the membership group 0")
+                f"{dict(sorted(counts.items()))} + the membership group 0 (native "
+                f"--replicas {min(self.replicas, self.layout.nodes)})")
 
     def node_pids(self) -> dict[int, int]:
         pids = {node: self._cluster.pid(node) for node in self._cluster.node_ids}
@@ -122,8 +86,7 @@ class PlacedFarm:
 
     def client_options(self, partition: int) -> dict[str, Any]:
         farm = self._cluster
-        members = ",".join(farm.endpoint_of(node) for node in self.places[partition][0])
-        return dict(endpoints=members, cluster=farm.cluster, username=farm.username,
+        return dict(endpoints=farm.endpoints, cluster=farm.cluster, username=farm.username,
                     password=farm.password, partition=partition + 1)
 
     def close(self) -> None:

@@ -33,8 +33,8 @@ leaderships' and followerships' together). The farm comes from a factory (`FARMS
 partition, its leaders spread by the balancer; another farm plugs in as a `FarmFactory`
 returning a `FarmUnderTest` (its node processes, each partition's leader, the FarmClient
 settings of a writer to a partition). `placed` (benchmarks/placed_farm.py) gives each
-partition 3 of the nodes as members, spread so that with as many partitions as nodes each
-node is a member of 3 and leads one: `--farm placed --layouts 3x3,6x6` compares 6
+partition 3 of the nodes as members (the nodes' own `--replicas 3`), spread so that with
+as many partitions as nodes each node is a member of 3 and leads one: `--farm placed --layouts 3x3,6x6` compares 6
 machines with 3 at the same replication factor. `--idle` first measures each node's CPU
 with no load.
 """

@@ -34,7 +34,9 @@ class LocalFarm:
     """A Raft farm of `nodes` local processes (a temporary data dir unless one is given).
 
     `extra_args` go to every `garlicfarm node` (e.g. ``("--snapshot-interval", "100")``);
-    other keyword arguments to LocalCluster (e.g. ``status_interval``).
+    other keyword arguments to LocalCluster (e.g. ``status_interval``). `partitions` Raft
+    groups; `replicas` places each partition k >= 1 on that many of the nodes (Kafka's
+    replication factor, `--replicas`; default every node; partition 0 is on every node).
 
     On a cluster whose executors run on other machines, listen where they reach the
     driver: `host` (an address of the driver's machine, or "0.0.0.0") and `advertise` (the
@@ -51,7 +53,7 @@ class LocalFarm:
                  leader_timeout: float = 30.0, extra_args: Sequence[str] = (),
                  host: str = "127.0.0.1", advertise: str | None = None,
                  tls: bool | None = None, metrics: bool = True, partitions: int = 1,
-                 **cluster_options: Any) -> None:
+                 replicas: int | None = None, **cluster_options: Any) -> None:
         if nodes < 1:
             raise ValueError("LocalFarm needs nodes >= 1")
         if host in WILDCARDS and not advertise:
@@ -66,7 +68,8 @@ class LocalFarm:
         self._certificates: "FarmCertificates | None" = None
         self._certificates_temp: str | None = None
         self.nodes = nodes
-        self.partitions = partitions        #: Raft groups per node (`--partitions`)
+        self.partitions = partitions        #: Raft groups of the farm (`--partitions`)
+        self.replicas = replicas            #: nodes per partition k >= 1 (`--replicas`)
         self.cluster_name = cluster
         self.username = username
         self.password = password or secrets.token_hex(16)   # safe on any command line
@@ -75,7 +78,7 @@ class LocalFarm:
             nodes=nodes, data_dir=None if data_dir is None else str(data_dir), wire=wire,
             cluster=cluster, username=username, password=self.password, fsync=fsync,
             observers=observers, extra_args=tuple(extra_args), metrics=metrics,
-            partitions=partitions, **cluster_options)
+            partitions=partitions, replicas=replicas, **cluster_options)
         self._cluster: "LocalCluster | None" = None
 
     # -- life cycle ------------------------------------------------------------------------------

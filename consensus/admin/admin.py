@@ -94,8 +94,9 @@ def render_status(console: Console, view: Mapping[str, Any], now_ms: int,
 
 def render_partitions(console: Console, rows: list[dict[str, Any]]) -> None:
     print_table(console, "partitions (each member's own view)",
-                ["partition", "leader", "term", "commit", "lag", "quiesced"],
-                ([r["partition"], _node(r["leader"]), r["term"], r["commit"], r["lag"],
+                ["partition", "replicas", "leader", "term", "commit", "lag", "quiesced"],
+                ([r["partition"], ",".join(map(str, r.get("replicas") or [])) or None,
+                  _node(r["leader"]), r["term"], r["commit"], r["lag"],
                   f"{len(r['quiesced'])}/{len(r['applied'])}" if r["quiesced"] else None]
                  for r in rows), right=("partition", "term", "commit", "lag"))
 

@@ -116,9 +116,10 @@ class PartialChange(FarmError):
 
 
 def partition_count(client: "FarmClient") -> int:
-    """How many partitions the farm runs: those the member that answers hosts (every
-    node of a farm is given the same --partitions)."""
-    return max(1, len(client.partitions()["partitions"]))
+    """How many partitions the farm runs: the answer's `count` (a node older than it
+    hosts them all: every node of a farm is given the same --partitions)."""
+    view = client.partitions()
+    return max(1, int(view.get("count") or len(view["partitions"])))
 
 
 def check_partition_option(text: object, count: int, option: str = "--partition") -> int:

@@ -14,8 +14,9 @@ def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, 
     `leader` (the member that says it leads, in the highest term any member reports;
     None while no one does), `term`, `commit` (the leader's), `lag` (entries the
     furthest-behind member that answered has yet to apply, against the leader's commit),
-    `applied` per member and `quiesced`, the members that stopped ticking it (idle,
-    docs/runtime.md "Quiescing idle groups")."""
+    `applied` per member, `quiesced`, the members that stopped ticking it (idle,
+    docs/runtime.md "Quiescing idle groups"), and `replicas`, its voters (the leader's
+    view, else the newest term's; left out from nodes older than it)."""
     by_partition: dict[int, dict[int, dict]] = {}
     for node_id, parts in views.items():
         for part in parts:
@@ -30,7 +31,12 @@ def partition_rows(views: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, 
         commit = int(members[leader]["commit"]) if leader is not None else \
             max(int(p.get("commit") or 0) for p in members.values())
         applied = {n: int(p.get("applied") or 0) for n, p in sorted(members.items())}
-        rows.append({"partition": partition, "leader": leader, "term": term,
+        newest = members[leader] if leader is not None else \
+            max(members.values(), key=lambda p: int(p.get("term") or 0))
+        replicas = newest.get("replicas")
+        rows.append({"partition": partition,
+                     **({"replicas": replicas} if replicas is not None else {}),
+                     "leader": leader, "term": term,
                      "commit": commit, "lag": max(0, commit - min(applied.values())),
                      "applied": applied,
                      "quiesced": [n for n, p in sorted(members.items()) if p.get("quiesced")]})

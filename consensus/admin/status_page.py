@@ -279,7 +279,8 @@ commit <span id="commit">?</span> &middot; publisher <span id="publisher">?</spa
 <th>last ack</th><th>term</th><th>commit</th><th>applied</th><th>match</th><th>lag</th>
 <th>last status</th><th>publisher</th></tr></thead><tbody></tbody></table>
 <h2 id="partitions-title" hidden>partitions</h2>
-<table id="partitions" hidden><thead><tr><th>partition</th><th>leader</th><th>term</th>
+<table id="partitions" hidden><thead><tr><th>partition</th><th>replicas</th><th>leader</th>
+<th>term</th>
 <th>commit</th><th>lag</th><th>quiesced</th></tr></thead><tbody></tbody></table>
 <h2>consumers</h2>
 <table id="consumers"><thead><tr><th>consumer</th><th>position</th><th>lag entries</th>
@@ -324,7 +325,8 @@ function render(doc) {
     const row = document.createElement("tr");
     row.dataset.partition = p.partition;
     const quiet = (p.quiesced || []).length;
-    [p.partition, node(p.leader), show(p.term), show(p.commit), show(p.lag),
+    [p.partition, (p.replicas || []).join(","), node(p.leader), show(p.term),
+     show(p.commit), show(p.lag),
      quiet ? `${quiet}/${Object.keys(p.applied || {}).length}` : ""]
       .forEach(v => cell(row, v));
     partBody.appendChild(row);

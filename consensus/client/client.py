@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import msgpack
 
-from consensus.client.links import (Directory, Link, LinkPool, NoAnswer,
+from consensus.client.links import (Directory, Link, LinkPool, NoAnswer, NotHosted,
                                     foreign_leader_text)
 from consensus.client.pipeline import PendingWrite, WritePipe
 from consensus.client.subscription import Subscription
@@ -176,6 +176,11 @@ class FarmClient:
                     last = exc
                     if time.monotonic() >= dialing:
                         break
+                    continue
+                except NotHosted as exc:
+                    if endpoint is not None:    # asked of that member: it cannot serve
+                        raise _final(exc, uncertain) from None
+                    last = exc                  # its members are in the directory now
                     continue
                 except Unavailable as exc:
                     last = exc

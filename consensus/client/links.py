@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Iterator
 
-from consensus.common.errors import (AuthenticationError, ConfigError, FarmError,
+from consensus.common.errors import (AuthenticationError, ConfigError, ErrorCode, FarmError,
                                      NotLeaderError, ProtocolMismatch, Unavailable)
 from consensus.net.backoff import Backoff
 from consensus.net.dial import close_quietly
@@ -52,6 +52,16 @@ class NoAnswer(Unavailable):
     """A request went out (or may have) and no answer came: it may still take effect."""
 
 
+class NotHosted(Unavailable):
+    """The member does not host our partition (the farm places it on other nodes,
+    --replicas): it named the partition's members, `members` ({id: endpoint}); the
+    client asks them instead and not this member again."""
+
+    def __init__(self, message: str, members: dict[int, str]) -> None:
+        super().__init__(message)
+        self.members = members
+
+
 class Link:
     """One authenticated connection to one member (blocking socket)."""
 
@@ -77,6 +87,12 @@ class Link:
         except Unavailable as exc:
             self.close()
             raise Unavailable(f"{endpoint} did not welcome us in time ({exc})") from None
+        if isinstance(welcome, ext.Reply) and welcome.code == int(ErrorCode.NOT_LEADER):
+            self.close()        # the partition lives on other nodes: they are named
+            members = (welcome.detail or {}).get("members") or {}
+            raise NotHosted(f"{endpoint} does not host partition {partition}: "
+                            f"{welcome.message}",
+                            {int(k): str(v) for k, v in members.items() if v})
         if isinstance(welcome, ext.Reply) and welcome.code:
             self.close()        # the member does not host the partition: no retry helps
             raise ConfigError("partition", f"{endpoint} refused partition {partition}: "
@@ -159,6 +175,7 @@ class Directory:
         self._leader: str | None = None
         self._suspect: dict[str, float] = {}     # endpoint -> monotonic time it is cleared
         self._foreign: set[str] = set()          # endpoints that do not speak our wire
+        self._elsewhere: set[str] = set()        # members that do not host our partition
         self._dialed: dict[str, deque[float]] = {}   # endpoint -> its latest attempts
         self._rotation = 0
         self._lock = threading.Lock()
@@ -262,6 +279,15 @@ class Directory:
                 self._suspect[endpoint] = time.monotonic() + SUSPECT_SECONDS
             return endpoint
 
+    def not_hosted(self, endpoint: str, exc: NotHosted) -> None:
+        """`endpoint` does not host our partition: learn the members it named, and
+        try it no more (it is still tried when no other member is known)."""
+        with self._lock:
+            self._elsewhere.add(endpoint)
+            self._book.update(exc.members)
+            if self._leader == endpoint:
+                self._leader = None
+
     def failed(self, endpoint: str) -> None:
         """`endpoint` did not connect or did not answer in time: try it last for a while,
         and stop believing it leads."""
@@ -295,6 +321,7 @@ class Directory:
         that failed us lately last."""
         with self._lock:
             known = list(dict.fromkeys(self.seeds + list(self._book.values())))
+            known = [e for e in known if e not in self._elsewhere] or known
             self._rotation += 1
             shift = self._rotation % len(known)
             order = known[shift:] + known[:shift]
@@ -345,6 +372,9 @@ class LinkPool:
         try:
             link = Link(endpoint, self.security, bound, self.client_id, self.partition)
         except AuthenticationError:
+            raise
+        except NotHosted as exc:
+            directory.not_hosted(endpoint, exc)
             raise
         except ProtocolMismatch as exc:
             directory.mismatched(endpoint)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Iterable
 
 from consensus.common.errors import ConfigError
 
@@ -95,3 +96,34 @@ def parse_drained(text: str | None) -> frozenset[int]:
     if not isinstance(ids, list):
         return frozenset()
     return frozenset(i for i in ids if isinstance(i, int) and not isinstance(i, bool))
+
+
+def check_replicas(value: object, nodes: int, option: str = "--replicas") -> int:
+    """A replication factor from the CLI, a config file or code: 1 to the farm's nodes
+    (the voters of the bootstrap), or a ConfigError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= nodes:
+        raise ConfigError(option, f"must be a whole number from 1 to the farm's {nodes} "
+                          f"node{'s' * (nodes != 1)} (each partition's replicas), got "
+                          f"{value!r}")
+    return value
+
+
+def placed_members(partition: int, nodes: Iterable[int], replicas: int | None) -> list[int]:
+    """The nodes that host `partition` (its voters at bootstrap): every node for
+    partition 0 (the farm's membership and status group) and when `replicas` is None or
+    covers them all; else `replicas` consecutive node ids (in id order, wrapping) from
+    the one at position `partition mod nodes`. Every node computes it alone from the same
+    --peers and --replicas, so the farm agrees without a word (docs/operations.md)."""
+    ids = sorted(nodes)
+    if partition == 0 or replicas is None or replicas >= len(ids):
+        return ids
+    start = partition % len(ids)
+    return sorted(ids[(start + j) % len(ids)] for j in range(replicas))
+
+
+def placed_leader(partition: int, nodes: Iterable[int]) -> int:
+    """The node that campaigns first for `partition` in a new farm: the one at position
+    `partition mod nodes`, so that partitions 0..P-1's first leaders go round the
+    nodes (no node leads more than ceil(P / nodes)); always a member of it."""
+    ids = sorted(nodes)
+    return ids[partition % len(ids)]

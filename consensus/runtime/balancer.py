@@ -2,7 +2,8 @@
 hands the extra leaderships to the live nodes that lead the fewest, with the core's
 leader transfer (sans-I/O: it reads the cores and calls `transfer_leader`).
 
-The share is ceil(groups / live voters). Every node runs the same rule on its own view:
+The share is ceil(groups / live voters), the farm's groups (with --replicas a node hosts
+only some; it counts the leaders of those it hosts). Every node runs the same rule on its own view:
 only a node above its share acts, and only towards a node that stays within the share
 after the move, so moves never chase each other; when a node comes back the share
 shrinks and the nodes above it shed leaderships to it. Live: ourselves and the followers
@@ -53,8 +54,11 @@ class Balancer:
 
     def __init__(self, node_id: int, cores: Sequence[BalancedCore],
                  drained: Callable[[], frozenset[int]] = frozenset,
-                 alive: Callable[[int], bool] = lambda peer: True) -> None:
+                 alive: Callable[[int], bool] = lambda peer: True, *,
+                 groups: int | None = None) -> None:
         self.id, self.cores, self.drained = node_id, list(cores), drained
+        #: the farm's groups (with --replicas a node hosts fewer: the share is the farm's)
+        self.groups = len(self.cores) if groups is None else groups
         self.alive = alive      #: the node's liveness of a peer (a quiesced core's is stale)
         self._next = 0.0
         self.moves = 0          #: transfers started (tests, logs)
@@ -86,7 +90,7 @@ class Balancer:
         live -= drained
         if not live:
             return 0
-        share = math.ceil(len(self.cores) / len(live))
+        share = math.ceil(self.groups / len(live))
         mine_at_most = 0 if self.id in drained else share
         counts = self.leaders()
         started = 0

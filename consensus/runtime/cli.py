@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "that partition 0 has not decided for this long is aborted, which "
                    "releases their readers (default 60, as Kafka's transaction.timeout.ms; "
                    "0.5 to 604800)")
+    p.add_argument("--replicas", type=int, metavar="R",
+                   help="nodes each partition k >= 1 is placed on, 1 to the farm's nodes "
+                   "(default: every node); partition 0 stays on every node. Placement: "
+                   "the R node ids from position k mod nodes, in id order, wrapping "
+                   "(docs/operations.md); every node gets the same --peers and R")
     p.add_argument("--log-readers", choices=("threads", "process"),
                    help="who builds the pages of read_entries and read_journal off the "
                    "Raft loop: threads (default) of the node, or a reader process of its "

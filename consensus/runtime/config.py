@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from consensus.common.errors import ConfigError
-from consensus.common.partitions import DEFAULT_PREPARED_TIMEOUT, check_partitions, \
-    check_prepared_timeout
+from consensus.common.partitions import (DEFAULT_PREPARED_TIMEOUT, check_partitions,
+                                         check_prepared_timeout, check_replicas,
+                                         placed_members)
 from consensus.net.security import Security, split_endpoint
 from consensus.runtime.budget import DEFAULT_CLIENT_BUDGET, check_client_budget
 from consensus.runtime.log_format import LOG_FORMATS
@@ -118,7 +119,8 @@ class NodeConfig:
     metrics_tls_cert: str | None = None         #: with metrics_tls_key: /metrics over HTTPS
     metrics_tls_key: str | None = None
     consumer_expiry: float = 86400.0            #: seconds a silent consumer stays listed
-    partitions: int = 1                         #: Raft groups this node hosts (0..n-1)
+    partitions: int = 1                         #: Raft groups of the farm (0..n-1)
+    replicas: int | None = None                 #: nodes per partition k >= 1 (None: all)
     #: seconds a batch prepared in partitions 1.. waits for partition 0's decision
     prepared_timeout: float = DEFAULT_PREPARED_TIMEOUT
     log_readers: str = "threads"                #: who builds log pages: threads or process
@@ -201,8 +203,33 @@ class NodeConfig:
         if self.partitions > 1 and self.wire != "garlicfarm":
             raise ConfigError("--partitions", f"the {self.wire} wire carries one Raft group: "
                               f"a farm of {self.partitions} partitions needs --wire garlicfarm")
+        if self.replicas is not None:
+            self._check_replicas()
         if self.election_ticks < 4:
             raise ConfigError("--election-ticks", "must be at least 4 (heartbeats need room)")
+
+    def _check_replicas(self) -> None:
+        if self.join or self.observer or self.observers:
+            raise ConfigError("--replicas", "placement is computed from the bootstrap voters "
+                              "(--peers and --id); a joining node, an observer or "
+                              "--observers cannot be placed yet: leave --replicas out "
+                              "(every node hosts every partition)")
+        check_replicas(self.replicas, len(self.farm_nodes))
+
+    @property
+    def farm_nodes(self) -> list[int]:
+        """The voters of the bootstrap (--peers and this node), placement's node list."""
+        return sorted(set(self.peers) | ({self.id} if not self.observer else set()))
+
+    def members_of(self, partition: int) -> list[int]:
+        """The nodes `partition` is placed on (every node without --replicas)."""
+        return placed_members(partition, self.farm_nodes, self.replicas)
+
+    def hosted(self) -> list[int]:
+        """The partitions this node hosts (creates a group for)."""
+        if self.replicas is None:
+            return list(range(self.partitions))
+        return [p for p in range(self.partitions) if self.id in self.members_of(p)]
 
     @property
     def publishes_status(self) -> bool:

@@ -146,7 +146,7 @@ class Group:
         # joining observer starts from --peers so that it knows whom to pull from (it
         # never votes, so a stale guess cannot hurt).
         bootstrap = None if config.join and not config.observer else \
-            _bootstrap(config, addresses)
+            _bootstrap(config, addresses, group)
         self.raft = RaftNode(config.id, self.storage, options, configuration=bootstrap,
                              applied=self._snapshot_index)
         self.consumers = ConsumerBook(
@@ -195,17 +195,17 @@ class Group:
         return bool(self.inbox or self.client_inbox or self.clock.owed) \
             or self.notice is not None or self.service.has_pending or self.driver.busy()
 
-    def first_campaign(self, rank: int) -> None:
-        """A brand-new farm elects at once: the voter of the initial configuration at
-        `rank` (modulo the voters, in id order) campaigns as it starts (a TimeoutNow to
-        itself) instead of waiting out an election timeout. The node gives each group
-        another rank, so that the groups' first leaders spread over the voters. Only a
+    def first_campaign(self, leader: int) -> None:
+        """A brand-new farm elects at once: the voter `leader` of the initial
+        configuration campaigns as it starts (a TimeoutNow to itself) instead of waiting
+        out an election timeout. The node names another leader for each group, so that
+        the groups' first leaders spread over the voters. Only a
         node that has never seen a term or an entry does it; Raft's safety does not
         depend on when anyone campaigns."""
         raft = self.raft
         voters = sorted(raft.configuration.voters)
         if raft.term == 0 and raft.last_index == 0 and voters and not self.config.observer \
-                and self.id == voters[rank % len(voters)]:
+                and self.id == leader and leader in voters:
             raft.step(TimeoutNow(term=0, source=self.id, destination=self.id))
 
     def turn(self, now: float) -> None:
@@ -350,12 +350,17 @@ class Group:
                 "quiesced": self.clock.quiesced_at is not None, "pulls": self.network.pulls}
 
 
-def _bootstrap(config: "NodeConfig", addresses: dict[int, str]) -> Configuration:
+def _bootstrap(config: "NodeConfig", addresses: dict[int, str], group: int
+               ) -> Configuration:
     """The initial members name this node; an observer that joins gets its parents
     (the peers) only: it is a member once the farm adds it. (Naming it made the first
     committed configuration it pulled look like its removal: it stopped itself when the
-    add-server came more than two election timeouts later.)"""
+    add-server came more than two election timeouts later.) With --replicas a group's
+    voters are the nodes placed for it (config.members_of)."""
     voters = set(config.peers) | ({config.id} if not config.observer else set())
+    if config.replicas is not None:
+        voters = set(config.members_of(group))
+        addresses = {n: a for n, a in addresses.items() if n in voters}
     observers = set(config.observers) | \
         ({config.id} if config.observer and not config.join else set())
     return Configuration.of(voters, observers - voters, dict(addresses))

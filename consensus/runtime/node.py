@@ -37,7 +37,7 @@ from typing import Callable
 
 from consensus.raft import Message, PullEntries, Role, StateMachine
 from consensus.runtime.admission import AdmissionLimits
-from consensus.common.partitions import DRAINED_KEY, parse_drained
+from consensus.common.partitions import DRAINED_KEY, parse_drained, placed_leader
 from consensus.runtime.balancer import Balancer
 from consensus.runtime.budget import Trust
 from consensus.runtime.config import NodeConfig
@@ -100,10 +100,12 @@ class FarmNode:
         self.security = config.security()
         self.started = time.monotonic()
         self.observer = NodeObserver()
-        self.partitions = GroupSet(config.partitions)
+        self.partitions = GroupSet(config.partitions, config.hosted(),
+                                   config.members_of if config.replicas is not None else None)
         self.addresses: dict[int, str] = {**config.peers, **config.observers,
                                           config.id: config.endpoint}
         self.groups: list[Group] = []       # the gate asks for addresses at once
+        self.by_group: dict[int, Group] = {}    #: the hosted groups by number (--replicas)
         self.transport = Transport(
             node_id=config.id, wire=config.wire, security=self.security, listen=config.listen,
             listen_fd=config.listen_fd,
@@ -113,7 +115,7 @@ class FarmNode:
             endpoint_of=self.address_of, client_budget=config.client_buffer_budget,
             limits=AdmissionLimits(max_connections=config.max_connections),
             on_refused=self.observer.connection_refused, groups=self.partitions,
-            on_quiesce=self._on_quiesce if config.partitions > 1 else None)
+            on_quiesce=self._on_quiesce if len(self.partitions) > 1 else None)
         self.transport.on_bad_input = self.observer.bad_input
         self.port = self.transport.port
         self.clock = TickClock(config.tick)
@@ -136,6 +138,7 @@ class FarmNode:
                     partitions=self.partitions_view, reads=self.reads, reader=self.reader,
                     app_factory=app_factory,
                     decider=Decider(group, self._decisions) if group else None))
+            self.by_group.update((g.group, g) for g in self.groups)
         except BaseException:
             self._close_groups()
             self.reads.close()
@@ -152,7 +155,8 @@ class FarmNode:
         self.balancer = Balancer(
             self.id, [g.raft for g in self.groups],
             lambda: parse_drained(self.groups[0].machine.kv.get(DRAINED_KEY)),
-            alive=lambda peer: self.quiescer.alive(peer, time.monotonic())) \
+            alive=lambda peer: self.quiescer.alive(peer, time.monotonic()),
+            groups=config.partitions) \
             if len(self.groups) > 1 else None
         self.aborts = PreparedAborts(config.prepared_timeout) if len(self.groups) > 1 \
             else None
@@ -161,6 +165,15 @@ class FarmNode:
         self._status_target = 0
         self._next_stall_log = 0.0
         self.stopped_reason: str | None = None
+
+    def _first_leader(self, group: int) -> int:
+        """Who campaigns first for `group` in a new farm: with --replicas its placed
+        leader (spread over the nodes, config.members_of), else the voter at rank `group`
+        (the same rule over every node)."""
+        if self.config.replicas is None:
+            voters = sorted(self.by_group[group].raft.configuration.voters)
+            return voters[group % len(voters)] if voters else self.id
+        return placed_leader(group, self.config.farm_nodes)
 
     def _decisions(self) -> Ledger:
         """Partition 0's ledger, where the other partitions' batches are decided."""
@@ -209,7 +222,7 @@ class FarmNode:
 
     # -- callbacks from the transport ----------------------------------------------------------
     def _inbox_append(self, group: int, msg: Message) -> None:
-        g = self.groups[group]
+        g = self.by_group[group]
         g.inbox.append(msg)
         g.notice = None                 # the leader spoke after its Quiesce
         if g.clock.quiesced_at is not None:
@@ -220,10 +233,10 @@ class FarmNode:
 
     def _on_quiesce(self, group: int, msg) -> None:
         if group > 0:                   # group 0 never quiesces (quiesce.py)
-            self.quiescer.on_quiesce(self.groups[group], msg)
+            self.quiescer.on_quiesce(self.by_group[group], msg)
 
     def _on_client(self, conn, wire, slot) -> None:
-        self.groups[conn.in_group].client_inbox.append((conn, wire, slot))
+        self.by_group[conn.in_group].client_inbox.append((conn, wire, slot))
 
     def _on_closed(self, conn) -> None:
         for group in self.groups:
@@ -267,10 +280,11 @@ class FarmNode:
         next_consumers = time.monotonic() + CONSUMERS_REFRESH
         next_aborts = time.monotonic()
         transport, groups, clock, ticks = self.transport, self.groups, self.clock, self._ticks
+        by_group = self.by_group
         raft = groups[0].raft
         clock.start()
         for group in groups:
-            group.first_campaign(group.group)
+            group.first_campaign(self._first_leader(group.group))
         readers = self.reads     # reader threads wait while a turn runs
         readers.turn_begins()
         try:
@@ -321,7 +335,7 @@ class FarmNode:
                     for group in groups:
                         if group.raft.role is Role.LEADER:
                             group.consumers.lags()
-                transport.end_turn(lambda g: groups[g].raft.term)
+                transport.end_turn(lambda g: by_group[g].raft.term)
                 took = time.monotonic() - transport.woke
                 self.observer.turn(took)
                 if took > SLOW_TURN:
@@ -405,7 +419,8 @@ class FarmNode:
     def partitions_view(self) -> list[dict]:
         """This node's live view of every partition it hosts (the `partitions` call,
         the status entries)."""
-        return [{"partition": g.group, **g.status_dict()} for g in self.groups]
+        return [{"partition": g.group, **g.status_dict(),
+                 "replicas": sorted(g.raft.configuration.voters)} for g in self.groups]
 
     def _publish_status(self) -> None:
         config, raft = self.config, self.raft

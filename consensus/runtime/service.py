@@ -562,8 +562,11 @@ class Service:
         return {"node": self.node.id, "events": sorted(events)}
 
     def _c_partitions(self, conn, call, args):
-        """This node's live view of every partition (Raft group) it hosts."""
-        return {"node": self.node.id, "partitions": self.node.partitions()}
+        """This node's live view of every partition (Raft group) it hosts, and how many
+        the farm has (`count`: with --replicas a node hosts only some)."""
+        config = self.node.config
+        return {"node": self.node.id, "partitions": self.node.partitions(),
+                "count": config.partitions, "replicas": config.replicas}
 
     def _c_ping(self, conn, call, args):
         leader, term = self.leader_and_term()

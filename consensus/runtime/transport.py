@@ -389,7 +389,8 @@ class Transport:
         group this node does not host is refused: a client gets an error naming the
         groups hosted (then the connection closes), a node's connection (`source`, the
         sender's id) closes with a warning (rate-limited per address): its --partitions
-        differs from ours."""
+        differs from ours. A partition placed on other nodes (--replicas) is refused
+        with NOT_LEADER naming its members: the client goes there."""
         if group in self.groups:
             conn.in_group = group
             return
@@ -398,9 +399,11 @@ class Transport:
         if conn.trust is Trust.PEER or source > 0:
             self.bad_groups.note(_host_of(conn.label), f"closing the connection of node "
                                  f"{source or conn.peer_id} ({conn.label}): {text}; give "
-                                 f"every node of the farm the same --partitions")
+                                 f"every node of the farm the same --partitions "
+                                 f"and --replicas")
         else:
-            self.reply(conn, self.groups.refusal(group, self.node_id))
+            self.reply(conn, self.groups.refusal(group, self.node_id,
+                                                 self.peer_hosts.endpoint_of))
             self.bad_groups.note(_host_of(conn.label), f"refused {conn.label}: {text}")
             try:
                 conn.flush()

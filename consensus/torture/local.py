@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from consensus.client.client import FarmClient
 from consensus.common.errors import FarmError, Unavailable
-from consensus.common.partitions import check_partitions
+from consensus.common.partitions import check_partitions, check_replicas
 from consensus.net.security import WILDCARDS
 
 STOP_GRACE = 10.0
@@ -44,7 +44,8 @@ class LocalCluster:
                  peer_address: Callable[[int, int, str], str] | None = None,
                  host: str = "127.0.0.1", advertise: str | None = None,
                  client_options: Mapping[str, Any] | None = None,
-                 metrics: bool = False, partitions: int = 1) -> None:
+                 metrics: bool = False, partitions: int = 1,
+                 replicas: int | None = None) -> None:
         """`peer_address(source, target, target_endpoint)`, when given, is asked at every
         (re)start of `source` where it must dial `target` (e.g. a fault proxy).
         `host`: the address the nodes listen on; `advertise`: the one their endpoints
@@ -52,7 +53,8 @@ class LocalCluster:
         `client_options`: FarmClient arguments of `client()` (e.g. TLS settings).
         `metrics`: each node serves Prometheus metrics on a free loopback port
         (`metrics_port`). `partitions`: Raft groups per node (`--partitions`); address
-        one with `client(partition=p)`."""
+        one with `client(partition=p)`. `replicas`: nodes per partition k >= 1
+        (`--replicas`; None: every node)."""
         if nodes < 1:
             raise ValueError("a LocalCluster needs at least one node")
         if advertise is None and host in WILDCARDS:
@@ -67,6 +69,8 @@ class LocalCluster:
         self.status_interval = status_interval
         self.metrics = metrics
         self.partitions = check_partitions(partitions, "partitions")
+        self.replicas = None if replicas is None else check_replicas(replicas, nodes,
+                                                                      "replicas")
         self._log_starts: dict[int, int] = {}   # node id -> its log's size at its last start
         self.peer_address = peer_address
         self._temp = data_dir is None
@@ -349,7 +353,8 @@ class LocalCluster:
                 "--wire", self.wire, "--credentials", self._credentials_file(),
                 "--fsync", self.fsync, "--status-interval", str(self.status_interval),
                 *(["--metrics", "127.0.0.1:0"] if self.metrics else []),
-                *(["--partitions", str(self.partitions)] if self.partitions > 1 else [])]
+                *(["--partitions", str(self.partitions)] if self.partitions > 1 else []),
+                *(["--replicas", str(self.replicas)] if self.replicas is not None else [])]
 
     def _credentials_file(self) -> str:
         """The farm's ``user:password`` in a file only this user can read, for the nodes'

@@ -45,8 +45,8 @@ PARTITION_COLUMN = "partition"
 
 
 def farm_partitions(connection: "FarmClientOptions") -> int:
-    """How many partitions the farm has (asked of a member: every member hosts them all;
-    a node older than the `partitions` call hosts one)."""
+    """How many partitions the farm has (asked of a member: its answer's `count`; a node
+    older than `count` hosts them all, one older than the `partitions` call one)."""
     from consensus.client import FarmError
     from ..log_access import unknown_call
     client = connection.client()
@@ -58,6 +58,8 @@ def farm_partitions(connection: "FarmClientOptions") -> int:
         return 1
     finally:
         client.close()
+    if view.get("count"):
+        return int(view["count"])
     return 1 + max((int(p["partition"]) for p in view.get("partitions", ())), default=0)
 
 
