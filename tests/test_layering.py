@@ -27,6 +27,11 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # the server
     "consensus.runtime": ("consensus.common", "consensus.wire", "consensus.net",
                           "consensus.raft", "consensus.storage"),
+    # a placed farm's node relays an abort to partition 0's leader as a client of its
+    # own farm (as Kafka brokers forward to the controller)
+    "consensus.runtime.abort_relay": ("consensus.common", "consensus.wire", "consensus.net",
+                                      "consensus.raft", "consensus.storage",
+                                      "consensus.client", "consensus.runtime"),
     # the operators' commands: a client, plus a node's config file (--config), the disk
     # format a restore writes, and the bounded HTTP endpoint of the status page
     "consensus.admin": ("consensus.common", "consensus.wire", "consensus.net", "consensus.raft",

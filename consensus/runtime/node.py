@@ -49,6 +49,7 @@ from consensus.runtime.machines import Decider, Ledger
 from consensus.runtime.reader_process import ReaderProcess
 from consensus.runtime.groups import GroupSet
 from consensus.runtime.metrics import NodeObserver
+from consensus.runtime.abort_relay import AbortRelay
 from consensus.runtime.prepared_aborts import PreparedAborts
 from consensus.runtime.quiesce import QUIET_MESSAGES, Quiescer
 from consensus.runtime.status import status_json
@@ -160,6 +161,10 @@ class FarmNode:
             if len(self.groups) > 1 else None
         self.aborts = PreparedAborts(config.prepared_timeout) if len(self.groups) > 1 \
             else None
+        #: a placed farm's leader of q relays q's aborts to a leader of 0 not hosting q
+        self.relay = AbortRelay(self.security, self._partition_zero_endpoints,
+                                 config.prepared_timeout) \
+            if self.aborts is not None and config.replicas is not None else None
         self._stop = threading.Event()
         self._leader_hint: int | None = None
         self._status_target = 0
@@ -353,12 +358,24 @@ class FarmNode:
 
     def _abort_undecided(self, now: float) -> None:
         """Abort prepared commits undecided for --prepared-timeout, and roll the aborts
-        forward (prepared_aborts.py): each in a partition this node leads."""
-        groups, timeout = self.groups, self.aborts.timeout
+        forward (prepared_aborts.py): each in a partition this node leads, or relayed to
+        partition 0's leader when that one does not host the partition (abort_relay.py)."""
+        groups, by_group, timeout = self.groups, self.by_group, self.aborts.timeout
+
+        def leads(partition: int) -> bool:
+            return by_group[partition].raft.role is Role.LEADER
+
+        def relays(partition: int) -> bool:
+            leader = by_group[0].raft.leader_id
+            return self.relay is not None and leads(partition) and not leads(0) \
+                and (leader is None or leader not in self.config.members_of(partition))
         for order in self.aborts.check(
                 now, groups[0].machine.ledger, [(g.group, g.machine.ledger) for g in groups[1:]],
-                leads=lambda p: groups[p].raft.role is Role.LEADER):
-            group = groups[order.partition]
+                proposes=lambda target, q: leads(target) or target == 0 and relays(q)):
+            if order.partition == 0 and not leads(0):
+                self.relay.submit(order)
+                continue
+            group = by_group[order.partition]
             if self.quiescer is not None and order.partition:
                 self.quiescer.wake(group, now)      # a quiesced group takes no turn
             group.service.propose_raw(encode_command(
@@ -398,7 +415,14 @@ class FarmNode:
                         "--tls-cert/--tls-key, or listen on loopback or a private network, "
                         "or dial through --proxy", self.id, self.config.listen)
 
+    def _partition_zero_endpoints(self) -> list[str]:
+        """Where the relay reaches partition 0's members (every node but this one)."""
+        return [address for n in self.config.members_of(0) if n != self.id
+                for address in [self.address_of(n)] if address]
+
     def _shutdown(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         for group in self.groups:
             group.service.shutdown()
         self.reads.close()

@@ -4,10 +4,11 @@ A batch the raft sink prepared in partitions 1 and up holds their readers until
 partition 0 decides it (docs/exactly-once.md, "Partitions"). A driver that never decides
 (its query abandoned between prepare and decision) would hold them for ever; Kafka's
 coordinator ends such a transaction after `transaction.timeout.ms`, and the farm aborts
-such prepared commits after `--prepared-timeout`. Every node hosts every partition, so
-each node ages the prepared commits its own replicas hold, from when it first saw each
-(a node that restarts or takes over starts their clocks then: an abort never comes
-early); the leader of partition 0 proposes the aborts there, where the state machine
+such prepared commits after `--prepared-timeout`. Each node ages the prepared commits
+its own replicas hold, from when it first saw each (a node that restarts or takes over
+starts their clocks then: an abort never comes early); the leader of partition 0
+proposes the aborts there (or, when it does not host q under `--replicas`, the leader
+of q relays them to it: abort_relay.py), where the state machine
 takes one only while the batch is undecided (`Ledger.abort_prepared`), so a decision
 that races it wins or loses whole, the same on every replica. Once a node's replica of
 partition 0 has an abort (final: a decision naming those commits fails for ever), the
@@ -52,11 +53,12 @@ class PreparedAborts:
         self._retry: dict[tuple[int, int, int], tuple[float, float]] = {}  # -> (at, backoff)
 
     def check(self, now: float, zero: Ledger, ledgers: Iterable[tuple[int, Ledger]],
-              leads: Callable[[int], bool]) -> list[AbortOrder]:
-        """The commands to propose now, each in a partition this node `leads`: aborts
-        (in 0) of prepared commits in `ledgers` (partition q > 0, its ledger here)
-        undecided by `zero` (partition 0's ledger here) for `timeout` seconds, and the
-        roll-forward (in q) of those aborted; none within its retry backoff."""
+              proposes: Callable[[int, int], bool]) -> list[AbortOrder]:
+        """The commands to propose now, each where `proposes(target, q)` says this node
+        proposes for prepared commits of partition q: aborts (target 0) of prepared
+        commits in `ledgers` (partition q > 0, its ledger here) undecided by `zero`
+        (partition 0's ledger here) for `timeout` seconds, and the roll-forward (target
+        q) of those aborted; none within its retry backoff."""
         seen: dict[tuple[int, int], float] = {}
         orders: dict[tuple[int, str, int], dict[str, list[int]]] = {}
         for partition, ledger in ledgers:
@@ -70,7 +72,8 @@ class PreparedAborts:
                     target = partition
                 else:
                     continue
-                if not leads(target) or not self._due((target, partition, index), now):
+                if not proposes(target, partition) \
+                        or not self._due((target, partition, index), now):
                     continue
                 orders.setdefault((target, query, batch), {}) \
                     .setdefault(str(partition), []).append(index)

@@ -242,7 +242,8 @@ def test_the_watch_aborts_what_waited_its_timeout_then_rolls_it_forward_with_bac
 
     def check(now: float, leads=lambda p: True):
         return [(o.partition, o.query, o.batch, o.named)
-                for o in watch.check(now, parts.zero.ledger, ledgers, leads)]
+                for o in watch.check(now, parts.zero.ledger, ledgers,
+                                     lambda target, q: leads(target))]
     assert check(100.0) == [] and check(101.9) == []
     assert check(102.0, leads=lambda p: p != 0) == []           # only partition 0's leader
     assert check(102.0) == [(0, Q, 0, {"1": [prepared]})]

@@ -180,3 +180,32 @@ def test_a_farm_of_rf_3_on_6_nodes_serves_every_partition_and_survives_a_kill():
                 [p["partition"] for p in view["partitions"]] == placed and \
                 all(p["applied"] >= written[p["partition"]] for p in view["partitions"])
         wait_until(caught_up, timeout=20, message=f"n{victim} back with partitions {placed}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_an_undecided_batch_of_a_partition_the_leader_of_0_does_not_host_is_aborted():
+    """Partition 1 lives on node 2 alone (3 nodes, --replicas 1) and partition 0 is led
+    by node 1: the batch a driver prepared in 1 and never decided is aborted after
+    --prepared-timeout all the same, relayed by partition 1's leader to partition 0's."""
+    from consensus.common.partitions import PREPARED_KEY
+    from consensus.torture import LocalCluster
+
+    with LocalCluster(3, partitions=3, extra_args=["--replicas", "1",
+                                                   "--prepared-timeout", "1"]) as farm:
+        assert placed_members(1, range(1, 4), 1) == [2]
+        for p in range(3):
+            farm.wait_for_leader(timeout=30, partition=p)
+        with farm.client(partition=0, timeout=10) as zero:
+            if zero.get_servers().leader_id != 1:
+                zero.transfer_leader(1)
+            assert wait_until(lambda: zero.get_servers().leader_id == 1, timeout=20)
+            with farm.client(partition=1, timeout=10) as one:
+                staged = one.stage("q-relay", 0, 1, 0, b"rows")
+                one.commit_batch("q-relay", 0, [staged], metadata={PREPARED_KEY: 0})
+
+            def aborted() -> bool:
+                status = zero.batch_status("q-relay", 0)
+                return status is not None and status.aborted
+            assert wait_until(aborted, timeout=30)
+            assert zero.get_servers().leader_id == 1    # node 1 never hosted partition 1
