@@ -356,7 +356,9 @@ def report(windows: list[Window], quotas: list[float | None], load: Load) -> lis
         if shares:
             leader = statistics.median(s[0] for s in shares)
             follower = statistics.median(s[1] for s in shares)
-            figures = f"{leader * 1e6:>11.0f} {follower * 1e6:>11.0f} {bound(leader, follower):>10.2f}"
+            places = 1 if load.unit == "rows" else 0      # a row costs a few us
+            figures = (f"{leader * 1e6:>11.{places}f} {follower * 1e6:>11.{places}f} "
+                       f"{bound(leader, follower):>10.2f}")
         else:
             figures = f"{'-':>11} {'-':>11} {'-':>10}"
         lines.append(f"  {quota_name(quota):<10} {rate:>10,.0f} {rate * load.records_per_unit:>11,.0f} "
