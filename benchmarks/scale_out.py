@@ -6,6 +6,7 @@ each node stands for a machine of that speed.
         [--farm local|placed] [--layouts 3x3,6x6] [--idle 5]
         [--quotas 20,50,unlimited] [--period-ms 10] [--rounds 2] [--seconds 10]
         [--writers 64] [--records 100] [--value-bytes 100] [--json FILE]
+        [--load client|spark] [--spark-rows 20000]
 
 As root, with cgroup v1 (`cpu.cfs_quota_us`, `cpuacct.usage`) or v2 (`cpu.max`,
 `cpu.stat`): benchmarks/cpu_cgroups.py makes one group per node and removes them on exit,
@@ -14,7 +15,12 @@ measures nothing and exits 0.
 
 The load, per partition: one client process (outside the quotas) with `--writers`
 closed-loop writers on one FarmClient, each appending an entry of `--records` records of
-`--value-bytes` bytes and sending its next when that one is committed. Each window starts
+`--value-bytes` bytes and sending its next when that one is committed. `--load spark`
+instead: one Spark process (local[2], outside the quotas) streaming rows of
+`--value-bytes` (keyed where the farm has several partitions) into the whole farm with
+`format("garlicfarm")`, `--spark-rows` rows a micro-batch, the next when the sink has
+committed the last (benchmarks/spark_load.py); its figures are rows, not entries (L and
+F: CPU per committed row). Each window starts
 once every client has committed an entry and warmed up; rounds run the quotas in rotating
 order. Per quota: entries/s and records/s (median round), the ratio to the unlimited run
 (median of the rounds' own ratios) and, from each node's cgroup, CPU seconds per
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -58,6 +65,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cpu_cgroups import Cgroups, CpuGroups, find_cgroups  # noqa: E402
+from spark_load import spark_writer  # noqa: E402
 
 _spawn = mp.get_context("spawn")
 
@@ -75,6 +83,16 @@ class Load:
     value_bytes: int
     warmup: float
     seconds: float
+    kind: str = "client"  # "client": FarmClient writers per partition; "spark": the sink
+    spark_rows: int = 20_000  # rows per micro-batch of the Spark load
+
+    @property
+    def unit(self) -> str:
+        return "rows" if self.kind == "spark" else "entries"
+
+    @property
+    def records_per_unit(self) -> int:
+        return 1 if self.kind == "spark" else self.records
 
 
 class FarmUnderTest(Protocol):
@@ -201,6 +219,7 @@ class Window:
     leaders: dict[int, int]        # partition -> leader, at the start
     leaders_moved: bool
     load_average: float = 0.0      # the machine's (1 min), at the window's end
+    unit: str = "entries"          # what `entries` counts: "rows" under the Spark load
 
     @property
     def rate(self) -> float:
@@ -225,19 +244,25 @@ def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, period_
     groups.quota(quota, period_us)
     leaders = farm.leaders()
     pipes, procs = [], []
+    if load.kind == "spark":        # one query, routed over every partition by the sink
+        loads = [(spark_writer, (farm.client_options(0), load.spark_rows, load.value_bytes,
+                                 layout.partitions > 1))]
+    else:
+        loads = [(_writer, (farm.client_options(partition), load))
+                 for partition in range(layout.partitions)]
     try:
-        for partition in range(layout.partitions):
+        for target, args in loads:
             parent, child = _spawn.Pipe()
-            proc = _spawn.Process(target=_writer, daemon=True,
-                                  args=(farm.client_options(partition), load, child))
+            proc = _spawn.Process(target=target, daemon=True, args=(*args, child))
             proc.start()
             pipes.append(parent)
             procs.append(proc)
         for pipe, proc in zip(pipes, procs):
             if not pipe.poll(120):
-                raise RuntimeError(f"a client process (pid {proc.pid}) committed no entry "
+                raise RuntimeError(f"a client process (pid {proc.pid}) committed nothing "
                                    "in 120 s")
-            pipe.recv()
+            if (said := pipe.recv()) != "ready":
+                raise RuntimeError(str(said))
         start = time.monotonic() + load.warmup
         end = start + load.seconds
         for pipe in pipes:
@@ -248,9 +273,11 @@ def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, period_
         after = groups.usage()
         counts = []
         for pipe in pipes:
-            if not pipe.poll(120):
-                raise RuntimeError("a client process did not report its window in 120 s")
-            counts.append(pipe.recv())
+            if not pipe.poll(180):
+                raise RuntimeError("a client process did not report its window in 180 s")
+            if not isinstance(said := pipe.recv(), dict):
+                raise RuntimeError(str(said))
+            counts.append(said)
     finally:
         for proc in procs:
             proc.join(30)
@@ -261,7 +288,7 @@ def measure(farm: FarmUnderTest, groups: CpuGroups, quota: float | None, period_
                   sum(c["errors"] for c in counts),
                   {node: after[node] - before[node] for node in after},
                   sum(c["cpu"] for c in counts), leaders,
-                  farm.leaders() != leaders, os.getloadavg()[0])
+                  farm.leaders() != leaders, os.getloadavg()[0], load.unit)
 
 
 def run(factory: FarmFactory, layout: Layout, load: Load, quotas: list[float | None],
@@ -303,7 +330,7 @@ def quota_name(quota: float | None) -> str:
 def describe(window: Window) -> str:
     cpu = ", ".join(f"n{node} {s:.2f}" for node, s in sorted(window.cpu.items()))
     moved = " (leadership moved)" if window.leaders_moved else ""
-    return (f"{quota_name(window.quota)}: {window.rate:,.0f} entries/s, "
+    return (f"{quota_name(window.quota)}: {window.rate:,.0f} {window.unit}/s, "
             f"{window.errors} errors, CPU s {cpu}, clients {window.client_cpu:.2f}, load "
             f"{window.load_average:.1f}{moved}")
 
@@ -314,8 +341,9 @@ def bound(leader: float, follower: float) -> float:
 
 
 def report(windows: list[Window], quotas: list[float | None], load: Load) -> list[str]:
-    lines = [f"  {'quota':<10} {'entries/s':>10} {'records/s':>11} {'vs unlimited':>13} "
-             f"{'L us/entry':>11} {'F us/entry':>11} {'3L/(L+2F)':>10}"]
+    each = "row" if load.unit == "rows" else "entry"
+    lines = [f"  {'quota':<10} {f'{load.unit}/s':>10} {'records/s':>11} {'vs unlimited':>13} "
+             f"{f'L us/{each}':>11} {f'F us/{each}':>11} {'3L/(L+2F)':>10}"]
     by_quota = {q: [w for w in windows if w.quota == q] for q in quotas}
     unlimited = by_quota.get(None)
     for quota, mine in by_quota.items():
@@ -328,10 +356,12 @@ def report(windows: list[Window], quotas: list[float | None], load: Load) -> lis
         if shares:
             leader = statistics.median(s[0] for s in shares)
             follower = statistics.median(s[1] for s in shares)
-            figures = f"{leader * 1e6:>11.0f} {follower * 1e6:>11.0f} {bound(leader, follower):>10.2f}"
+            places = 1 if load.unit == "rows" else 0      # a row costs a few us
+            figures = (f"{leader * 1e6:>11.{places}f} {follower * 1e6:>11.{places}f} "
+                       f"{bound(leader, follower):>10.2f}")
         else:
             figures = f"{'-':>11} {'-':>11} {'-':>10}"
-        lines.append(f"  {quota_name(quota):<10} {rate:>10,.0f} {rate * load.records:>11,.0f} "
+        lines.append(f"  {quota_name(quota):<10} {rate:>10,.0f} {rate * load.records_per_unit:>11,.0f} "
                      f"{ratio:>13} {figures}")
     return lines
 
@@ -438,6 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=100, help="records per entry")
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--json", help="also write the windows and the report to this file")
+    parser.add_argument("--load", choices=("client", "spark"), default="client",
+                        help="client: FarmClient writers per partition; spark: one Spark "
+                             "query streaming rows into the farm with the raft sink")
+    parser.add_argument("--spark-rows", type=int, default=20_000,
+                        help="rows per micro-batch of --load spark (1,000-1,000,000)")
     args = parser.parse_args(argv)
     for name, least in (("nodes", 1), ("rounds", 1), ("writers", 1), ("records", 1),
                         ("value_bytes", 1)):
@@ -448,6 +483,17 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.period_ms <= 1000:
         parser.error("--period-ms must be 1 to 1000")
     period_us = int(args.period_ms * 1000)
+    for quota in args.quotas:   # the kernel grants at least 1 ms a period: no lower quota
+        if quota is not None and quota * period_us < 1_000:
+            parser.error(f"--quotas {quota:.0%} at --period-ms {args.period_ms:g} is less than "
+                         "the 1 ms a period the kernel grants at least (it would run at "
+                         f"{1_000 / period_us:.0%}): raise --period-ms to "
+                         f"{math.ceil(1 / quota)} or more")
+    if args.load == "spark" and args.farm != "local":
+        parser.error("--load spark needs --farm local: the sink routes rows over every "
+                     "partition of the farm, and the placed farm's group 0 is kept unloaded")
+    if not 1_000 <= args.spark_rows <= 1_000_000:
+        parser.error("--spark-rows must be 1,000 to 1,000,000")
     if args.records * args.value_bytes > 16 << 20:
         parser.error("--records x --value-bytes must stay within 16 MiB an entry")
 
@@ -458,12 +504,17 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.idle <= 600:
         parser.error("--idle must be 0-600 s")
     layouts = args.layouts or [Layout(args.nodes, count) for count in args.partitions]
-    load = Load(args.writers, args.records, args.value_bytes, args.warmup, args.seconds)
+    load = Load(args.writers, args.records, args.value_bytes, args.warmup, args.seconds,
+                args.load, args.spark_rows)
+    what = (f"a Spark query of {load.spark_rows:,} rows x {load.value_bytes} B a "
+            "micro-batch into the farm" if load.kind == "spark" else
+            f"entries of {load.records} records x {load.value_bytes} B, {load.writers} "
+            "writers per partition")
     # a SIGTERM runs the finally blocks too: the cgroups and the farm go
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     header = (f"scale-out: farm {args.farm}, "
-              f"{', '.join(f'{l.nodes} nodes x {l.partitions} partitions' for l in layouts)}; entries of {load.records} "
-              f"records x {load.value_bytes} B, {load.writers} writers per partition; "
+              f"{', '.join(f'{l.nodes} nodes x {l.partitions} partitions' for l in layouts)}; "
+              f"{what}; "
               f"{args.rounds} rounds of {load.seconds:g} s; quota period "
               f"{args.period_ms:g} ms, cgroup v{where.version}; {os.cpu_count()} CPUs")
     print(header, flush=True)
@@ -476,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"{layout.partitions} partition(s) on {layout.nodes} nodes",
                   *report(results[layout], args.quotas, load)]
     if len(layouts) > 1:
-        lines += ["entries/s by layout (gain on the first), and the first's bound",
+        lines += [f"{load.unit}/s by layout (gain on the first), and the first's bound",
                   *compare(layouts, results, args.quotas)]
     print("\n".join(lines))
     if args.json:
