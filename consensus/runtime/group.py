@@ -175,6 +175,7 @@ class Group:
         self.quiet_pulls: list[tuple[int, int]] = []
         self.quiet_observers: set[int] = set()
         self.quiet_parent: int | None = None
+        self.idle_since: float | None = None    #: led, idle and quiescable since (quiesce.py)
         self.soft: SoftState | None = None
         self.leader_since_ms: int | None = None    #: wall clock of this node's election
         self._snapshot_due = False

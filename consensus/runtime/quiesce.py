@@ -3,8 +3,9 @@
 A node of hundreds of groups cannot tick and heartbeat each of them (an idle group cost
 ~1.7 ms of CPU a second). So an idle group stops ticking: its leader, once the core says
 it may (`RaftNode.can_quiesce`, a pure query: everything committed, held and known
-committed by every tracked peer, nothing waiting for time), sends each follower a
-Quiesce frame (its term and last index) and stops ticking the group; a follower of that
+committed by every tracked peer, nothing waiting for time) at its ticks for two heartbeat
+intervals (`LINGER_HEARTBEATS`: a trickle of writes would otherwise quiesce and wake the
+group between every two of them), sends each follower a Quiesce frame (its term and last index) and stops ticking the group; a follower of that
 leader and term that holds exactly that much, committed, stops too. A quiesced group
 costs nothing until one of these wakes it: a message of the group that asks for
 something (anything but a leader's own heartbeat answers and observers' pulls, which
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from consensus.runtime.group import Group, TurnTicks
     from consensus.runtime.transport import Transport
 
+#: heartbeat intervals a leader stays idle before it quiesces its group
+LINGER_HEARTBEATS = 2
 #: messages a quiesced group steps without waking: answers to heartbeats it sent before
 #: quiescing and observers' pulls (if the step changes anything, `can_quiesce` says so)
 QUIET_MESSAGES = frozenset({AppendEntriesResponse, PullEntries, PullSnapshot})
@@ -87,6 +90,9 @@ class Quiescer:
         self.timeout = election_ticks * tick        #: silent this long: a node is down
         self.interval = heartbeat_ticks * tick      #: NodeHeartbeats and liveness checks
         self.floor = heartbeat_ticks                #: a woken leader heartbeats at once
+        #: a leader quiesces once idle this long: under a steady trickle of writes an
+        #: idle tick between two of them quiesced and woke the group again and again
+        self.linger = LINGER_HEARTBEATS * heartbeat_ticks * tick
         self.cap = 2 * election_ticks + heartbeat_ticks     #: past any lease and timeout
         self.quiesced: set["Group"] = set()
         self.dormant: set["Group"] = set()     #: quiesced because they removed this node
@@ -163,8 +169,13 @@ class Quiescer:
                 self._quiesce(group, now)
                 group.quiet_parent = notice.source
             return
-        if ticked and raft.role is Role.LEADER and self._idle(group) and raft.can_quiesce() \
-                and self._quorum_live(group, now):
+        if not (raft.role is Role.LEADER and self._idle(group) and raft.can_quiesce()):
+            group.idle_since = None
+        elif ticked and self._quorum_live(group, now):
+            if group.idle_since is None:
+                group.idle_since = now
+            if now - group.idle_since < self.linger:
+                return              # idle a moment between writes: not worth a Quiesce
             term, index, send = raft.term, raft.last_index, self.transport.send_quiesce
             for peer in raft.progress:
                 send(peer, group.group, term, index)
@@ -211,6 +222,7 @@ class Quiescer:
 
     def _quiesce(self, group: "Group", now: float) -> None:
         group.clock.quiesced_at = now
+        group.idle_since = None
         group.wake_due = False
         self.quiesced.add(group)
 

@@ -16,7 +16,10 @@ seeds check them under every fault the nemesis has:
 - each server sends every other one an empty packet (the NodeHeartbeat) every
   heartbeat interval; any packet delivered counts as hearing its source.
 
-The checkers see nothing new: a quiescing bug shows as a safety violation (a stale lease
+The runtime's leader waits two heartbeat intervals of idleness before it quiesces (a
+trickle of writes would churn); the simulator quiesces at the first chance, the
+harsher schedule for safety (more quiesces and wakes per seed). The checkers see
+nothing new: a quiescing bug shows as a safety violation (a stale lease
 read) or as a group that never converges in the calm phase.
 """
 from __future__ import annotations

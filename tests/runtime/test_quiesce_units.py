@@ -112,3 +112,42 @@ def test_a_leader_woken_at_once_still_heartbeats_at_once():
     group.clock.quiesced_at = 100.0
     policy.wake(group, 100.001)
     assert group.clock.due() == 10
+
+
+class IdleLeader(Sleeper):
+    """What `Quiescer.after_turn` reads of a group led here (a one-voter group, so its
+    quorum is live), and the Quiesce frames it would send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.group, self.notice, self.quiet_pulls = 1, None, []
+        self.idle_since, self.quiet_parent = None, None
+        self.inbox, self.client_inbox = [], []
+        self.quiescable = True
+        self.service = SimpleNamespace(waits_for_time=False)
+        self.driver = SimpleNamespace(busy=lambda: False)
+        self.raft = SimpleNamespace(
+            role=Role.LEADER, removed=False, term=3, last_index=9, progress={1: None},
+            configuration=SimpleNamespace(voters={1}), can_quiesce=lambda: self.quiescable)
+
+
+def test_a_leader_quiesces_only_after_staying_idle_for_two_heartbeat_intervals():
+    """Idle at a tick between two writes of a trickle, a leader used to quiesce at once
+    and be woken by the next write (a Quiesce and a heartbeat round each time): it now
+    waits until it has been idle at its ticks for LINGER_HEARTBEATS intervals, and any
+    turn that is not idle starts the wait again."""
+    group, policy = IdleLeader(), quiescer()
+    sent = []
+    policy.transport = SimpleNamespace(heard={}, send_quiesce=lambda *a: sent.append(a))
+    assert policy.linger == 2 * 10 * 0.01
+    policy.after_turn(group, 100.00, ticked=True)
+    policy.after_turn(group, 100.15, ticked=True)
+    assert group.clock.quiesced_at is None and not sent
+    group.quiescable = False                          # a write: not idle for a turn
+    policy.after_turn(group, 100.16, ticked=False)
+    group.quiescable = True
+    policy.after_turn(group, 100.25, ticked=True)     # 0.25 s after the first idle tick
+    assert group.clock.quiesced_at is None and not sent
+    policy.after_turn(group, 100.45, ticked=True)     # 0.2 s idle since 100.25
+    assert group.clock.quiesced_at == 100.45 and group in policy.quiesced
+    assert sent == [(1, 1, 3, 9)]                     # peer, group, term, index
