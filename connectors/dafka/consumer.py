@@ -116,6 +116,12 @@ class BulkAsk:
         self.superseded = earlier.superseded + 1
         self.superseded_end = max(earlier.end, earlier.superseded_end)
 
+    def carry_over(self, later: "BulkAsk | None") -> None:
+        """This ask ended and `later` asks the next window: a superseded answer's last
+        slice may still come (a starved store), and must not end that one either."""
+        if later is not None and self.superseded:
+            later.superseded, later.superseded_end = self.superseded, self.superseded_end
+
     def ends_superseded(self, stop: int) -> bool:
         """Whether a last slice ending at `stop` is a superseded answer's end (taken)."""
         if self.superseded and stop <= self.superseded_end:
@@ -524,6 +530,7 @@ class Consumer(Node):
             self._plain_fetch(msg.subject, msg.partition, nxt)
         elif msg.sequence + count >= asked.end:
             self._fetch(*key, nxt, now)
+            asked.carry_over(self._bulk_asked.get(key))
 
 
 __all__ = ["Consumer", "ConsumerRecord", "OffsetTracker"]

@@ -121,6 +121,41 @@ def test_a_slow_answer_ending_after_it_was_asked_again_does_not_end_the_new_ask(
     assert consumer.stats["bulk_duplicates"] > 0          # the slow slice came after all
 
 
+def test_a_slow_answer_ending_after_the_next_window_was_asked_does_not_end_it(
+        config, nodes, tmp_path):
+    """The same slow last slice, arriving later still: after the ask that replaced its
+    answer was answered in full and the next window asked (a store starved longer, or
+    one that answered the new ask before the old slice left its queue). That next ask
+    must wait for it too; taken as its end, the catch-up stopped (the suite saw it)."""
+    count = 3 * BULK_WINDOW
+    address = stored(tmp_path / "db", count)
+    store = Store(steady(config), tmp_path / "db")
+    consumer = Consumer(with_config(steady(config), offset_reset="earliest"))
+    send, held = store.reader._send_bulk, []
+
+    def hold_first_last_slice(answer, lengths, data):
+        if not held and len(lengths) and answer.next + len(lengths) >= answer.stop:
+            held.append((copy.copy(answer), lengths, data))
+            return
+        send(answer, lengths, data)
+
+    def release(now):
+        # the first ask, the one after its silence, then the next window's
+        if len(held) == 1 and consumer.stats["bulk_silences"] \
+                and consumer.stats["bulk_fetches"] >= 3:
+            send(*held[0])
+            held.append("sent")
+
+    store.reader._send_bulk = hold_first_last_slice
+    store.reader.add_timer(0.05, release)
+    nodes(store)
+    subscribed_after_the_probe(nodes, consumer)
+    got = collect(consumer, count, timeout=60)
+    assert held[1:] == ["sent"] and held[0][0].stop == BULK_WINDOW
+    assert offsets(got) == list(range(count))
+    assert consumer.stats["fetches"] == 0 and consumer.stats["bulk_duplicates"] > 0
+
+
 def test_a_store_without_the_extension_is_read_by_plain_fetch(config, nodes, tmp_path):
     stored(tmp_path / "db", 5000)
     nodes(Store(config, tmp_path / "db", bulk=False))
