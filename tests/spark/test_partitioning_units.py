@@ -142,7 +142,8 @@ class _Partition:
 
     def batch_status(self, query: str, batch: int):
         index = self.decisions.get((query, batch))
-        return None if index is None else type("Decision", (), {"index": index})()
+        return None if index is None else \
+            type("Decision", (), {"index": index, "aborted": False})()
 
 
 def test_the_cut_holds_each_batch_whole_at_partition_0s_end():
