@@ -87,26 +87,24 @@ def test_a_lost_slice_of_a_bulk_answer_is_asked_again(config, nodes, tmp_path):
     assert consumer.stats["bulk_silences"] >= 1 and consumer.stats["fetches"] == 0
 
 
-def test_a_slow_answer_ending_after_it_was_asked_again_does_not_end_the_new_ask(
-        config, nodes, tmp_path):
-    """A silent answer may only be slow (a starved store): its last slice, sent before
-    our new ask replaced it at the store, ends short of the new ask's window. Taken as
-    the new ask's end it stopped the catch-up there (no producer's HEAD to resume it)."""
+def caught_up_with_a_slow_last_slice(config, nodes, tmp_path, release_when):
+    """A catch-up of 3 bulk windows in which the store holds back the first answer's last
+    slice until `release_when(consumer.stats)`; (consumer, held, records got)."""
     count = 3 * BULK_WINDOW
-    address = stored(tmp_path / "db", count)
+    stored(tmp_path / "db", count)
     store = Store(steady(config), tmp_path / "db")
     consumer = Consumer(with_config(steady(config), offset_reset="earliest"))
     send, held = store.reader._send_bulk, []
 
     def hold_first_last_slice(answer, lengths, data):
         if not held and len(lengths) and answer.next + len(lengths) >= answer.stop:
-            # sent once the consumer asked again (as the answer stands now)
+            # sent once released (as the answer stands now)
             held.append((copy.copy(answer), lengths, data))
             return
         send(answer, lengths, data)
 
     def release(now):
-        if len(held) == 1 and consumer.stats["bulk_silences"]:
+        if len(held) == 1 and release_when(consumer.stats):
             send(*held[0])
             held.append("sent")
 
@@ -114,10 +112,20 @@ def test_a_slow_answer_ending_after_it_was_asked_again_does_not_end_the_new_ask(
     store.reader.add_timer(0.05, release)
     nodes(store)
     subscribed_after_the_probe(nodes, consumer)
-    got = collect(consumer, count, timeout=60)
+    return consumer, held, collect(consumer, count, timeout=60)
+
+
+def test_a_slow_answer_ending_after_it_was_asked_again_does_not_end_the_new_ask(
+        config, nodes, tmp_path):
+    """A silent answer may only be slow (a starved store): its last slice, sent before
+    our new ask replaced it at the store, ends short of the new ask's window. Taken as
+    the new ask's end it stopped the catch-up there (no producer's HEAD to resume it)."""
+    consumer, held, got = caught_up_with_a_slow_last_slice(
+        config, nodes, tmp_path, lambda stats: stats["bulk_silences"])
     assert held[1:] == ["sent"] and held[0][0].stop == BULK_WINDOW
-    assert offsets(got) == list(range(count))
-    assert consumer.stats["bulk_records"] == count and consumer.stats["fetches"] == 0
+    assert offsets(got) == list(range(3 * BULK_WINDOW))
+    assert consumer.stats["bulk_records"] == 3 * BULK_WINDOW
+    assert consumer.stats["fetches"] == 0
     assert consumer.stats["bulk_duplicates"] > 0          # the slow slice came after all
 
 
@@ -127,32 +135,11 @@ def test_a_slow_answer_ending_after_the_next_window_was_asked_does_not_end_it(
     answer was answered in full and the next window asked (a store starved longer, or
     one that answered the new ask before the old slice left its queue). That next ask
     must wait for it too; taken as its end, the catch-up stopped (the suite saw it)."""
-    count = 3 * BULK_WINDOW
-    address = stored(tmp_path / "db", count)
-    store = Store(steady(config), tmp_path / "db")
-    consumer = Consumer(with_config(steady(config), offset_reset="earliest"))
-    send, held = store.reader._send_bulk, []
-
-    def hold_first_last_slice(answer, lengths, data):
-        if not held and len(lengths) and answer.next + len(lengths) >= answer.stop:
-            held.append((copy.copy(answer), lengths, data))
-            return
-        send(answer, lengths, data)
-
-    def release(now):
-        # the first ask, the one after its silence, then the next window's
-        if len(held) == 1 and consumer.stats["bulk_silences"] \
-                and consumer.stats["bulk_fetches"] >= 3:
-            send(*held[0])
-            held.append("sent")
-
-    store.reader._send_bulk = hold_first_last_slice
-    store.reader.add_timer(0.05, release)
-    nodes(store)
-    subscribed_after_the_probe(nodes, consumer)
-    got = collect(consumer, count, timeout=60)
+    consumer, held, got = caught_up_with_a_slow_last_slice(   # the first ask, the one
+        config, nodes, tmp_path,                              # after its silence, then
+        lambda stats: stats["bulk_silences"] and stats["bulk_fetches"] >= 3)  # the next
     assert held[1:] == ["sent"] and held[0][0].stop == BULK_WINDOW
-    assert offsets(got) == list(range(count))
+    assert offsets(got) == list(range(3 * BULK_WINDOW))
     assert consumer.stats["fetches"] == 0 and consumer.stats["bulk_duplicates"] > 0
 
 
